@@ -1,0 +1,106 @@
+"""One trial's work: train with the given scaler settings, judge the run, build its attrs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+import math
+import platform
+from typing import Any
+
+import optuna
+import torch
+
+from search.config import PenaltyConfig
+from search.penalty import assess
+from search.tasks.base import Problem
+from search.trainer import ScalerConfig
+from search.trainer import train
+
+
+__all__ = ["TrialOutcome", "run_trial"]
+
+VERSIONS = {
+    "torch": torch.__version__,
+    "optuna": optuna.__version__,
+    "python": platform.python_version(),
+}
+
+
+@dataclass(frozen=True)
+class TrialOutcome:
+    """A finished run as Optuna will store it: value, user attrs, sparse intermediate values."""
+
+    value: float
+    user_attrs: dict[str, Any]
+    intermediate_values: dict[int, float]
+    pruned: bool
+
+
+def run_trial(
+    problem: Problem,
+    scaler_config: ScalerConfig,
+    *,
+    epochs: int,
+    amp_dtype: torch.dtype,
+    penalty: PenaltyConfig,
+    device_label: str,
+    deadline: float | None = None,
+    should_prune: Callable[[int, float], bool] | None = None,
+    n_reports: int = 10,
+) -> TrialOutcome:
+    """Trains once and returns what the trial records.
+
+    Args:
+        problem: The study's problem, already on the device.
+        scaler_config: The trial's GradScaler settings.
+        epochs: Optimizer steps.
+        amp_dtype: Autocast dtype.
+        penalty: Penalty weights and thresholds.
+        device_label: The device string stored with the trial (e.g. ``cuda:0 (NVIDIA H100)``).
+        deadline: ``time.perf_counter()`` deadline of the trial, or None.
+        should_prune: Called at up to ``n_reports`` evenly spaced epochs with the loss so far;
+            True stops the run as PRUNED. None disables pruning and its host syncs.
+        n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
+    """
+    intermediate: dict[int, float] = {}
+    checkpoints: tuple[int, ...] = ()
+    stop = None
+    if should_prune is not None:
+        checkpoints = tuple(sorted({max(1, round(epochs * k / n_reports)) for k in range(1, n_reports + 1)}))
+
+        def stop(epoch: int, loss: float) -> bool:
+            intermediate[epoch] = loss if math.isfinite(loss) else penalty.nonfinite
+            return should_prune(epoch, intermediate[epoch])
+
+    result = train(
+        problem,
+        scaler_config,
+        epochs=epochs,
+        amp_dtype=amp_dtype,
+        deadline=deadline,
+        checkpoints=checkpoints,
+        should_stop=stop,
+    )
+    verdict = assess(result, penalty)
+    attrs = {
+        "final_loss": _finite_or_none(result.final_loss),
+        "final_loss_fp32": _finite_or_none(result.final_loss_fp32),
+        "skipped_steps": result.skipped_steps,
+        "nonfinite": verdict.nonfinite,
+        "failure": verdict.failure,
+        "final_scale": _finite_or_none(result.scale_curve[-1]) if result.scale_curve else None,
+        "loss_curve": [_finite_or_none(v) for v in result.loss_curve],
+        "scale_curve": [_finite_or_none(v) for v in result.scale_curve],
+        "learned": verdict.learned,
+        "zero_grad_fraction": round(result.zero_grad_fraction, 6),
+        "device": device_label,
+        "versions": VERSIONS,
+        "train_seconds": round(result.train_seconds, 6),
+    }
+    return TrialOutcome(verdict.value, attrs, intermediate, result.stopped_early)
+
+
+def _finite_or_none(value: float) -> float | None:
+    # JSON has no NaN: non-finite numbers are stored as null, with ``nonfinite`` set.
+    return value if math.isfinite(value) else None

@@ -1,0 +1,147 @@
+"""Creating or resuming the study: recorded settings, compatibility, the seed baselines."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from search.config import Settings
+from search.space import baseline_trials
+
+
+__all__ = ["IncompatibleStudyError", "StudyHandle", "inspect_study", "prepare_study"]
+
+# Study user attrs that define what the trials measure; a resume must match them.
+RECORDED_KEYS = ("task", "epochs", "seed", "amp_dtype", "space", "penalty", "fingerprint")
+BASELINE_ATTR = "baseline"
+
+
+class IncompatibleStudyError(ValueError):
+    """Resuming a study with settings that would make its trials incomparable."""
+
+
+@dataclass(frozen=True)
+class StudyHandle:
+    """An opened study and what opening it found."""
+
+    study: optuna.Study
+    created: bool
+    notes: tuple[str, ...]
+
+
+def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
+    """The study user attrs written at creation."""
+    data = settings.to_dict()
+    return {
+        "task": settings.run.task,
+        "epochs": settings.run.epochs,
+        "seed": settings.run.seed,
+        "amp_dtype": settings.run.amp_dtype,
+        "space": data["space"],
+        "penalty": data["penalty"],
+        "fingerprint": fingerprint,
+    }
+
+
+def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    diffs = []
+    for key in RECORDED_KEYS:
+        if key in stored and _canon(stored[key]) != _canon(wanted[key]):
+            if key == "fingerprint":
+                diffs.append("the task's data/initial weights differ (another torch build?)")
+            else:
+                diffs.append(f"{key}: study has {_short(stored[key])}, this run {_short(wanted[key])}")
+    return diffs
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=float)
+
+
+def _short(value: Any) -> str:
+    text = _canon(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def inspect_study(
+    storage: optuna.storages.BaseStorage, settings: Settings, fingerprint: str, allow_changes: bool
+) -> list[str]:
+    """Checks, without writing anything, that the study (if any) can be resumed.
+
+    Returns:
+        Warnings for the user (empty when the study is new or matches).
+
+    Raises:
+        IncompatibleStudyError: When a recorded setting differs and ``allow_changes`` is False,
+            or the study was not made by this service.
+    """
+    name = settings.study_name
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return []
+    stored = storage.get_study_user_attrs(study_id)
+    if "task" not in stored:
+        if storage.get_all_trials(study_id, deepcopy=False):
+            raise IncompatibleStudyError(
+                f"study {name!r} exists but was not created by search.optimize; choose another --study-name"
+            )
+        return []  # An interrupted creation: finish setting it up.
+    diffs = _differences(stored, recorded_settings(settings, fingerprint))
+    if not diffs:
+        return []
+    if not allow_changes:
+        raise IncompatibleStudyError(
+            f"cannot resume study {name!r}: "
+            + "; ".join(diffs)
+            + " (use another --study-name, or --allow-changed-settings)"
+        )
+    return [f"resuming {name!r} with changed settings: " + "; ".join(diffs)]
+
+
+def prepare_study(
+    storage: optuna.storages.BaseStorage,
+    settings: Settings,
+    fingerprint: str,
+    sampler: optuna.samplers.BaseSampler,
+    pruner: optuna.pruners.BasePruner,
+) -> StudyHandle:
+    """Creates the study (recording settings, enqueuing the baselines once) or loads it."""
+    name = settings.study_name
+    created = False
+    try:
+        study = optuna.create_study(
+            storage=storage, study_name=name, direction="minimize", sampler=sampler, pruner=pruner
+        )
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
+    notes: list[str] = []
+    if "task" not in study.user_attrs:
+        for key, value in recorded_settings(settings, fingerprint).items():
+            study.set_user_attr(key, value)
+        created = True
+    notes += _enqueue_missing_baselines(study, settings)
+    return StudyHandle(study, created, tuple(notes))
+
+
+def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
+    """Enqueues each seed baseline that has no finished, waiting or running trial yet.
+
+    On a new study that is all five; on a resume only one whose earlier attempt failed
+    (e.g. it was interrupted), so a baseline never appears twice among finished trials.
+    """
+    present = {
+        t.user_attrs.get(BASELINE_ATTR)
+        for t in study.get_trials(deepcopy=False)
+        if t.state != TrialState.FAIL
+    }
+    baselines, notes = baseline_trials(settings.space)
+    for tag, params in baselines:
+        if tag not in present:
+            study.enqueue_trial(params, user_attrs={BASELINE_ATTR: tag})
+    return notes

@@ -1,0 +1,157 @@
+"""The end-of-run summary: a table for people and the same numbers as JSON."""
+
+from __future__ import annotations
+
+from collections import Counter
+import json
+import math
+import statistics
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+from optuna.trial import TrialState
+
+from search.config import SpaceConfig
+from search.penalty import SILENT_FAILURES
+from search.space import scaler_config
+from search.study import BASELINE_ATTR
+
+
+__all__ = ["format_summary", "summarize", "write_best_json"]
+
+
+def _device_kind(trial: FrozenTrial) -> str:
+    return str(trial.user_attrs.get("device", "unknown")).split(":")[0].split(" ")[0]
+
+
+def _row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
+    cfg = scaler_config(trial.params, space)
+    attrs = trial.user_attrs
+    return {
+        "number": trial.number,
+        "baseline": attrs.get(BASELINE_ATTR),
+        "value": trial.value,
+        "init_scale": cfg.init_scale,
+        "growth_factor": cfg.growth_factor,
+        "backoff_factor": cfg.backoff_factor,
+        "growth_interval": cfg.growth_interval,
+        "final_loss": attrs.get("final_loss"),
+        "final_loss_fp32": attrs.get("final_loss_fp32"),
+        "skipped_steps": attrs.get("skipped_steps"),
+        "learned": attrs.get("learned"),
+        "failure": attrs.get("failure"),
+        "device": attrs.get("device"),
+    }
+
+
+def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
+    """Collects the summary of ``study`` as plain data (what ``--best-out`` writes)."""
+    trials = study.get_trials(deepcopy=False)
+    states = Counter(t.state.name for t in trials)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    by_device: dict[str, list[FrozenTrial]] = {}
+    for t in complete:
+        by_device.setdefault(_device_kind(t), []).append(t)
+
+    best_by_device = {}
+    for kind, group in sorted(by_device.items()):
+        best = min(group, key=lambda t: t.value)
+        row = _row(best, space)
+        row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
+        best_by_device[kind] = row
+
+    baselines = {}
+    for t in complete:
+        tag = t.user_attrs.get(BASELINE_ATTR)
+        if tag is not None and tag not in baselines:
+            baselines[tag] = _row(t, space)
+
+    failures = Counter(t.user_attrs.get("failure", "none") for t in complete)
+    train_seconds = [t.user_attrs["train_seconds"] for t in complete if "train_seconds" in t.user_attrs]
+    wall = [
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        for t in complete
+        if t.datetime_complete and t.datetime_start
+    ]
+    return {
+        "study_name": study.study_name,
+        "states": {s.name: states.get(s.name, 0) for s in TrialState},
+        "best": best_by_device,
+        "baselines": dict(sorted(baselines.items())),
+        "nonfinite_trials": sum(bool(t.user_attrs.get("nonfinite")) for t in complete),
+        "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
+        "fail_reasons": dict(
+            Counter(t.user_attrs.get("fail_reason", "unknown") for t in trials if t.state == TrialState.FAIL)
+        ),
+        "mean_train_seconds": statistics.fmean(train_seconds) if train_seconds else None,
+        "mean_trial_seconds": statistics.fmean(wall) if wall else None,
+    }
+
+
+def _num(value: Any, fmt: str = ".4f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, fmt)
+
+
+def _scale(value: float) -> str:
+    exponent = math.log2(value)
+    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"
+
+
+def format_summary(data: dict[str, Any]) -> str:
+    """Renders :func:`summarize` output as the text printed at the end of a run."""
+    lines = [f"Study {data['study_name']!r}"]
+    states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
+    lines.append(f"  trials: {states or 'none'}")
+    if not data["best"]:
+        lines.append("  no completed trial yet")
+        return "\n".join(lines)
+
+    header = (
+        f"  {'':8} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
+        f"{'final_loss':>10} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
+    )
+
+    def line(label: str, row: dict[str, Any]) -> str:
+        return (
+            f"  {label:8} {row['number']:>4} {_scale(row['init_scale']):>10} "
+            f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
+            f"{_num(row['final_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
+            f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"
+        )
+
+    lines.append("")
+    lines.append(header)
+    for kind, row in data["best"].items():
+        label = "best" if len(data["best"]) == 1 else f"best/{kind}"
+        lines.append(line(label, row))
+    for tag, row in data["baselines"].items():
+        lines.append(line(tag, row))
+    lines.append("")
+    for kind, row in data["best"].items():
+        prefix = "best" if len(data["best"]) == 1 else f"best on {kind}"
+        lines.append(f"  {prefix}: {row['gradscaler']}")
+    silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
+    lines.append(f"  nonfinite trials: {data['nonfinite_trials']}; silent failures: {silent}")
+    if data["fail_reasons"]:
+        reasons = "; ".join(f"{c}x {r}" for r, c in data["fail_reasons"].items())
+        lines.append(f"  failed trials (not counted): {reasons}")
+    if data["mean_train_seconds"] is not None:
+        lines.append(
+            f"  time per trial: {data['mean_train_seconds']:.3f} s training, "
+            f"{data['mean_trial_seconds']:.3f} s start to finish"
+        )
+    return "\n".join(lines)
+
+
+def write_best_json(data: dict[str, Any], path: str) -> None:
+    """Writes the summary as JSON (``--best-out``)."""
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
