@@ -6,19 +6,15 @@ name any subset of the keys; unknown keys and bad values are errors (:class:`Con
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from dataclasses import dataclass
-from dataclasses import fields
-from dataclasses import replace
 import math
 import re
 import tomllib
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-
 __all__ = [
-    "ConfigError",
     "DEFAULTS",
+    "ConfigError",
     "ParamRange",
     "PenaltyConfig",
     "RunConfig",

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 import math
 import platform
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -14,9 +14,7 @@ import torch
 from search.config import PenaltyConfig
 from search.penalty import assess
 from search.tasks.base import Problem
-from search.trainer import ScalerConfig
-from search.trainer import train
-
+from search.trainer import ScalerConfig, train
 
 __all__ = ["TrialOutcome", "run_trial"]
 

@@ -9,39 +9,21 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
 import torch
+from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search.config import DEFAULTS
-from search.config import ConfigError
-from search.config import Settings
-from search.config import load_settings
-from search.runner import FINISHED
-from search.runner import Interrupted
-from search.runner import Runner
-from search.runner import TooManyFailures
+from search.config import DEFAULTS, ConfigError, Settings, load_settings
+from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
-from search.storage import StorageError
-from search.storage import enable_wal
-from search.storage import mask_url
-from search.storage import open_storage
-from search.storage import redact
-from search.storage import sqlite_exists
-from search.study import IncompatibleStudyError
-from search.study import inspect_study
-from search.study import prepare_study
-from search.summary import format_summary
-from search.summary import summarize
-from search.summary import write_best_json
-from search.tasks import TaskError
-from search.tasks import build_problem
-from search.tasks import resolve_task
-
+from search.storage import StorageError, enable_wal, mask_url, open_storage, redact, sqlite_exists
+from search.study import IncompatibleStudyError, inspect_study, prepare_study
+from search.summary import format_summary, summarize, write_best_json
+from search.tasks import TaskError, build_problem, resolve_task
 
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
 
@@ -171,6 +153,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = args.storage or ""
     try:
+        return _main(args, overrides, url)
+    finally:
+        _close_all_storages()
+
+
+def _close_all_storages() -> None:
+    # Closing every connection lets SQLite checkpoint and remove its -wal/-shm files.
+    for storage in _OPENED:
+        storage.remove_session()
+        storage.engine.dispose()
+    _OPENED.clear()
+
+
+_OPENED: list[optuna.storages.RDBStorage] = []
+
+
+def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
+    try:
         settings = load_settings(args.config, overrides)
         url = settings.run.storage
         device = resolve_device(settings.run.device)
@@ -179,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fingerprint = problem.fingerprint()
         existed = sqlite_exists(url)
         storage = open_storage(url)
+        _OPENED.append(storage)
         warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
     except (ConfigError, UsageError, TaskError, StorageError, IncompatibleStudyError) as e:
         return _fail(redact(str(e), url) if url else str(e))

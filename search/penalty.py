@@ -20,14 +20,13 @@ least ``learn_threshold`` (default 10%) below the loss of epoch 1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 
 from search.config import PenaltyConfig
 from search.trainer import TrainResult
 
-
-__all__ = ["Assessment", "FAILURE_CODES", "SILENT_FAILURES", "assess"]
+__all__ = ["FAILURE_CODES", "SILENT_FAILURES", "Assessment", "assess"]
 
 FAILURE_CODES = ("none", "nonfinite", "overflow_churn", "underflow", "frozen")
 SILENT_FAILURES = ("overflow_churn", "underflow", "frozen")

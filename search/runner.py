@@ -15,29 +15,25 @@ Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and re-raise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 import contextlib
 import datetime
-from dataclasses import dataclass
-from dataclasses import field
 import math
 import signal
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
 import torch
+from optuna.trial import FrozenTrial, TrialState
 
 from search.config import Settings
-from search.objective import TrialOutcome
-from search.objective import run_trial
+from search.objective import TrialOutcome, run_trial
 from search.space import suggest
 from search.study import BASELINE_ATTR
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
-
 
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 

@@ -6,14 +6,10 @@ import math
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution
-from optuna.distributions import FloatDistribution
-from optuna.distributions import IntDistribution
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from search.config import ParamRange
-from search.config import SpaceConfig
+from search.config import ParamRange, SpaceConfig
 from search.trainer import ScalerConfig
-
 
 __all__ = ["SEED_BASELINES", "baseline_trials", "distributions", "scaler_config", "suggest"]
 

@@ -15,7 +15,6 @@ import optuna
 import sqlalchemy
 from sqlalchemy.engine import make_url
 
-
 __all__ = ["StorageError", "enable_wal", "mask_url", "open_storage", "redact"]
 
 SQLITE_BUSY_TIMEOUT_S = 60

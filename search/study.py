@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import optuna
@@ -11,7 +11,6 @@ from optuna.trial import TrialState
 
 from search.config import Settings
 from search.space import baseline_trials
-
 
 __all__ = ["IncompatibleStudyError", "StudyHandle", "inspect_study", "prepare_study"]
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from collections import Counter
 import json
 import math
 import statistics
+from collections import Counter
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from search.config import SpaceConfig
 from search.penalty import SILENT_FAILURES
 from search.space import scaler_config
 from search.study import BASELINE_ATTR
-
 
 __all__ = ["format_summary", "summarize", "write_best_json"]
 

@@ -7,16 +7,15 @@ itself (``scaler.step`` checks for infs).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import copy
-from dataclasses import dataclass
 import math
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
 from search.tasks.base import Problem
-
 
 __all__ = ["ScalerConfig", "TrainResult", "TrialTimeout", "train"]
 

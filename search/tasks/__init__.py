@@ -6,11 +6,10 @@ the same seed gives the same data and initial weights in every process.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import importlib
+from collections.abc import Callable
 
 from search.tasks.base import Problem
-
 
 __all__ = ["BUILTIN_TASKS", "Problem", "TaskError", "build_problem", "resolve_task"]
 

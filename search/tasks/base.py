@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 import copy
-from dataclasses import dataclass
-from dataclasses import replace
 import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
-
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -40,7 +38,7 @@ class Problem:
     make_optimizer: OptimizerFactory
     epochs: int
 
-    def to(self, device: torch.device) -> "Problem":
+    def to(self, device: torch.device) -> Problem:
         """Returns a copy with the model and data on ``device``; ``self`` is unchanged."""
         return replace(
             self,

@@ -12,7 +12,6 @@ from torch import nn
 
 from search.tasks.base import Problem
 
-
 N_SAMPLES = 2048
 N_FEATURES = 16
 HIDDEN = 64

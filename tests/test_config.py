@@ -1,0 +1,65 @@
+import tomllib
+
+import pytest
+
+from search.config import DEFAULTS
+from search.config import ConfigError
+from search.config import load_settings
+from search.config import settings_from_dict
+from conftest import ROOT
+
+
+def test_default_toml_mirrors_the_built_in_defaults_exactly():
+    with open(ROOT / "configs" / "default.toml", "rb") as f:
+        assert tomllib.load(f) == DEFAULTS.to_dict()
+    assert load_settings(str(ROOT / "configs" / "default.toml")) == DEFAULTS
+
+
+def test_no_config_means_defaults():
+    assert load_settings() == DEFAULTS
+    assert DEFAULTS.study_name == "seed-mlp"
+
+
+def test_file_then_flags(tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[run]\nepochs = 12\nseed = 7\n[space.growth_interval]\nfixed = 2000\n")
+    s = load_settings(str(cfg), {"seed": 9, "trials": None})
+    assert s.run.epochs == 12 and s.run.seed == 9 and s.run.trials == 100
+    assert s.space.growth_interval.fixed == 2000
+
+
+def test_round_trip_through_dict():
+    assert settings_from_dict(DEFAULTS.to_dict()) == DEFAULTS
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[run\n", "malformed TOML"),
+        ("[run]\nepochz = 3\n", "unknown config key [run.epochz]"),
+        ("[space.momentum]\nlow = 1\n", "unknown config key [space.momentum]"),
+        ("[run]\nepochs = 'ten'\n", "must be an integer"),
+        ("[space.init_scale]\nlow = 10.0\nhigh = 1.0\n", "must not exceed high"),
+        ("[space.backoff_factor]\nhigh = 1.0\n", "backoff_factor] high must be in (0, 1)"),
+        ("[space.growth_factor]\nlow = 1.0\n", "growth_factor] low must be > 1"),
+        ("[space.growth_factor]\nfixed = 0.5\n", "fixed must be > 1"),
+        ("[space.growth_interval]\nlow = 0.5\n", "whole number"),
+        ("[space.growth_factor]\npowers_of_two = true\n", "init_scale only"),
+        ("[run]\ntrials = -1\n", "trials must be >= 0"),
+        ("[run]\nsampler = 'grid'\n", "unknown sampler"),
+        ("[run]\ndevice = 'tpu'\n", "unknown device"),
+        ("[penalty]\nlearn_threshold = 0\n", "learn_threshold must be in (0, 1]"),
+    ],
+)
+def test_bad_config_is_a_clear_error(tmp_path, text, message):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_settings(str(cfg))
+    assert message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_settings("/nonexistent/config.toml")

@@ -1,0 +1,339 @@
+"""The command as a user runs it: real processes, real SQLite files."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+from optuna.trial import TrialState
+import pytest
+
+from search.optimize import main
+from search.optimize import sampler_seed
+from conftest import cli_env
+from conftest import load
+from conftest import run_cli
+
+
+REQUIRED_ATTRS = {
+    "final_loss",
+    "final_loss_fp32",
+    "skipped_steps",
+    "nonfinite",
+    "failure",
+    "final_scale",
+    "loss_curve",
+    "scale_curve",
+    "learned",
+    "device",
+    "train_seconds",
+}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory) -> pathlib.Path:
+    """A study of 12 trials made by the real command, shared by the read-only tests."""
+    cwd = tmp_path_factory.mktemp("finished")
+    proc = run_cli(["--trials", "12", "--best-out", "best.json"], cwd)
+    assert proc.returncode == 0, proc.stderr
+    return cwd
+
+
+def test_run_creates_study_db_with_fair_trials(finished):
+    study = load(finished)
+    trials = study.get_trials()
+    assert len(trials) == 12 and all(t.state == TrialState.COMPLETE for t in trials)
+    first_losses = {t.user_attrs["loss_curve"][0] for t in trials}
+    assert len(first_losses) == 1, "every trial must start from the same weights and data"
+    for t in trials:
+        assert REQUIRED_ATTRS <= set(t.user_attrs)
+        assert len(t.user_attrs["loss_curve"]) == len(t.user_attrs["scale_curve"]) == 30
+        assert t.user_attrs["device"] == "cpu" and math.isfinite(t.value)
+        assert set(t.params) == {"init_scale", "growth_factor", "backoff_factor", "growth_interval"}
+    attrs = study.user_attrs
+    assert attrs["task"] == "seed-mlp" and attrs["epochs"] == 30 and attrs["seed"] == 42
+    assert attrs["amp_dtype"] == "float16" and "space" in attrs and "penalty" in attrs
+
+
+def test_baselines_are_the_first_five_trials_once(finished):
+    tags = [t.user_attrs.get("baseline") for t in load(finished).get_trials()]
+    assert tags[:5] == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    assert all(tag is None for tag in tags[5:])
+
+
+def test_summary_and_best_json(finished):
+    data = json.loads((finished / "best.json").read_text())
+    assert data["states"]["COMPLETE"] == 12
+    best = data["best"]["cpu"]
+    assert best["value"] == min(t.value for t in load(finished).get_trials())
+    assert best["gradscaler"].startswith('torch.amp.GradScaler("cpu", init_scale=')
+    assert sorted(data["baselines"]) == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    assert data["baselines"]["seed-3"]["skipped_steps"] > 0  # 2^24 overflows at first
+
+
+def test_same_params_in_two_processes_give_identical_results(finished, tmp_path):
+    proc = run_cli(["--trials", "5", "--study-name", "again"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    ours = {t.user_attrs["baseline"]: t for t in load(tmp_path, "again").get_trials()}
+    theirs = {t.user_attrs["baseline"]: t for t in load(finished).get_trials()[:5]}
+    for tag in theirs:
+        assert ours[tag].user_attrs["loss_curve"] == theirs[tag].user_attrs["loss_curve"]
+        assert ours[tag].user_attrs["final_loss"] == theirs[tag].user_attrs["final_loss"]
+        assert ours[tag].value == theirs[tag].value
+
+
+def test_resume_semantics_of_trials(tmp_path):
+    assert run_cli(["--trials", "7", "--quiet"], tmp_path).returncode == 0
+    assert len(load(tmp_path).get_trials()) == 7
+    before = (tmp_path / "study.db").read_bytes()
+    again = run_cli(["--trials", "7"], tmp_path)
+    assert again.returncode == 0 and "already holds 7 finished trials" in again.stdout
+    assert "seed-1" in again.stdout
+    assert (tmp_path / "study.db").read_bytes() == before, "a finished study is not written to"
+    more = run_cli(["--trials", "10", "--quiet"], tmp_path)
+    assert more.returncode == 0, more.stderr
+    trials = load(tmp_path).get_trials()
+    assert len(trials) == 10
+    tags = [t.user_attrs.get("baseline") for t in trials if t.user_attrs.get("baseline")]
+    assert sorted(tags) == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    params = [tuple(sorted(t.params.items())) for t in trials]
+    assert len(set(params)) == 10, "a resumed run must not repeat the first run's samples"
+
+
+def test_sampler_seed_depends_on_trials_already_in_the_study():
+    assert sampler_seed(42, 0) != sampler_seed(42, 7)
+    assert sampler_seed(42, 7) == sampler_seed(42, 7) != sampler_seed(43, 7)
+
+
+def test_real_divergence_is_stored_as_null_with_a_finite_penalty(tmp_path):
+    proc = run_cli(["--trials", "6", "--task", "tasks_for_tests:exploding", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    trials = load(tmp_path, "tasks_for_tests:exploding").get_trials()
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    nonfinite = [t for t in trials if t.user_attrs["nonfinite"]]
+    assert nonfinite and all(t.user_attrs["failure"] == "nonfinite" for t in nonfinite)
+    assert all(10.0 <= t.value <= 20.0 for t in nonfinite)
+    assert any(v is None for t in nonfinite for v in t.user_attrs["loss_curve"])
+    assert "nonfinite trials: " in proc.stdout and "nonfinite trials: 0" not in proc.stdout
+
+
+def test_failing_trials_are_recorded_and_bounded(tmp_path):
+    args = ["--trials", "20", "--task", "tasks_for_tests:broken_optimizer", "--max-failed-trials", "3"]
+    proc = run_cli(args + ["--quiet"], tmp_path)
+    assert proc.returncode == 1
+    assert "3 trials failed in this run" in proc.stderr and "Traceback" not in proc.stderr
+    trials = load(tmp_path, "tasks_for_tests:broken_optimizer").get_trials()
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 3 and not [t for t in trials if t.state == TrialState.RUNNING]
+    assert all("optimizer factory is broken" in t.user_attrs["fail_reason"] for t in failed)
+    # The failed baseline goes back to the queue: it is not lost, and not doubled.
+    waiting = [t for t in trials if t.state == TrialState.WAITING]
+    assert [t.user_attrs["baseline"] for t in waiting].count("seed-1") == 1
+
+
+def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
+    args = [
+        "--trials",
+        "2",
+        "--task",
+        "tasks_for_tests:slow",
+        "--trial-timeout",
+        "0.3",
+        "--max-failed-trials",
+        "2",
+        "--quiet",
+    ]
+    proc = run_cli(args, tmp_path)
+    assert proc.returncode == 1
+    failed = load(tmp_path, "tasks_for_tests:slow").get_trials(states=(TrialState.FAIL,))
+    assert len(failed) == 2 and all("TrialTimeout" in t.user_attrs["fail_reason"] for t in failed)
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", "--trials", "50", "--task", "tasks_for_tests:slow"],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    db = tmp_path / "study.db"
+    deadline = time.time() + 120
+    # Wait until some trials are stored (baselines, then sampled ones), then signal mid-trial.
+    while time.time() < deadline:
+        time.sleep(0.5)
+        if db.exists():
+            try:
+                n = len(load(tmp_path, "tasks_for_tests:slow").get_trials(states=(TrialState.COMPLETE,)))
+            except Exception:
+                continue
+            if n >= 6:
+                break
+    time.sleep(0.7)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "interrupted" in err
+    assert "Study 'tasks_for_tests:slow'" in out
+    trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].user_attrs["fail_reason"].startswith("interrupted")
+
+
+def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "search.optimize",
+            "--trials",
+            "8",
+            "--task",
+            "tasks_for_tests:slow",
+            "--epochs",
+            "10",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        time.sleep(0.2)
+        try:
+            trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+        except Exception:
+            continue
+        if [t for t in trials if t.state == TrialState.COMPLETE]:
+            break
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    resumed = run_cli(
+        ["--trials", "8", "--task", "tasks_for_tests:slow", "--epochs", "10", "--quiet"], tmp_path
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 8
+    tags = sorted(t.user_attrs["baseline"] for t in done if "baseline" in t.user_attrs)
+    assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+
+
+# -- bad input: one line on stderr, exit 2, storage untouched ---------------------------------
+
+
+def _snapshot(directory: pathlib.Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def existing(finished, tmp_path) -> pathlib.Path:
+    shutil.copy(finished / "study.db", tmp_path / "study.db")
+    return tmp_path
+
+
+BAD_CONFIGS = {
+    "malformed.toml": "[run\n",
+    "unknown.toml": "[run]\ncolour = 'blue'\n",
+    "range.toml": "[space.init_scale]\nlow = 1e6\nhigh = 1.0\n",
+    "backoff.toml": "[space.backoff_factor]\nhigh = 1.5\n",
+    "growth.toml": "[space.growth_factor]\nlow = 0.9\n",
+}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", "malformed.toml"], "malformed TOML"),
+        (["--config", "unknown.toml"], "unknown config key [run.colour]"),
+        (["--config", "range.toml"], "must not exceed high"),
+        (["--config", "backoff.toml"], "must be in (0, 1)"),
+        (["--config", "growth.toml"], "must be > 1"),
+        (["--config", "missing.toml"], "cannot read config"),
+        (["--trials", "-3"], "trials must be >= 0"),
+        (["--task", "no-such-task"], "unknown task 'no-such-task'"),
+        (["--task", "tasks_for_tests.import_error:build"], "cannot import task module"),
+        (["--task", "tasks_for_tests:wrong_type"], "returned dict, expected search.tasks.Problem"),
+        (["--task", "tasks_for_tests:missing"], "has no callable 'missing'"),
+        (["--device", "tpu"], "unknown device"),
+        (["--device", "cuda"], "CUDA is not available"),
+        (["--epochs", "40"], "cannot resume study 'seed-mlp': epochs: study has 30, this run 40"),
+        (["--seed", "1"], "the task's data/initial weights differ"),
+        (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
+        (["--storage", "sqlite:////no/such/dir/s.db"], "/no/such/dir does not exist"),
+        (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(existing, monkeypatch, capsys, args, message):
+    monkeypatch.chdir(existing)
+    for name, text in BAD_CONFIGS.items():
+        (existing / name).write_text(text)
+    (existing / "not-a-db.txt").write_text("hello")
+    before = _snapshot(existing)
+    assert main(args + ["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert "hunter2" not in err
+    assert _snapshot(existing) == before
+
+
+def test_argparse_errors_exit_2_without_traceback(tmp_path):
+    for args in (["--no-such-flag"], ["--trials", "many"], ["--sampler", "grid"]):
+        proc = run_cli(args, tmp_path)
+        assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_on_a_new_study_creates_no_file(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--task", "no-such-task"]) == 2
+    assert main(["--device", "cuda:3"]) == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_changed_settings_can_be_forced(existing, monkeypatch, capsys):
+    monkeypatch.chdir(existing)
+    assert main(["--trials", "13", "--epochs", "10", "--allow-changed-settings", "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "resuming 'seed-mlp' with changed settings: epochs" in err
+    assert len(optuna.load_study(storage="sqlite:///study.db", study_name="seed-mlp").trials) == 13
+
+
+def test_help_documents_every_flag():
+    proc = subprocess.run(
+        [sys.executable, "-m", "search.optimize", "--help"], capture_output=True, text=True, env=cli_env()
+    )
+    for flag in (
+        "--trials",
+        "--config",
+        "--storage",
+        "--study-name",
+        "--task",
+        "--device",
+        "--amp-dtype",
+        "--epochs",
+        "--seed",
+        "--timeout",
+        "--trial-timeout",
+        "--sampler",
+        "--max-failed-trials",
+        "--best-out",
+        "--quiet",
+        "--pruner",
+    ):
+        assert flag in proc.stdout
+    assert "[100]" in proc.stdout and "sqlite:///study.db" in proc.stdout

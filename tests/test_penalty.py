@@ -1,0 +1,83 @@
+import math
+
+import pytest
+
+from search.config import PenaltyConfig
+from search.penalty import assess
+from search.tasks.seed_mlp import build
+from search.trainer import ScalerConfig
+from search.trainer import TrainResult
+from search.trainer import train
+from tasks_for_tests import exploding
+
+
+PENALTY = PenaltyConfig()
+
+
+def result(**kw) -> TrainResult:
+    base = dict(
+        loss_curve=[0.7] * 9 + [0.4],
+        scale_curve=[1.0] * 10,
+        final_loss=0.4,
+        final_loss_fp32=0.39,
+        skipped_steps=0,
+        zero_grad_fraction=0.0,
+        weights_finite=True,
+        epochs=10,
+        train_seconds=0.1,
+    )
+    base.update(kw)
+    return TrainResult(**base)
+
+
+def test_healthy_run_is_its_final_loss():
+    a = assess(result(), PENALTY)
+    assert a.value == 0.4 and a.failure == "none" and a.learned and not a.nonfinite
+
+
+def test_real_divergence_gets_a_heavy_finite_penalty():
+    r = train(exploding(42), ScalerConfig(2.0**16, 2.0, 0.5, 2000), epochs=30)
+    a = assess(r, PENALTY)
+    assert a.nonfinite and a.failure == "nonfinite"
+    assert math.isfinite(a.value) and PENALTY.nonfinite <= a.value <= 2 * PENALTY.nonfinite
+
+
+def test_earlier_divergence_is_worse():
+    nan = float("nan")
+    early = assess(result(loss_curve=[0.7, nan] + [nan] * 8, final_loss=nan), PENALTY)
+    late = assess(result(loss_curve=[0.7] * 9 + [nan], final_loss=nan), PENALTY)
+    weights = assess(result(weights_finite=False), PENALTY)
+    assert early.value > late.value > weights.value >= PENALTY.nonfinite
+    assert weights.first_nonfinite_epoch == 10
+
+
+def test_nonfinite_is_worse_than_any_silent_failure():
+    frozen = assess(result(final_loss=0.7, final_loss_fp32=0.7), PENALTY)
+    diverged = assess(result(weights_finite=False), PENALTY)
+    assert frozen.value < diverged.value
+
+
+@pytest.mark.parametrize(
+    "kw, code",
+    [
+        (dict(skipped_steps=6), "overflow_churn"),
+        (dict(final_loss=0.7, final_loss_fp32=0.7, zero_grad_fraction=1.0), "underflow"),
+        (dict(final_loss=0.7, final_loss_fp32=0.69, zero_grad_fraction=0.0), "frozen"),
+    ],
+)
+def test_silent_failures_are_flagged_and_penalised(kw, code):
+    a = assess(result(**kw), PENALTY)
+    assert a.failure == code
+    skipped = kw.get("skipped_steps", 0) / 10
+    assert a.value == pytest.approx(kw.get("final_loss", 0.4) + PENALTY.silent + PENALTY.skip * skipped)
+
+
+def test_tiny_scale_on_the_seed_task_is_flagged_as_underflow():
+    r = train(build(42), ScalerConfig(2.0**-20, 2.0, 0.5, 2000), epochs=30)
+    a = assess(r, PENALTY)
+    assert a.failure == "underflow" and not a.learned and a.value > 1.0
+
+
+def test_weights_are_configurable():
+    a = assess(result(skipped_steps=6), PenaltyConfig(silent=5.0, skip=0.0))
+    assert a.value == pytest.approx(0.4 + 5.0)
