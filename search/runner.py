@@ -5,7 +5,8 @@ Two ways a trial reaches storage:
 * **Sampled trials** (almost all): the sampler runs against an in-memory replica of the study,
   training happens with no storage call at all, and the finished trial (params, value, every
   attr, intermediate values, the sampler's own system attrs) is written whole with one
-  ``study.add_trial`` -- one transaction instead of one per param and per attr. Nothing of it
+  write (:class:`~search.trial_writer.TrialWriter`) -- one transaction instead of one per param
+  and per attr. Nothing of it
   is ever RUNNING in storage, so an interrupt or a crash cannot leave a stale RUNNING trial.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
   with ``study.ask()`` (atomic across processes), recorded with ``tell``.
@@ -34,6 +35,7 @@ from search.space import suggest
 from search.study import BASELINE_ATTR
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
+from search.trial_writer import TrialWriter
 
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 
@@ -149,7 +151,11 @@ class Runner:
         self.pruner = pruner
         self.on_trial = on_trial or (lambda state, value: None)
         self.replica = _Replica(sampler, pruner or optuna.pruners.NopPruner())
+        self.writer = TrialWriter(study)
         self.stats = RunStats()
+        # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
+        # here so that the first trial's train_seconds is comparable with the others.
+        problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
 
     def finished_count(self) -> int:
         """COMPLETE + PRUNED trials in the whole study."""
@@ -267,7 +273,7 @@ class Runner:
             intermediate_values=intermediate_values,
         )
         trial.datetime_start = started
-        self.study.add_trial(trial)
+        self.writer.add(trial)
 
     def _run_enqueued(self) -> None:
         trial = self.study.ask()

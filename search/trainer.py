@@ -139,7 +139,7 @@ def train(
         # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
         losses[epoch] = loss.detach()
         scales[epoch + 1] = scaler._scale
-        zero_grads += sum((p.grad == 0).sum() for p in params if p.grad is not None)
+        zero_grads += (torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]) == 0).sum()
         steps = epoch + 1
         if should_stop is not None and steps in checkpoints:
             if should_stop(epoch, float(losses[epoch])):

@@ -1,0 +1,111 @@
+"""Writing a finished trial to storage in one transaction with one statement per table.
+
+``study.add_trial`` already writes a whole trial in one transaction, but it issues a SELECT and
+an upsert per param and per attr: about 1-2 ms each here, so a trial with 4 params and 13 attrs
+costs ~20-40 ms, more than plain Optuna's per-trial work we are benchmarked against. This writer
+inserts the same rows through Optuna's own ORM models, batched (SQLAlchemy's insertmanyvalues),
+and numbers the trial exactly as ``RDBStorage`` does (lock the study row, insert, count earlier
+trials). It is used only for an ``RDBStorage`` whose schema is the one this Optuna release
+creates; anything else falls back to ``study.add_trial``. ``tests/test_trial_writer.py`` checks
+that both paths store identical trials on SQLite, PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+from optuna.distributions import distribution_to_json
+from optuna.storages import RDBStorage
+from optuna.storages._rdb import models
+from optuna.trial import FrozenTrial
+
+
+__all__ = ["TrialWriter"]
+
+
+class TrialWriter:
+    """Adds finished trials to one study, fast on RDB storages.
+
+    Args:
+        study: The study to write to.
+    """
+
+    def __init__(self, study: optuna.Study) -> None:
+        self.study = study
+        self._rdb = _unwrap_rdb(study)
+        self._study_id = None
+        if self._rdb is not None:
+            self._study_id = self._rdb.get_study_id_from_name(study.study_name)
+
+    @property
+    def batched(self) -> bool:
+        """Whether the one-statement-per-table path is in use."""
+        return self._rdb is not None
+
+    def add(self, trial: FrozenTrial) -> None:
+        """Stores ``trial`` (a finished trial from ``optuna.trial.create_trial``)."""
+        if self._rdb is None:
+            self.study.add_trial(trial)
+            return
+        trial._validate()
+        session = self._rdb.scoped_session()
+        try:
+            # The same lock and numbering as RDBStorage._create_new_trial.
+            models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
+            row = models.TrialModel(study_id=self._study_id, number=None, state=trial.state)
+            row.datetime_start = trial.datetime_start
+            row.datetime_complete = trial.datetime_complete
+            session.add(row)
+            session.flush()
+            tid = row.trial_id
+            rows: list[models.BaseModel] = []
+            for name, value in trial.params.items():
+                dist = trial.distributions[name]
+                rows.append(
+                    models.TrialParamModel(
+                        trial_id=tid,
+                        param_name=name,
+                        param_value=dist.to_internal_repr(value),
+                        distribution_json=distribution_to_json(dist),
+                    )
+                )
+            if trial.value is not None:
+                stored, kind = models.TrialValueModel.value_to_stored_repr(trial.value)
+                rows.append(models.TrialValueModel(trial_id=tid, objective=0, value=stored, value_type=kind))
+            for step, value in trial.intermediate_values.items():
+                stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
+                rows.append(
+                    models.TrialIntermediateValueModel(
+                        trial_id=tid, step=step, intermediate_value=stored, intermediate_value_type=kind
+                    )
+                )
+            for key, value in trial.user_attrs.items():
+                rows.append(
+                    models.TrialUserAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
+                )
+            for key, value in trial.system_attrs.items():
+                rows.append(
+                    models.TrialSystemAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
+                )
+            session.add_all(rows)
+            row.number = row.count_past_trials(session)
+            session.commit()
+        except Exception:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+
+
+def _unwrap_rdb(study: optuna.Study) -> RDBStorage | None:
+    storage = study._storage
+    backend = getattr(storage, "_backend", storage)  # _CachedStorage wraps RDBStorage.
+    if not isinstance(backend, RDBStorage):
+        return None
+    try:
+        if backend.get_current_version() != backend.get_head_version():
+            return None  # An older schema: let Optuna write it.
+    except Exception:
+        return None
+    return backend

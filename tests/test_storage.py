@@ -1,0 +1,68 @@
+import os
+
+import pytest
+from optuna.trial import TrialState
+import optuna
+
+from search.storage import StorageError
+from search.storage import mask_url
+from search.storage import open_storage
+from search.storage import redact
+from conftest import run_cli
+
+
+def test_mask_url_hides_passwords():
+    assert mask_url("postgresql+psycopg://me:s3cret@db:5432/x") == "postgresql+psycopg://me:***@db:5432/x"
+    assert mask_url("sqlite:///study.db") == "sqlite:///study.db"
+    assert "s3cret" not in redact("could not log in as me with s3cret", "mysql+pymysql://me:s3cret@h/x")
+
+
+def test_sqlite_is_wal_with_a_busy_timeout(tmp_path):
+    proc = run_cli(["--trials", "5", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    with storage.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 10000
+        assert c.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+    storage.engine.dispose()
+
+
+def test_unusable_sqlite_paths_are_refused_without_creating_anything(tmp_path):
+    (tmp_path / "text.db").write_text("not sqlite")
+    with pytest.raises(StorageError, match="is not a SQLite database"):
+        open_storage(f"sqlite:///{tmp_path / 'text.db'}")
+    with pytest.raises(StorageError, match="does not exist"):
+        open_storage(f"sqlite:///{tmp_path / 'missing' / 's.db'}")
+    assert sorted(os.listdir(tmp_path)) == ["text.db"]
+
+
+@pytest.mark.parametrize("fixture", ["postgres_url", "mysql_url"])
+def test_the_command_runs_on_a_database_server(request, tmp_path, fixture):
+    url = request.getfixturevalue(fixture)
+    proc = run_cli(["--trials", "8", "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(storage=url, study_name="seed-mlp")
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == 8
+    assert sorted(t.user_attrs["baseline"] for t in done if "baseline" in t.user_attrs) == [
+        "seed-1",
+        "seed-2",
+        "seed-3",
+        "seed-4",
+        "seed-5",
+    ]
+    assert not os.path.exists(tmp_path / "study.db")
+    again = run_cli(["--trials", "10", "--storage", url, "--quiet"], tmp_path)
+    assert again.returncode == 0 and len(optuna.load_study(storage=url, study_name="seed-mlp").trials) == 10
+
+
+def test_password_never_appears_in_output(postgres_url, tmp_path):
+    # A wrong password on a trust-auth server still connects; a wrong port shows the error path.
+    url = postgres_url.replace("postgres@", "postgres:hunter2@")
+    ok = run_cli(["--trials", "5", "--storage", url], tmp_path)
+    bad = run_cli(["--trials", "5", "--storage", url.replace(":5432", ":1")], tmp_path)
+    assert ok.returncode == 0 and bad.returncode == 2
+    for proc in (ok, bad):
+        assert "hunter2" not in proc.stdout + proc.stderr
+    assert "postgres:***@" in bad.stderr

@@ -1,0 +1,95 @@
+"""The batched writer must store exactly what ``study.add_trial`` stores, on every database."""
+
+from __future__ import annotations
+
+import datetime
+
+import optuna
+from optuna.distributions import FloatDistribution
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState
+import pytest
+
+from search.storage import open_storage
+from search.trial_writer import TrialWriter
+
+
+def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
+    t = optuna.trial.create_trial(
+        state=state,
+        value=value,
+        params={"init_scale": 2.0**16, "growth_interval": 37},
+        distributions={
+            "init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True),
+            "growth_interval": IntDistribution(1, 2000, log=True),
+        },
+        user_attrs={"loss_curve": [0.7, None, 0.4], "failure": "none", "learned": True, "n": 3},
+        system_attrs={"sampler:key": {"a": [1, 2]}},
+        intermediate_values={3: 0.5, 10: float("inf")} if state != TrialState.FAIL else {},
+    )
+    t.datetime_start = datetime.datetime(2026, 1, 2, 3, 4, 5)
+    return t
+
+
+def _comparable(t: optuna.trial.FrozenTrial) -> tuple:
+    return (
+        t.number,
+        t.state,
+        t.value,
+        t.params,
+        t.distributions,
+        t.user_attrs,
+        t.system_attrs,
+        t.intermediate_values,
+        t.datetime_start,
+    )
+
+
+def _check_same_as_add_trial(url: str) -> None:
+    storage = open_storage(url)
+    ours = optuna.create_study(storage=storage, study_name="batched")
+    theirs = optuna.create_study(storage=storage, study_name="reference")
+    writer = TrialWriter(ours)
+    assert writer.batched
+    for state, value in [
+        (TrialState.COMPLETE, 0.42),
+        (TrialState.PRUNED, None),
+        (TrialState.FAIL, None),
+        (TrialState.COMPLETE, float("inf")),
+    ]:
+        writer.add(_trial(state, value))
+        theirs.add_trial(_trial(state, value))
+    got = [_comparable(t) for t in optuna.load_study(storage=url, study_name="batched").get_trials()]
+    want = [_comparable(t) for t in optuna.load_study(storage=url, study_name="reference").get_trials()]
+    assert got == want and [g[0] for g in got] == [0, 1, 2, 3]
+    assert ours.best_value == 0.42
+    storage.engine.dispose()
+
+
+def test_sqlite(tmp_path):
+    _check_same_as_add_trial(f"sqlite:///{tmp_path / 's.db'}")
+
+
+def test_postgresql(postgres_url):
+    _check_same_as_add_trial(postgres_url)
+
+
+def test_mariadb(mysql_url):
+    _check_same_as_add_trial(mysql_url)
+
+
+def test_in_memory_falls_back_to_add_trial():
+    study = optuna.create_study()
+    writer = TrialWriter(study)
+    assert not writer.batched
+    writer.add(_trial(TrialState.COMPLETE, 1.0))
+    assert study.best_value == 1.0 and study.trials[0].user_attrs["n"] == 3
+
+
+def test_invalid_trial_is_refused_before_writing(tmp_path):
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}")
+    bad = _trial(TrialState.COMPLETE, 1.0)
+    bad.params["init_scale"] = 2.0**40  # outside its distribution
+    with pytest.raises(ValueError):
+        TrialWriter(study).add(bad)
+    assert study.trials == []
