@@ -155,7 +155,8 @@ class Runner:
         self.stats = RunStats()
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
-        problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
+        with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
+            problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
 
     def finished_count(self) -> int:
         """COMPLETE + PRUNED trials in the whole study."""

@@ -135,6 +135,13 @@ def format_summary(data: dict[str, Any]) -> str:
     for kind, row in data["best"].items():
         prefix = "best" if len(data["best"]) == 1 else f"best on {kind}"
         lines.append(f"  {prefix}: {row['gradscaler']}")
+    default = data["baselines"].get("seed-1")
+    for kind, row in data["best"].items():
+        if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
+            lines.append(
+                f"  note: the best on {kind} is within 0.1% of seed-1 (PyTorch's default settings): "
+                "on this task the default is already as good as anything found"
+            )
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(f"  nonfinite trials: {data['nonfinite_trials']}; silent failures: {silent}")
     if data["fail_reasons"]:
