@@ -128,7 +128,7 @@ def _fail(message: str, code: int = 2) -> int:
     return code
 
 
-def _note(message: str, quiet: bool = False) -> None:
+def _note(message: str) -> None:
     print(f"search.optimize: {message}", file=sys.stderr)
 
 
@@ -211,7 +211,7 @@ def _run(
     storage: optuna.storages.RDBStorage,
     device: torch.device,
     amp_dtype: torch.dtype,
-    problem,
+    problem: Problem,
     fingerprint: str,
     args: argparse.Namespace,
     existed: bool,

@@ -277,7 +277,8 @@ class Runner:
         self.writer.add(trial)
 
     def _run_enqueued(self) -> None:
-        trial = self.study.ask()
+        with deferred_interrupts():  # Claimed is RUNNING: an interrupt must find it in the try.
+            trial = self.study.ask()
         try:
             scaler_config = suggest(trial, self.settings.space)
             outcome = self._train(trial, scaler_config)

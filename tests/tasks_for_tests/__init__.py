@@ -1,7 +1,8 @@
-"""Tasks used only by the tests: each forces one behaviour of the search service."""
+"""Tasks used only by the tests: each is the seed task with one part changed to force a behaviour."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 import time
 
 import torch
@@ -12,20 +13,12 @@ from search.tasks.seed_mlp import build as build_seed
 
 
 def exploding(seed: int) -> Problem:
-    """The seed task with a huge learning rate: the weights really diverge to NaN/Inf.
+    """A huge learning rate: the weights really diverge and the loss becomes NaN/Inf.
 
     GradScaler skips steps with inf gradients, so a real NaN loss needs finite but huge
-    updates: lr=1e6 blows the weights up within a few steps.
+    updates: lr=1e6 blows the fp16 forward pass up after one step.
     """
-    problem = build_seed(seed)
-    return Problem(
-        model=problem.model,
-        inputs=problem.inputs,
-        targets=problem.targets,
-        loss_fn=problem.loss_fn,
-        make_optimizer=lambda params: torch.optim.SGD(params, lr=1e6),
-        epochs=problem.epochs,
-    )
+    return replace(build_seed(seed), make_optimizer=lambda params: torch.optim.SGD(params, lr=1e6))
 
 
 def _slow_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -34,16 +27,8 @@ def _slow_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def slow(seed: int) -> Problem:
-    """The seed task at about 50 ms per step, so that a trial is still running when signalled."""
-    problem = build_seed(seed)
-    return Problem(
-        model=problem.model,
-        inputs=problem.inputs,
-        targets=problem.targets,
-        loss_fn=_slow_loss,
-        make_optimizer=problem.make_optimizer,
-        epochs=problem.epochs,
-    )
+    """About 50 ms per step, so that a trial is still running when the test signals."""
+    return replace(build_seed(seed), loss_fn=_slow_loss)
 
 
 def _no_optimizer(params):
@@ -52,15 +37,7 @@ def _no_optimizer(params):
 
 def broken_optimizer(seed: int) -> Problem:
     """Builds fine, but every trial raises inside training."""
-    problem = build_seed(seed)
-    return Problem(
-        model=problem.model,
-        inputs=problem.inputs,
-        targets=problem.targets,
-        loss_fn=problem.loss_fn,
-        make_optimizer=_no_optimizer,
-        epochs=problem.epochs,
-    )
+    return replace(build_seed(seed), make_optimizer=_no_optimizer)
 
 
 def wrong_type(seed: int) -> dict:
