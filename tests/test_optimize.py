@@ -17,6 +17,7 @@ import pytest
 
 from search.optimize import main
 from search.optimize import sampler_seed
+from tasks_for_tests import MID_TRIAL_FLAG
 from conftest import cli_env
 from conftest import load
 from conftest import run_cli
@@ -178,8 +179,11 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
                 continue
             if n >= 6:
                 break
-    time.sleep(0.7)
-    proc.send_signal(sig)
+    flag = tmp_path / MID_TRIAL_FLAG
+    flag.unlink(missing_ok=True)
+    while not flag.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(sig)  # A third into a trial: certainly in flight.
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert "Traceback" not in err and "interrupted" in err
