@@ -285,9 +285,7 @@ class Runner:
         except BaseException as error:
             attrs = self._failure_attrs(error)
             with deferred_interrupts():
-                for key, value in attrs.items():
-                    trial.set_user_attr(key, value)
-                self.study.tell(trial, state=TrialState.FAIL)
+                self.writer.finish(trial, TrialState.FAIL, None, attrs)
                 self._requeue_baseline(trial)
             self.on_trial(TrialState.FAIL, None)
             if isinstance(error, Exception):
@@ -295,9 +293,8 @@ class Runner:
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         with deferred_interrupts():
-            for key, value in outcome.user_attrs.items():
-                trial.set_user_attr(key, value)
-            self.study.tell(trial, outcome.value if state == TrialState.COMPLETE else None, state=state)
+            value = outcome.value if state == TrialState.COMPLETE else None
+            self.writer.finish(trial, state, value, outcome.user_attrs)
         self._count(state)
         self.on_trial(state, outcome.value)
 

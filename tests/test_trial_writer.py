@@ -93,3 +93,41 @@ def test_invalid_trial_is_refused_before_writing(tmp_path):
     with pytest.raises(ValueError):
         TrialWriter(study).add(bad)
     assert study.trials == []
+
+
+def _check_finish_same_as_tell(url: str) -> None:
+    storage = open_storage(url)
+    for name in ("batched", "reference"):
+        study = optuna.create_study(storage=storage, study_name=name)
+        study.enqueue_trial({"x": 0.5}, user_attrs={"baseline": "seed-1"})
+        study.enqueue_trial({"x": 0.25})
+    attrs = {"loss_curve": [0.7, None], "baseline": "seed-1", "failure": "none"}
+    ours = optuna.load_study(storage=storage, study_name="batched")
+    theirs = optuna.load_study(storage=storage, study_name="reference")
+    writer = TrialWriter(ours)
+    for state, value in [(TrialState.COMPLETE, 0.3), (TrialState.FAIL, None)]:
+        a, b = ours.ask(), theirs.ask()
+        a.suggest_float("x", 0, 1)
+        b.suggest_float("x", 0, 1)
+        writer.finish(a, state, value, attrs)
+        for key, attr in attrs.items():
+            b.set_user_attr(key, attr)
+        theirs.tell(b, value, state=state)
+    got = [_comparable(t)[:-1] for t in optuna.load_study(storage=url, study_name="batched").get_trials()]
+    want = [_comparable(t)[:-1] for t in optuna.load_study(storage=url, study_name="reference").get_trials()]
+    assert got == want and got[0][1] == TrialState.COMPLETE and got[1][1] == TrialState.FAIL
+    with pytest.raises(optuna.exceptions.UpdateFinishedTrialError):
+        writer.finish(optuna.Trial(ours, ours.trials[0]._trial_id), TrialState.COMPLETE, 1.0, {})
+    storage.engine.dispose()
+
+
+def test_finish_sqlite(tmp_path):
+    _check_finish_same_as_tell(f"sqlite:///{tmp_path / 's.db'}")
+
+
+def test_finish_postgresql(postgres_url):
+    _check_finish_same_as_tell(postgres_url)
+
+
+def test_finish_mariadb(mysql_url):
+    _check_finish_same_as_tell(mysql_url)

@@ -29,7 +29,9 @@ _calls = [0]
 def _slow_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     time.sleep(0.05)
     _calls[0] += torch.is_grad_enabled()  # Training steps only, not the final fp32 evaluation.
-    if torch.is_grad_enabled() and _calls[0] % 30 == 10:  # A third into each 30-epoch trial: tell the test a trial is in flight.
+    if (
+        torch.is_grad_enabled() and _calls[0] % 30 == 10
+    ):  # A third into each 30-epoch trial: tell the test a trial is in flight.
         pathlib.Path(MID_TRIAL_FLAG).touch()
     return nn.functional.cross_entropy(outputs, targets)
 
