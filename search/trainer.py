@@ -117,10 +117,9 @@ def train(
     )
     params = list(model.parameters())
     n_weights = sum(p.numel() for p in params)
-    losses = torch.empty(epochs, device=inputs.device)
-    scales = torch.empty(epochs + 1, device=inputs.device)
-    zero_grads = torch.zeros((), device=inputs.device)
-    scales[0] = scaler_config.init_scale
+    losses: list[torch.Tensor] = []
+    scales: list[torch.Tensor] = []
+    zero_grads: list[torch.Tensor] = []
 
     model.train()
     steps = 0
@@ -137,12 +136,12 @@ def train(
         scaler.update()
 
         # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
-        losses[epoch] = loss.detach()
-        scales[epoch + 1] = scaler._scale
-        zero_grads += (torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]) == 0).sum()
+        losses.append(loss.detach())
+        scales.append(scaler._scale.clone())  # update() changes the scale tensor in place.
+        zero_grads.append(torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]).eq(0).sum())
         steps = epoch + 1
         if should_stop is not None and steps in checkpoints:
-            if should_stop(epoch, float(losses[epoch])):
+            if should_stop(epoch, float(losses[-1])):
                 stopped_early = True
                 break
 
@@ -150,9 +149,9 @@ def train(
         final_fp32 = problem.loss_fn(model(inputs).float(), targets)
         weights_finite = torch.stack([torch.isfinite(p).all() for p in params]).all()
     # The one host read of the run.
-    loss_curve = losses[:steps].tolist()
-    scale_curve = scales[: steps + 1].tolist()
-    zero_fraction = float(zero_grads) / max(1, n_weights * steps)
+    loss_curve = torch.stack(losses).tolist() if losses else []
+    scale_curve = [scaler_config.init_scale] + (torch.stack(scales).tolist() if scales else [])
+    zero_fraction = float(torch.stack(zero_grads).sum()) / max(1, n_weights * steps) if steps else 0.0
     # backoff_factor < 1, so every skipped step shows as a drop of the scale at update().
     skipped = sum(1 for before, after in zip(scale_curve, scale_curve[1:]) if after < before)
     return TrainResult(
