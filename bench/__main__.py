@@ -153,9 +153,13 @@ def main() -> None:
             os.chdir(tmp)
             memory = plain_optuna_per_trial(None, args.trials)
             plain = plain_optuna_per_trial("sqlite:///plain.db", args.trials)
-            ours, ours_sampled, train_s = service_overhead_per_trial(os.path.join(tmp, "study.db"), args.trials)
+            ours, ours_sampled, train_s = service_overhead_per_trial(
+                os.path.join(tmp, "study.db"), args.trials
+            )
             rounds.append((memory, plain, ours, ours_sampled, train_s))
-            print(f"  round {r + 1}: plain {plain * 1000:.1f} ms, ours {ours * 1000:.1f} ms ({ours / plain:.2f}x)")
+            print(
+                f"  round {r + 1}: plain {plain * 1000:.1f} ms, ours {ours * 1000:.1f} ms ({ours / plain:.2f}x)"
+            )
     memory, plain, ours, ours_sampled, train_s = (statistics.median(col) for col in zip(*rounds))
     print(f"\nP1 overhead per trial ({args.trials} trials, TPE, median of {args.rounds} rounds):")
     print(f"  plain Optuna, in-memory (floor)        {memory * 1000:8.1f} ms")

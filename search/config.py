@@ -86,6 +86,7 @@ class RunConfig:
     timeout: float = 0.0
     trial_timeout: float = 0.0
     max_failed_trials: int = 10
+    heartbeat_interval: int = 60  # Seconds; a RUNNING trial silent for 2x this is failed and retried.
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"trials must be >= 0, got {run.trials}")
     if run.epochs < 1:
         raise ConfigError(f"epochs must be >= 1, got {run.epochs}")
+    if run.heartbeat_interval < 1:
+        raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.max_failed_trials < 1:
         raise ConfigError(f"max_failed_trials must be >= 1, got {run.max_failed_trials}")
     for name in ("timeout", "trial_timeout"):

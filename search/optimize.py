@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"stop with exit 1 after K failed trials in this run [{d.max_failed_trials}]",
     )
     add(
+        "--heartbeat-interval",
+        type=int,
+        default=None,
+        metavar="SECONDS",
+        help=f"heartbeat of claimed trials; one silent for twice this is failed and retried [{d.heartbeat_interval}]",
+    )
+    add(
         "--allow-changed-settings",
         action="store_true",
         help="resume a study even if its recorded settings differ",
@@ -149,6 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sampler": args.sampler,
         "pruner": args.pruner,
         "max_failed_trials": args.max_failed_trials,
+        "heartbeat_interval": args.heartbeat_interval,
     }
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = args.storage or ""
@@ -178,7 +186,7 @@ def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
         problem = build_problem(task, settings.run.task, settings.run.seed)
         fingerprint = problem.fingerprint()
         existed = sqlite_exists(url)
-        storage = open_storage(url)
+        storage = open_storage(url, settings.run.heartbeat_interval)
         _OPENED.append(storage)
         warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
     except (ConfigError, UsageError, TaskError, StorageError, IncompatibleStudyError) as e:

@@ -20,6 +20,7 @@ import contextlib
 import datetime
 import math
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -95,6 +96,35 @@ def deferred_interrupts() -> Iterator[None]:
             raise Interrupted(pending[0])
 
 
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
+    """Records the heartbeat of a RUNNING trial in storage while the block runs.
+
+    Optuna beats only inside ``study.optimize``; this loop claims trials with ``ask``, so it
+    beats itself, through the storage's public ``record_heartbeat``.
+    """
+    storage = study._storage
+    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    if not interval:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            storage.record_heartbeat(trial_id)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 class _Replica:
     """An in-memory copy of the study's finished trials that the sampler runs against."""
 
@@ -168,6 +198,8 @@ class Runner:
         start = time.perf_counter()
         try:
             with interrupts_as_exceptions():
+                # Trials of dead workers (kill -9, lost host) become FAIL and are queued again.
+                optuna.storages.fail_stale_trials(self.study)
                 while True:
                     trials = self.study.get_trials(deepcopy=False)
                     if sum(t.state in FINISHED for t in trials) >= run.trials:
@@ -280,8 +312,9 @@ class Runner:
         with deferred_interrupts():  # Claimed is RUNNING: an interrupt must find it in the try.
             trial = self.study.ask()
         try:
-            scaler_config = suggest(trial, self.settings.space)
-            outcome = self._train(trial, scaler_config)
+            with heartbeat(self.study, trial._trial_id):
+                scaler_config = suggest(trial, self.settings.space)
+                outcome = self._train(trial, scaler_config)
         except BaseException as error:
             attrs = self._failure_attrs(error)
             with deferred_interrupts():

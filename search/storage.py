@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import warnings
 from typing import Any
 
 import optuna
@@ -90,8 +91,12 @@ def sqlite_exists(url: str) -> bool:
     return path is not None and os.path.exists(path)
 
 
-def open_storage(url: str) -> optuna.storages.RDBStorage:
+def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
     """Opens an Optuna RDB storage, checking SQLite files before SQLite creates them.
+
+    With ``heartbeat_interval``, a RUNNING trial whose heartbeat is older than twice the interval
+    is failed by ``optuna.storages.fail_stale_trials`` and re-queued (same params and attrs) by
+    Optuna's ``RetryHeartbeatStaleTrialCallback``, at most 3 times.
 
     Raises:
         StorageError: With a one-line, password-free reason.
@@ -109,7 +114,18 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     else:
         engine_kwargs["pool_pre_ping"] = True  # Survive a database restart between trials.
     try:
-        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        with warnings.catch_warnings():
+            # Heartbeats are "experimental" in Optuna since 2.8; the interface we use is stable.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            heartbeat: dict[str, Any] = {}
+            if heartbeat_interval is not None:
+                heartbeat = {
+                    "heartbeat_interval": heartbeat_interval,
+                    "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(
+                        max_retry=3
+                    ),
+                }
+            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(reason, url)}")

@@ -341,3 +341,37 @@ def test_help_documents_every_flag():
     ):
         assert flag in proc.stdout
     assert "[100]" in proc.stdout and "sqlite:///study.db" in proc.stdout
+
+
+def test_killed_worker_trial_is_failed_and_retried(tmp_path):
+    """kill -9 during a claimed (baseline) trial: the next run fails it and runs it again."""
+    args = ["--trials", "6", "--task", "tasks_for_tests:slow", "--heartbeat-interval", "1", "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", *args],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    flag = tmp_path / MID_TRIAL_FLAG
+    deadline = time.time() + 120
+    while not flag.exists() and time.time() < deadline:
+        time.sleep(0.02)
+    proc.kill()  # SIGKILL: no handler runs, the baseline trial stays RUNNING in storage.
+    proc.communicate(timeout=60)
+    name = "tasks_for_tests:slow"
+    stale = load(tmp_path, name).get_trials(states=(TrialState.RUNNING,))
+    assert len(stale) == 1 and stale[0].user_attrs["baseline"] == "seed-1"
+    time.sleep(3)  # Past the grace period (2 x the 1 s heartbeat).
+    resumed = run_cli(args, tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    trials = load(tmp_path, name).get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    assert trials[stale[0].number].state == TrialState.FAIL
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 6
+    tags = sorted(t.user_attrs["baseline"] for t in done if "baseline" in t.user_attrs)
+    assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    retried = [t for t in done if t.system_attrs.get("failed_trial") == stale[0].number]
+    assert len(retried) == 1 and retried[0].params == stale[0].params
