@@ -22,6 +22,7 @@ import math
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,7 +200,9 @@ class Runner:
         try:
             with interrupts_as_exceptions():
                 # Trials of dead workers (kill -9, lost host) become FAIL and are queued again.
-                optuna.storages.fail_stale_trials(self.study)
+                with warnings.catch_warnings():  # "Experimental" since Optuna 2.9.
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(self.study)
                 while True:
                     trials = self.study.get_trials(deepcopy=False)
                     if sum(t.state in FINISHED for t in trials) >= run.trials:
