@@ -12,6 +12,8 @@ that both paths store identical trials on SQLite, PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+import contextlib
 import datetime
 import json
 
@@ -21,6 +23,7 @@ from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
+import sqlalchemy.orm
 
 
 __all__ = ["TrialWriter"]
@@ -51,8 +54,7 @@ class TrialWriter:
             self.study.add_trial(trial)
             return
         trial._validate()
-        session = self._rdb.scoped_session()
-        try:
+        with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
             row = models.TrialModel(study_id=self._study_id, number=None, state=trial.state)
@@ -92,6 +94,13 @@ class TrialWriter:
                 )
             session.add_all(rows)
             row.number = row.count_past_trials(session)
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlalchemy.orm.Session]:
+        assert self._rdb is not None
+        session = self._rdb.scoped_session()
+        try:
+            yield session
             session.commit()
         except Exception:
             session.rollback()
@@ -110,8 +119,7 @@ class TrialWriter:
                 trial.set_user_attr(key, attr)
             self.study.tell(trial, value, state=state)
             return
-        session = self._rdb.scoped_session()
-        try:
+        with self._transaction() as session:
             row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session, for_update=True)
             self._rdb.check_trial_is_updatable(row.trial_id, row.state)
             attrs = models.TrialUserAttributeModel
@@ -130,12 +138,6 @@ class TrialWriter:
             session.add_all(rows)
             row.state = state
             row.datetime_complete = datetime.datetime.now()
-            session.commit()
-        except Exception:
-            session.rollback()
-            raise
-        finally:
-            session.close()
 
 
 def _unwrap_rdb(study: optuna.Study) -> RDBStorage | None:
