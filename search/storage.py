@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import warnings
 from typing import Any
 
@@ -125,7 +126,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
                         max_retry=3
                     ),
                 }
-            storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+            storage = _create_rdb_storage(url, engine_kwargs, heartbeat)
     except Exception as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(reason, url)}")
@@ -133,6 +134,23 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         sqlalchemy.event.listen(storage.engine, "connect", _on_sqlite_connect)
         storage.engine.dispose()  # Later connections get the pragmas.
     return storage
+
+
+def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict[str, Any]) -> Any:
+    # Two processes opening a new database at once both try to create Optuna's schema and one
+    # of them hits a unique-constraint error, "table already exists" or a lock; by the next try
+    # the schema exists and opening it is read-only.
+    for attempt in range(1, 6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
+            transient = isinstance(e, sqlalchemy.exc.IntegrityError) or any(
+                words in str(e) for words in ("locked", "already exists")
+            )
+            if not transient or attempt == 5:
+                raise
+            time.sleep(0.2 * attempt)
+    raise AssertionError("unreachable")
 
 
 def enable_wal(storage: optuna.storages.RDBStorage) -> None:

@@ -66,3 +66,23 @@ def test_password_never_appears_in_output(postgres_url, tmp_path):
     for proc in (ok, bad):
         assert "hunter2" not in proc.stdout + proc.stderr
     assert "postgres:***@" in bad.stderr
+
+
+def test_concurrent_first_opens_of_a_new_database(tmp_path):
+    """Several processes creating Optuna's schema in one new SQLite file at once all succeed."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from search.storage import open_storage; "
+        "open_storage(sys.argv[1], 60).engine.dispose(); print('ok')"
+    )
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
