@@ -20,10 +20,10 @@ from tqdm import tqdm
 from search.config import DEFAULTS, ConfigError, Settings, load_settings
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
-from search.storage import StorageError, enable_wal, mask_url, open_storage, redact, sqlite_exists
+from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
 from search.study import IncompatibleStudyError, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
-from search.tasks import TaskError, build_problem, resolve_task
+from search.tasks import Problem, TaskError, build_problem, resolve_task
 
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
 
@@ -185,7 +185,6 @@ def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
         task = resolve_task(settings.run.task)
         problem = build_problem(task, settings.run.task, settings.run.seed)
         fingerprint = problem.fingerprint()
-        existed = sqlite_exists(url)
         storage = open_storage(url, settings.run.heartbeat_interval)
         _OPENED.append(storage)
         warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
@@ -209,7 +208,7 @@ def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
         _note(f"note: {note}")
 
     try:
-        return _run(settings, storage, device, amp_dtype, problem, fingerprint, args, existed)
+        return _run(settings, storage, device, amp_dtype, problem, fingerprint, args)
     except (optuna.exceptions.StorageInternalError, OSError) as e:
         return _fail(f"storage {mask_url(url)} failed: {redact(str(e).splitlines()[0], url)}", 1)
 
@@ -222,7 +221,6 @@ def _run(
     problem: Problem,
     fingerprint: str,
     args: argparse.Namespace,
-    existed: bool,
 ) -> int:
     name = settings.study_name
     label = device_label(device)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import math
 import signal
 import threading
 import time
@@ -189,10 +188,6 @@ class Runner:
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
             problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
 
-    def finished_count(self) -> int:
-        """COMPLETE + PRUNED trials in the whole study."""
-        return len(self.study.get_trials(deepcopy=False, states=FINISHED))
-
     def run(self) -> RunStats:
         """The loop. Raises :class:`Interrupted` or :class:`TooManyFailures` after recording."""
         run = self.settings.run
@@ -345,10 +340,3 @@ class Runner:
             self.stats.completed += 1
         else:
             self.stats.pruned += 1
-
-
-def best_value(study: optuna.Study) -> float | None:
-    """The best COMPLETE value, or None."""
-    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-    finite = [v for v in values if v is not None and math.isfinite(v)]
-    return min(finite) if finite else None

@@ -83,15 +83,6 @@ def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.close()
 
 
-def sqlite_exists(url: str) -> bool:
-    """Whether ``url`` is a SQLite file that exists already (False for other URLs)."""
-    try:
-        path = _sqlite_path(url)
-    except Exception:
-        return False
-    return path is not None and os.path.exists(path)
-
-
 def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
     """Opens an Optuna RDB storage, checking SQLite files before SQLite creates them.
 
