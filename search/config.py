@@ -87,6 +87,9 @@ class RunConfig:
     trial_timeout: float = 0.0
     max_failed_trials: int = 10
     heartbeat_interval: int = 60  # Seconds; a RUNNING trial silent for 2x this is failed and retried.
+    workers: int = 1  # Worker processes on this host.
+    devices: str = ""  # CUDA device indices for the workers, e.g. "0,1"; empty = all visible.
+    storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,7 @@ PRUNERS = ("none", "median", "hyperband")
 AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+_DEVICES_RE = re.compile(r"^\d+(,\d+)*$")
 
 
 def load_settings(path: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
@@ -221,6 +225,12 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"epochs must be >= 1, got {run.epochs}")
     if run.heartbeat_interval < 1:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
+    if run.workers < 1:
+        raise ConfigError(f"workers must be >= 1, got {run.workers}")
+    if run.devices and not _DEVICES_RE.match(run.devices):
+        raise ConfigError(f"devices must be CUDA indices like 0,1,2; got {run.devices!r}")
+    if run.storage_retry < 0:
+        raise ConfigError(f"storage_retry must be >= 0 seconds, got {run.storage_retry}")
     if run.max_failed_trials < 1:
         raise ConfigError(f"max_failed_trials must be >= 1, got {run.max_failed_trials}")
     for name in ("timeout", "trial_timeout"):

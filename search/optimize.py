@@ -1,29 +1,38 @@
 """``python -m search.optimize``: search GradScaler settings into an Optuna study.
 
-Exit codes: 0 done, 1 too many failed trials or a storage failure during the run,
-2 bad input (nothing written), 130/143 interrupted by SIGINT/SIGTERM.
+Exit codes: 0 done, 1 too many failed trials, a storage failure during the run or a worker that
+died, 2 bad input (nothing written), 130/143 interrupted by SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import logging
 import math
+import os
+import signal
+import socket
 import sys
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import optuna
+import sqlalchemy.exc
 import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search.config import DEFAULTS, ConfigError, Settings, load_settings
+from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
 from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
-from search.study import IncompatibleStudyError, inspect_study, prepare_study
+from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.workers import DevicePlanError, WorkerSpec, plan_workers, run_pool
 
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
 
@@ -75,6 +84,27 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"heartbeat of claimed trials; one silent for twice this is failed and retried [{d.heartbeat_interval}]",
     )
     add(
+        "--workers",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"worker processes on this host, all on the same study [{d.workers}]",
+    )
+    add(
+        "--devices",
+        default=None,
+        metavar="LIST",
+        help="CUDA device indices for the workers, e.g. 0,1; worker i uses the (i mod len)-th "
+        "[all visible GPUs; --device stays the single-worker choice]",
+    )
+    add(
+        "--storage-retry",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help=f"keep retrying a database that is unreachable mid-run this long [{d.storage_retry:g}]",
+    )
+    add(
         "--allow-changed-settings",
         action="store_true",
         help="resume a study even if its recorded settings differ",
@@ -107,9 +137,21 @@ def device_label(device: torch.device) -> str:
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
-def sampler_seed(task_seed: int, n_existing: int, worker: int = 0) -> int:
-    """The sampler's seed: differs per resume (``n_existing``) so samples never repeat."""
-    return int(np.random.SeedSequence([task_seed, n_existing, worker]).generate_state(1)[0])
+def process_token() -> str:
+    """Something unique to this process anywhere: host name and process id."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def sampler_seed(task_seed: int, n_existing: int, worker: int = 0, process: str = "") -> int:
+    """The sampler's seed, unique to each worker of each run.
+
+    Derived from ``--seed``, the number of trials already in the study (so a resume never
+    repeats earlier samples), the worker's index, and ``process`` (host name and pid: two hosts
+    or two runs on one host that start at the same moment on the same study still differ).
+    """
+    digest = hashlib.sha256(process.encode()).digest()
+    entropy = [task_seed, n_existing, worker, int.from_bytes(digest[:8], "little")]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -139,29 +181,46 @@ def _note(message: str) -> None:
     print(f"search.optimize: {message}", file=sys.stderr)
 
 
+class _Redact(logging.Filter):
+    """Masks the storage URL's password in every log record."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.url:
+            record.msg, record.args = redact(record.getMessage(), self.url), ()
+        return True
+
+
+def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
+    logger = logging.getLogger("search")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{prefix}: warning: %(message)s"))
+    handler.addFilter(_Redact(url))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    names = (
+        "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
+        "pruner max_failed_trials heartbeat_interval workers devices storage_retry"
+    ).split()
+    return {name: getattr(args, name) for name in names}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    overrides = {
-        "trials": args.trials,
-        "storage": args.storage,
-        "study_name": args.study_name,
-        "task": args.task,
-        "device": args.device,
-        "amp_dtype": args.amp_dtype,
-        "epochs": args.epochs,
-        "seed": args.seed,
-        "timeout": args.timeout,
-        "trial_timeout": args.trial_timeout,
-        "sampler": args.sampler,
-        "pruner": args.pruner,
-        "max_failed_trials": args.max_failed_trials,
-        "heartbeat_interval": args.heartbeat_interval,
-    }
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = args.storage or ""
     try:
-        return _main(args, overrides, url)
+        return _main(args, argv)
     finally:
         _close_all_storages()
 
@@ -177,25 +236,60 @@ def _close_all_storages() -> None:
 _OPENED: list[optuna.storages.RDBStorage] = []
 
 
-def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
+@dataclass(frozen=True)
+class _Opened:
+    """Everything validated before a single byte is written."""
+
+    settings: Settings
+    storage: optuna.storages.RDBStorage
+    problem: Problem
+    fingerprint: str
+    warnings: list[str]
+    specs: list[WorkerSpec]
+
+
+def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
+    settings = load_settings(args.config, _overrides(args))
+    if worker is not None:  # A worker process: one device, no workers of its own.
+        settings = with_run(settings, device=worker.device, workers=1, devices="")
+    resolve_device(settings.run.device)  # Validates --device.
+    specs = plan_workers(settings.run.workers, settings.run.device, settings.run.devices)
+    task = resolve_task(settings.run.task)
+    problem = build_problem(task, settings.run.task, settings.run.seed)
+    fingerprint = problem.fingerprint()
+    storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
+    _OPENED.append(storage)
+    warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
+    return _Opened(settings, storage, problem, fingerprint, warnings, specs)
+
+
+def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None = None) -> int:
+    url = args.storage or ""
     try:
-        settings = load_settings(args.config, overrides)
-        url = settings.run.storage
-        device = resolve_device(settings.run.device)
-        task = resolve_task(settings.run.task)
-        problem = build_problem(task, settings.run.task, settings.run.seed)
-        fingerprint = problem.fingerprint()
-        storage = open_storage(url, settings.run.heartbeat_interval)
-        _OPENED.append(storage)
-        warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
-    except (ConfigError, UsageError, TaskError, StorageError, IncompatibleStudyError) as e:
+        opened = _open(args, worker)
+    except (ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError) as e:
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # An unexpected failure while reading the study is still bad input.
-        return _fail(
-            f"cannot read study from {mask_url(url)}: {redact(str(e).splitlines()[0] if str(e) else type(e).__name__, url)}"
-        )
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _fail(f"cannot read study from {mask_url(url)}: {redact(first, url)}")
 
-    amp_dtype = getattr(torch, settings.run.amp_dtype)
+    settings = opened.settings
+    url = settings.run.storage
+    prefix = "search.optimize" if worker is None else f"search.optimize[worker {worker.index}]"
+    _setup_logging(url, prefix)
+    if worker is None:
+        _print_notes(settings, opened.warnings)
+    try:
+        if worker is None and settings.run.workers > 1:
+            return _run_workers(opened, args, argv)
+        spec = worker or opened.specs[0]
+        return _run(opened, resolve_device(spec.device), args, spec if worker is not None else None)
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        return _fail(f"storage {mask_url(url)} failed: {redact(first, url)}", 1)
+
+
+def _print_notes(settings: Settings, warnings: list[str]) -> None:
     for note in warnings:
         _note(f"warning: {note}")
     if settings.run.amp_dtype == "bfloat16":
@@ -206,51 +300,63 @@ def _main(args: argparse.Namespace, overrides: dict, url: str) -> int:
     note = growth_note(settings.space, settings.run.epochs)
     if note:
         _note(f"note: {note}")
-
-    try:
-        return _run(settings, storage, device, amp_dtype, problem, fingerprint, args)
-    except (optuna.exceptions.StorageInternalError, OSError) as e:
-        return _fail(f"storage {mask_url(url)} failed: {redact(str(e).splitlines()[0], url)}", 1)
-
-
-def _run(
-    settings: Settings,
-    storage: optuna.storages.RDBStorage,
-    device: torch.device,
-    amp_dtype: torch.dtype,
-    problem: Problem,
-    fingerprint: str,
-    args: argparse.Namespace,
-) -> int:
-    name = settings.study_name
-    label = device_label(device)
-    try:
-        existing = optuna.load_study(storage=storage, study_name=name).get_trials(deepcopy=False)
-    except KeyError:
-        existing = []
-    done = sum(t.state in FINISHED for t in existing)
-    if done >= settings.run.trials:
-        # Nothing to run: report without writing anything.
-        if existing or settings.run.trials > 0:
-            study = optuna.load_study(storage=storage, study_name=name)
-            return _finish(study, settings, args, f"study already holds {done} finished trials")
-        _note(f"study {name!r} does not exist yet and --trials is 0: nothing to do")
-        return 0
-
-    kinds = {str(t.user_attrs.get("device", "")).split(":")[0].split(" ")[0] for t in existing}
-    kinds.discard("")
-    if kinds and kinds != {device.type}:
+    if settings.run.workers > 4 and settings.run.storage.startswith("sqlite"):
         _note(
-            f"warning: study has trials on {', '.join(sorted(kinds))}; this run uses {device.type}. "
-            "The summary keeps devices apart."
+            f"note: {settings.run.workers} workers on SQLite: it serialises every write; "
+            "beyond 4 workers, or on several hosts, use PostgreSQL or MySQL"
         )
 
+
+def _worker(argv: list[str], spec: WorkerSpec) -> int:
+    """A worker process's whole life (``--workers``): the trial loop on its device, no summary."""
+    def stop(signum: int, _frame: object) -> None:
+        raise Interrupted(signum)
+
+    # Until the trial loop installs its own handlers: a signal while starting up ends the
+    # worker quietly (nothing of its own is in storage yet).
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, stop)
+    torch.set_num_threads(spec.threads)
+    args = build_parser().parse_args(argv)
+    args.quiet = True
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        return _main(args, argv, worker=spec)
+    except Interrupted as e:
+        return 128 + e.signum
+    finally:
+        _close_all_storages()
+
+
+def _existing(storage: optuna.storages.RDBStorage, name: str) -> list[optuna.trial.FrozenTrial]:
+    try:
+        return optuna.load_study(storage=storage, study_name=name).get_trials(deepcopy=False)
+    except KeyError:
+        return []
+
+
+def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker: WorkerSpec | None) -> int:
+    settings, storage = opened.settings, opened.storage
+    name = settings.study_name
+    label = device_label(device)
+    existing = _existing(storage, name)
+    done = sum(t.state in FINISHED for t in existing)
+    if done >= settings.run.trials:
+        if worker is not None:
+            return 0
+        return _nothing_to_do(opened, args, existing, done)
+
+    if worker is None:
+        _warn_mixed_devices(existing, device)
     enable_wal(storage)
-    sampler = make_sampler(settings.run.sampler, sampler_seed(settings.run.seed, len(existing)))
+    index = worker.index if worker is not None else 0
+    seed = sampler_seed(settings.run.seed, len(existing), index, process_token())
+    sampler = make_sampler(settings.run.sampler, seed)
     pruner = make_pruner(settings.run.pruner, settings.run.epochs)
-    handle = prepare_study(storage, settings, fingerprint, sampler, pruner or optuna.pruners.NopPruner())
-    for note in handle.notes:
-        _note(f"note: {note}")
+    handle = prepare_study(storage, settings, opened.fingerprint, sampler, pruner or optuna.pruners.NopPruner())
+    if worker is None:
+        for note in handle.notes:
+            _note(f"note: {note}")
 
     bar = tqdm(
         total=settings.run.trials,
@@ -276,20 +382,28 @@ def _run(
             postfix["failed"] = str(failed[0])
         bar.set_postfix(postfix, refresh=True)
 
-    problem_on_device = problem.to(device)
+    amp_dtype = getattr(torch, settings.run.amp_dtype)
+    problem_on_device = opened.problem.to(device)
     runner = Runner(handle.study, settings, problem_on_device, label, amp_dtype, sampler, pruner, on_trial)
     try:
         stats = runner.run()
     except Interrupted as e:
         bar.close()
+        if worker is not None:
+            return 128 + e.signum
         _note(f"interrupted by {e}; the trial in flight was recorded as FAIL")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + e.signum
     except TooManyFailures as e:
         bar.close()
-        _finish(handle.study, settings, args, "stopped")
-        return _fail(str(e), 1)
+        if worker is None:
+            _finish(handle.study, settings, args, "stopped")
+            return _fail(str(e), 1)
+        logging.getLogger("search").warning("%s", e)
+        return 1
     bar.close()
+    if worker is not None:
+        return 0
     return _finish(
         handle.study,
         settings,
@@ -297,6 +411,97 @@ def _run(
         f"this run: {stats.completed} complete, "
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
     )
+
+
+def _nothing_to_do(
+    opened: _Opened, args: argparse.Namespace, existing: list[optuna.trial.FrozenTrial], done: int
+) -> int:
+    # Nothing to run: report without writing anything.
+    settings, name = opened.settings, opened.settings.study_name
+    if existing or settings.run.trials > 0:
+        study = optuna.load_study(storage=opened.storage, study_name=name)
+        return _finish(study, settings, args, f"study already holds {done} finished trials")
+    _note(f"study {name!r} does not exist yet and --trials is 0: nothing to do")
+    return 0
+
+
+def _warn_mixed_devices(existing: list[optuna.trial.FrozenTrial], device: torch.device) -> None:
+    kinds = {str(t.user_attrs.get("device", "")).split(":")[0].split(" ")[0] for t in existing}
+    kinds.discard("")
+    if kinds and kinds != {device.type}:
+        _note(
+            f"warning: study has trials on {', '.join(sorted(kinds))}; this run uses {device.type}. "
+            "The summary keeps devices apart."
+        )
+
+
+def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> int:
+    """``--workers K``: create the study once here, then K processes run trials on it."""
+    settings, storage = opened.settings, opened.storage
+    name = settings.study_name
+    existing = _existing(storage, name)
+    done = sum(t.state in FINISHED for t in existing)
+    if done >= settings.run.trials:
+        return _nothing_to_do(opened, args, existing, done)
+    _warn_mixed_devices(existing, torch.device(opened.specs[0].device))
+    enable_wal(storage)
+    handle = prepare_study(
+        storage, settings, opened.fingerprint, optuna.samplers.RandomSampler(), optuna.pruners.NopPruner()
+    )
+    for note in handle.notes:
+        _note(f"note: {note}")
+    failed_before = sum(t.state == TrialState.FAIL for t in existing)
+    devices = ", ".join(sorted({spec.device for spec in opened.specs}))
+    bar = tqdm(
+        total=settings.run.trials,
+        initial=min(done, settings.run.trials),
+        desc=f"{name} ({len(opened.specs)} workers)",
+        unit="trial",
+        disable=args.quiet,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+
+    def poll() -> None:
+        # One progress bar for the whole study: every worker's trials, on every host.
+        try:
+            finished, best = finished_and_best(storage, name)
+        except Exception:  # The database is away; the workers ride it out, the bar waits.
+            return
+        if finished > bar.n:
+            bar.update(min(finished, settings.run.trials) - bar.n)
+        bar.set_postfix({"best": f"{best:.4f}" if best is not None else "-"}, refresh=True)
+
+    from search import optimize  # The workers import the target by its module name.
+
+    start = time.perf_counter()
+    result = run_pool(optimize._worker, opened.specs, (argv,), poll)
+    seconds = time.perf_counter() - start
+    bar.close()
+    trials = handle.study.get_trials(deepcopy=False)
+    finished = sum(t.state in FINISHED for t in trials)
+    failed = sum(t.state == TrialState.FAIL for t in trials) - failed_before
+    headline = (
+        f"this run: {len(opened.specs)} workers on {devices}, {finished - done} finished, "
+        f"{failed} failed in {seconds:.1f} s"
+    )
+    if result.signum is not None:
+        _note(f"interrupted by {signal.Signals(result.signum).name}; each worker recorded its trial in flight as FAIL")
+        _finish(handle.study, settings, args, "interrupted")
+        return 128 + result.signum
+    abnormal = []
+    for spec, code in zip(opened.specs, result.exit_codes):
+        if code < 0:
+            abnormal.append(f"worker {spec.index} died ({signal.Signals(-code).name})")
+        elif code:
+            abnormal.append(f"worker {spec.index} exited with {code}")
+    reached = finished >= settings.run.trials
+    for line in abnormal:
+        _note(f"warning: {line}" + ("; the others finished the study" if reached else ""))
+    _finish(handle.study, settings, args, headline)
+    if reached:
+        return 0
+    return 1 if abnormal else 0
 
 
 def _finish(study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str) -> int:

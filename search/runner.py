@@ -9,9 +9,14 @@ Two ways a trial reaches storage:
   and per attr. Nothing of it
   is ever RUNNING in storage, so an interrupt or a crash cannot leave a stale RUNNING trial.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
-  with ``study.ask()`` (atomic across processes), recorded with ``tell``.
+  with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
+  heartbeat while they train, and finished in one transaction.
 
-Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and re-raise.
+Several workers (processes, hosts) can run on one study: each checks the study's count before a
+trial, so the study ends with N to N + workers - 1 finished trials. Between trials each worker
+fails the RUNNING trials of dead workers (no heartbeat for twice the interval), which Optuna's
+``RetryHeartbeatStaleTrialCallback`` queues again. Every storage call rides out a brief outage
+(:mod:`search.retry`). Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and re-raise.
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ import contextlib
 import datetime
 import signal
 import threading
+import logging
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -32,8 +39,9 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.config import Settings
 from search.objective import TrialOutcome, run_trial
+from search.retry import with_retry
 from search.space import suggest
-from search.study import BASELINE_ATTR
+from search.study import BASELINE_ATTR, waiting_baseline
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
 from search.trial_writer import TrialWriter
@@ -41,6 +49,8 @@ from search.trial_writer import TrialWriter
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
+_logger = logging.getLogger("search")
 
 
 class Interrupted(BaseException):
@@ -69,10 +79,17 @@ class RunStats:
 
 @contextlib.contextmanager
 def interrupts_as_exceptions() -> Iterator[None]:
-    """Turns SIGINT and SIGTERM into :class:`Interrupted` while the loop runs."""
+    """Turns SIGINT and SIGTERM into :class:`Interrupted` while the loop runs.
+
+    Only the first signal raises: a second Ctrl-C (or a parent forwarding one) must not cut
+    short the write of the trial that the first one interrupted.
+    """
+    raised: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
+        if not raised:
+            raised.append(signum)
+            raise Interrupted(signum)
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -112,7 +129,10 @@ def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
 
     def beat() -> None:
         while True:
-            storage.record_heartbeat(trial_id)
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception as error:  # The database is away: keep beating, it may come back.
+                _logger.debug("heartbeat of trial %d failed: %s", trial_id, error)
             if stop.wait(interval):
                 return
 
@@ -183,6 +203,7 @@ class Runner:
         self.replica = _Replica(sampler, pruner or optuna.pruners.NopPruner())
         self.writer = TrialWriter(study)
         self.stats = RunStats()
+        self._last_stale_check: float | None = None
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
@@ -194,21 +215,17 @@ class Runner:
         start = time.perf_counter()
         try:
             with interrupts_as_exceptions():
-                # Trials of dead workers (kill -9, lost host) become FAIL and are queued again.
-                with warnings.catch_warnings():  # "Experimental" since Optuna 2.9.
-                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                    optuna.storages.fail_stale_trials(self.study)
                 while True:
-                    trials = self.study.get_trials(deepcopy=False)
+                    self._fail_stale_trials()
+                    trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
                     if sum(t.state in FINISHED for t in trials) >= run.trials:
                         self.stats.stop_reason = "trials reached"
                         break
                     if run.timeout and time.perf_counter() - start >= run.timeout:
                         self.stats.stop_reason = f"timeout ({run.timeout:g} s)"
                         break
-                    if any(t.state == TrialState.WAITING for t in trials):
-                        self._run_enqueued()
-                    else:
+                    waiting = any(t.state == TrialState.WAITING for t in trials)
+                    if not (waiting and self._run_enqueued()):
                         self._run_sampled(trials)
                     if self.stats.failed >= run.max_failed_trials:
                         raise TooManyFailures(
@@ -218,6 +235,21 @@ class Runner:
         finally:
             self.stats.seconds = time.perf_counter() - start
         return self.stats
+
+    def _storage_call(self, call: Callable[[], Any], what: str) -> Any:
+        return with_retry(call, what=what, budget=self.settings.run.storage_retry)
+
+    def _fail_stale_trials(self) -> None:
+        # Trials of dead workers (kill -9, lost host) become FAIL and are queued again. Checked
+        # at start and then at most once per heartbeat interval, by every worker.
+        interval = self.settings.run.heartbeat_interval
+        now = time.monotonic()
+        if self._last_stale_check is not None and now - self._last_stale_check < interval:
+            return
+        self._last_stale_check = now
+        with warnings.catch_warnings():  # "Experimental" since Optuna 2.9.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            self._storage_call(lambda: optuna.storages.fail_stale_trials(self.study), "failing stale trials")
 
     # -- one trial -------------------------------------------------------------------------
 
@@ -294,46 +326,123 @@ class Runner:
         started: datetime.datetime,
     ) -> None:
         # ``template`` carries the params and the sampler's system attrs from the replica.
+        write_id = uuid.uuid4().hex
         trial = optuna.trial.create_trial(
             state=state,
             value=value,
             params=template.params,
             distributions=template.distributions,
             user_attrs=user_attrs,
-            system_attrs=template.system_attrs,
+            system_attrs={**template.system_attrs, WRITE_ID_ATTR: write_id},
             intermediate_values=intermediate_values,
         )
         trial.datetime_start = started
-        self.writer.add(trial)
+        done: list[bool] = []
 
-    def _run_enqueued(self) -> None:
+        def check_first() -> None:
+            # A commit whose acknowledgement was lost has taken effect: do not add it twice.
+            if self.writer.contains(WRITE_ID_ATTR, write_id):
+                done.append(True)
+
+        def write() -> None:
+            if not done:
+                self.writer.add(trial)
+
+        self._storage_call_with_check(write, check_first, f"writing trial of {state.name}")
+
+    def _storage_call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
+        with_retry(call, what=what, budget=self.settings.run.storage_retry, retrying=check)
+
+    def _claim(self) -> optuna.Trial | None:
+        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling)."""
         with deferred_interrupts():  # Claimed is RUNNING: an interrupt must find it in the try.
-            trial = self.study.ask()
+            trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
+            return None if trial_id is None else optuna.Trial(self.study, trial_id)
+
+    def _run_enqueued(self) -> bool:
+        """Runs one queued trial; False when another worker claimed the last one first."""
+        trial = self._claim()
+        if trial is None:
+            return False
         try:
             with heartbeat(self.study, trial._trial_id):
+                duplicate = self._duplicate_of(trial)
+                if duplicate is not None:
+                    self._finish(trial, TrialState.FAIL, None, {"fail_reason": duplicate})
+                    return True
                 scaler_config = suggest(trial, self.settings.space)
                 outcome = self._train(trial, scaler_config)
         except BaseException as error:
             attrs = self._failure_attrs(error)
             with deferred_interrupts():
-                self.writer.finish(trial, TrialState.FAIL, None, attrs)
+                self._finish(trial, TrialState.FAIL, None, attrs)
                 self._requeue_baseline(trial)
             self.on_trial(TrialState.FAIL, None)
             if isinstance(error, Exception):
-                return
+                return True
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         with deferred_interrupts():
             value = outcome.value if state == TrialState.COMPLETE else None
-            self.writer.finish(trial, state, value, outcome.user_attrs)
+            if not self._finish(trial, state, value, outcome.user_attrs):
+                return True
         self._count(state)
         self.on_trial(state, outcome.value)
+        return True
+
+    def _duplicate_of(self, trial: optuna.Trial) -> str | None:
+        # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
+        # callback can race with a resume that re-enqueues the same failed baseline.
+        tag = trial.user_attrs.get(BASELINE_ATTR)
+        if tag is None:
+            return None
+        others = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
+        for other in others:
+            if (
+                other.number != trial.number
+                and other.user_attrs.get(BASELINE_ATTR) == tag
+                and (other.state in FINISHED or other.state == TrialState.RUNNING)
+            ):
+                return f"duplicate of baseline {tag} (trial {other.number}); not run"
+        return None
+
+    def _finish(self, trial: optuna.Trial, state: TrialState, value: float | None, attrs: dict) -> bool:
+        """Finishes a claimed trial; False when a peer failed it first (it looked dead)."""
+        finished: list[bool] = []
+
+        def check() -> None:
+            stored = self.study._storage.get_trial(trial._trial_id)
+            if stored.state.is_finished():
+                finished.append(stored.state == state)
+
+        def call() -> None:
+            if not finished:
+                self.writer.finish(trial, state, value, attrs)
+
+        try:
+            self._storage_call_with_check(call, check, f"finishing trial {trial.number}")
+        except optuna.exceptions.UpdateFinishedTrialError:
+            finished.append(False)
+        if finished and not finished[0]:
+            _logger.warning(
+                "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
+                trial.number,
+            )
+            return False
+        return True
 
     def _requeue_baseline(self, trial: optuna.Trial) -> None:
         # A failed baseline runs again, so every study ends with the seed's full table.
         tag = trial.user_attrs.get(BASELINE_ATTR)
-        if tag is not None:
-            self.study.enqueue_trial(trial.params, user_attrs={BASELINE_ATTR: tag})
+        if tag is None:
+            return
+
+        def requeue() -> None:
+            stored = self.study._storage.get_trial(trial._trial_id)
+            params = stored.system_attrs.get("fixed_params") or stored.params
+            self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE_ATTR)
+
+        self._storage_call(requeue, "re-queuing a baseline")
 
     def _count(self, state: TrialState) -> None:
         if state == TrialState.COMPLETE:

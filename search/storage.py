@@ -1,8 +1,12 @@
 """Storage URLs: opening them safely and fast, and masking their passwords.
 
-SQLite gets a busy timeout and ``synchronous=NORMAL`` on every connection and WAL journaling
-once the run is known to be valid (:func:`enable_wal`), so that bad input never touches the
-file. Any other URL is handed to Optuna's ``RDBStorage`` verbatim.
+SQLite gets a busy timeout, ``synchronous=NORMAL`` and ``BEGIN IMMEDIATE`` transactions on every
+connection, and WAL journaling once the run is known to be valid (:func:`enable_wal`), so that bad
+input never touches the file. ``BEGIN IMMEDIATE`` takes the write lock when a transaction starts,
+waiting up to the busy timeout: with SQLite's default deferred transactions, two workers that both
+read and then write fail at once with "database is locked" (a read snapshot cannot be upgraded
+after another process wrote), and waiting would not help. Any other URL is handed to Optuna's
+``RDBStorage`` verbatim, with ``pool_pre_ping`` so that a restarted server costs no failed call.
 """
 
 from __future__ import annotations
@@ -77,10 +81,17 @@ def _check_sqlite_file(path: str) -> None:
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # pysqlite would emit a deferred BEGIN itself; _on_sqlite_begin emits BEGIN IMMEDIATE instead
+    # (SQLAlchemy's documented recipe for controlling SQLite transactions).
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
     cursor.execute("PRAGMA synchronous = NORMAL")  # Safe with WAL; no fsync per commit.
     cursor.close()
+
+
+def _on_sqlite_begin(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
@@ -123,6 +134,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(reason, url)}")
     if is_sqlite:
         sqlalchemy.event.listen(storage.engine, "connect", _on_sqlite_connect)
+        sqlalchemy.event.listen(storage.engine, "begin", _on_sqlite_begin)
         storage.engine.dispose()  # Later connections get the pragmas.
     return storage
 
@@ -148,5 +160,9 @@ def enable_wal(storage: optuna.storages.RDBStorage) -> None:
     """Switches a SQLite storage to WAL journaling (persistent; no-op for other databases)."""
     if storage.engine.dialect.name != "sqlite":
         return
-    with storage.engine.connect() as connection:
-        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+    # Outside any transaction (SQLite refuses to switch journal modes inside one).
+    connection = storage.engine.raw_connection()
+    try:
+        connection.cursor().execute("PRAGMA journal_mode = WAL")
+    finally:
+        connection.close()

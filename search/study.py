@@ -7,16 +7,23 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+import sqlalchemy
+import sqlalchemy.orm
+from optuna.storages._rdb import models
+from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
 from search.config import Settings
+from search.retry import with_retry
 from search.space import baseline_trials
+from search.trial_writer import TrialWriter
 
-__all__ = ["IncompatibleStudyError", "StudyHandle", "inspect_study", "prepare_study"]
+__all__ = ["IncompatibleStudyError", "StudyHandle", "finished_and_best", "inspect_study", "prepare_study", "waiting_baseline"]
 
 # Study user attrs that define what the trials measure; a resume must match them.
 RECORDED_KEYS = ("task", "epochs", "seed", "amp_dtype", "space", "penalty", "fingerprint")
 BASELINE_ATTR = "baseline"
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 class IncompatibleStudyError(ValueError):
@@ -128,19 +135,47 @@ def prepare_study(
     return StudyHandle(study, created, tuple(notes))
 
 
+def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> tuple[int, float | None]:
+    """The study's COMPLETE + PRUNED count and best value, in two cheap aggregate queries.
+
+    ``get_all_trials`` would load every trial's attrs (curves included), too heavy to poll.
+    """
+    trial, value = models.TrialModel, models.TrialValueModel
+    with sqlalchemy.orm.Session(storage.engine) as session:
+        study = models.StudyModel.find_by_name(study_name, session)
+        if study is None:
+            return 0, None
+        count = (
+            session.query(sqlalchemy.func.count(trial.trial_id))
+            .filter(trial.study_id == study.study_id, trial.state.in_(FINISHED_STATES))
+            .scalar()
+        )
+        best = (
+            session.query(sqlalchemy.func.min(value.value))
+            .join(trial, trial.trial_id == value.trial_id)
+            .filter(trial.study_id == study.study_id, trial.state == TrialState.COMPLETE)
+            .filter(value.value_type == models.TrialValueModel.TrialValueType.FINITE)
+            .scalar()
+        )
+    return int(count or 0), best
+
+
+def waiting_baseline(tag: str, params: dict[str, Any]) -> FrozenTrial:
+    """A baseline as ``study.enqueue_trial`` would store it: WAITING, with fixed params."""
+    return optuna.trial.create_trial(
+        state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={BASELINE_ATTR: tag}
+    )
+
+
 def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
     """Enqueues each seed baseline that has no finished, waiting or running trial yet.
 
     On a new study that is all five; on a resume only one whose earlier attempt failed
-    (e.g. it was interrupted), so a baseline never appears twice among finished trials.
+    (e.g. it was interrupted), so a baseline never appears twice among finished trials. The
+    check and the enqueue are one locked transaction, so processes on several hosts that start
+    at the same second enqueue each baseline once between them.
     """
-    present = {
-        t.user_attrs.get(BASELINE_ATTR)
-        for t in study.get_trials(deepcopy=False)
-        if t.state != TrialState.FAIL
-    }
     baselines, notes = baseline_trials(settings.space)
-    for tag, params in baselines:
-        if tag not in present:
-            study.enqueue_trial(params, user_attrs={BASELINE_ATTR: tag})
+    waiting = [waiting_baseline(tag, params) for tag, params in baselines]
+    with_retry(lambda: TrialWriter(study).enqueue_once(waiting, BASELINE_ATTR), what="enqueuing baselines")
     return notes

@@ -57,43 +57,97 @@ class TrialWriter:
         with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
-            row = models.TrialModel(study_id=self._study_id, number=None, state=trial.state)
-            row.datetime_start = trial.datetime_start
-            row.datetime_complete = trial.datetime_complete
-            session.add(row)
-            session.flush()
-            tid = row.trial_id
-            rows: list[models.BaseModel] = []
-            for name, value in trial.params.items():
-                dist = trial.distributions[name]
-                rows.append(
-                    models.TrialParamModel(
-                        trial_id=tid,
-                        param_name=name,
-                        param_value=dist.to_internal_repr(value),
-                        distribution_json=distribution_to_json(dist),
-                    )
+            self._insert(session, trial)
+
+    def contains(self, key: str, value: str) -> bool:
+        """Whether a trial of the study has the system attr ``key`` equal to ``value``.
+
+        A write whose commit went through but whose acknowledgement was lost (the connection
+        dropped at that moment) is found this way before it is retried.
+        """
+        if self._rdb is None:
+            return any(t.system_attrs.get(key) == value for t in self.study.get_trials(deepcopy=False))
+        attr = models.TrialSystemAttributeModel
+        with self._transaction() as session:
+            query = (
+                session.query(attr.trial_attribute_id)
+                .join(models.TrialModel, models.TrialModel.trial_id == attr.trial_id)
+                .filter(models.TrialModel.study_id == self._study_id)
+                .filter(attr.key == key, attr.value_json == json.dumps(value))
+            )
+            return query.first() is not None
+
+    def enqueue_once(self, trials: list[FrozenTrial], tag: str) -> list[FrozenTrial]:
+        """Adds the WAITING ``trials`` whose user attr ``tag`` no unfailed trial has yet.
+
+        The check and the inserts run in one transaction holding the study's lock (the study
+        row on PostgreSQL/MySQL, the database on SQLite), so that several processes starting at
+        the same moment enqueue each one exactly once.
+
+        Returns:
+            The trials that were added.
+        """
+        if self._rdb is None:  # In-memory storage: one process, no race.
+            present = _tags_present(self.study.get_trials(deepcopy=False), tag)
+            added = [t for t in trials if t.user_attrs.get(tag) not in present]
+            for t in added:
+                self.study.add_trial(t)
+            return added
+        attr = models.TrialUserAttributeModel
+        with self._transaction() as session:
+            models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
+            rows = (
+                session.query(attr.value_json)
+                .join(models.TrialModel, models.TrialModel.trial_id == attr.trial_id)
+                .filter(models.TrialModel.study_id == self._study_id)
+                .filter(models.TrialModel.state != TrialState.FAIL)
+                .filter(attr.key == tag)
+                .all()
+            )
+            present = {json.loads(value) for (value,) in rows}
+            added = [t for t in trials if t.user_attrs.get(tag) not in present]
+            for t in added:
+                t._validate()
+                self._insert(session, t)
+        return added
+
+    def _insert(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> None:
+        # The caller holds the study's lock: numbering below counts the trials before this one.
+        row = models.TrialModel(study_id=self._study_id, number=None, state=trial.state)
+        row.datetime_start = trial.datetime_start
+        row.datetime_complete = trial.datetime_complete
+        session.add(row)
+        session.flush()
+        tid = row.trial_id
+        rows: list[models.BaseModel] = []
+        for name, value in trial.params.items():
+            dist = trial.distributions[name]
+            rows.append(
+                models.TrialParamModel(
+                    trial_id=tid,
+                    param_name=name,
+                    param_value=dist.to_internal_repr(value),
+                    distribution_json=distribution_to_json(dist),
                 )
-            if trial.value is not None:
-                stored, kind = models.TrialValueModel.value_to_stored_repr(trial.value)
-                rows.append(models.TrialValueModel(trial_id=tid, objective=0, value=stored, value_type=kind))
-            for step, value in trial.intermediate_values.items():
-                stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
-                rows.append(
-                    models.TrialIntermediateValueModel(
-                        trial_id=tid, step=step, intermediate_value=stored, intermediate_value_type=kind
-                    )
+            )
+        if trial.value is not None:
+            stored, kind = models.TrialValueModel.value_to_stored_repr(trial.value)
+            rows.append(models.TrialValueModel(trial_id=tid, objective=0, value=stored, value_type=kind))
+        for step, value in trial.intermediate_values.items():
+            stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
+            rows.append(
+                models.TrialIntermediateValueModel(
+                    trial_id=tid, step=step, intermediate_value=stored, intermediate_value_type=kind
                 )
-            for key, value in trial.user_attrs.items():
-                rows.append(
-                    models.TrialUserAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
-                )
-            for key, value in trial.system_attrs.items():
-                rows.append(
-                    models.TrialSystemAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
-                )
-            session.add_all(rows)
-            row.number = row.count_past_trials(session)
+            )
+        for key, value in trial.user_attrs.items():
+            rows.append(models.TrialUserAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value)))
+        for key, value in trial.system_attrs.items():
+            rows.append(
+                models.TrialSystemAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
+            )
+        session.add_all(rows)
+        row.number = row.count_past_trials(session)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlalchemy.orm.Session]:
@@ -138,6 +192,10 @@ class TrialWriter:
             session.add_all(rows)
             row.state = state
             row.datetime_complete = datetime.datetime.now()
+
+
+def _tags_present(trials: list[FrozenTrial], tag: str) -> set:
+    return {t.user_attrs.get(tag) for t in trials if t.state != TrialState.FAIL} - {None}
 
 
 def _unwrap_rdb(study: optuna.Study) -> RDBStorage | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+import os
 import pathlib
 import time
 
@@ -32,7 +33,7 @@ def _slow_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     if (
         torch.is_grad_enabled() and _calls[0] % 30 == 10
     ):  # A third into each 30-epoch trial: tell the test a trial is in flight.
-        pathlib.Path(MID_TRIAL_FLAG).touch()
+        pathlib.Path(MID_TRIAL_FLAG).write_text(str(os.getpid()))  # Which process is mid-trial.
     return nn.functional.cross_entropy(outputs, targets)
 
 

@@ -1,0 +1,79 @@
+"""Riding out a database that is briefly unreachable (a restart, a dropped connection).
+
+Every storage call of the trial loop goes through :func:`with_retry`. A transient failure
+(connection refused or reset, server shutting down, "database is locked") is retried with
+exponential backoff for up to ``budget`` seconds; anything else, and an outage that outlasts the
+budget, is raised. Finished trials wait in memory while the database is away, so none is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+import optuna
+import sqlalchemy.exc
+
+__all__ = ["DEFAULT_BUDGET_S", "is_transient", "with_retry"]
+
+T = TypeVar("T")
+DEFAULT_BUDGET_S = 300.0
+_logger = logging.getLogger("search")
+
+# SQLAlchemy wraps driver errors; these classes are the connection-level ones (PEP 249), as
+# opposed to IntegrityError/DataError/ProgrammingError, which retrying cannot fix.
+_TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether ``error`` (or the SQLAlchemy error Optuna wrapped) is worth retrying."""
+    if isinstance(error, optuna.exceptions.StorageInternalError):
+        error = error.__cause__ or error
+    if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    return isinstance(error, _TRANSIENT)
+
+
+def with_retry(
+    call: Callable[[], T],
+    *,
+    what: str,
+    budget: float = DEFAULT_BUDGET_S,
+    retrying: Callable[[], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Runs ``call()``, retrying transient storage errors with backoff (0.25 s doubling to 8 s).
+
+    Args:
+        call: The storage operation. It must be safe to repeat after a failure: a transaction
+            that failed was rolled back, so only a commit whose acknowledgement was lost can have
+            taken effect; ``retrying`` is where a caller checks for that.
+        what: Names the operation in the log line.
+        budget: Seconds to keep trying before the error is raised.
+        retrying: Called before each retry (not before the first try).
+        sleep: For tests.
+    """
+    deadline = time.monotonic() + budget
+    delay = 0.25
+    attempt = 0
+    while True:
+        try:
+            if attempt and retrying is not None:
+                retrying()
+            return call()
+        except Exception as error:
+            if not is_transient(error) or time.monotonic() + delay > deadline:
+                raise
+            attempt += 1
+            if attempt == 1:
+                reason = str(getattr(error, "orig", None) or error.__cause__ or error).strip()
+                _logger.warning(
+                    "storage unreachable while %s (%s); retrying for up to %.0f s",
+                    what,
+                    reason.splitlines()[0][:200] if reason else type(error).__name__,
+                    budget,
+                )
+            sleep(delay)
+            delay = min(delay * 2, 8.0)

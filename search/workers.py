@@ -1,0 +1,144 @@
+"""Worker processes on one host: ``--workers K`` and ``--devices``.
+
+The parent validates the input and creates the study once, then starts K processes that each run
+the ordinary trial loop on the same study (the database coordinates them; there is no scheduler
+here). The parent shows one progress bar for the whole study by polling its finished count, and
+forwards SIGINT/SIGTERM/SIGHUP to the workers once: each records its trial in flight as FAIL.
+
+Workers run in their own process group, so a Ctrl-C in the terminal reaches the parent only and
+each worker sees exactly one SIGINT (from the parent), never two.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["PoolResult", "WorkerSpec", "plan_workers", "run_pool", "threads_per_worker"]
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class DevicePlanError(ValueError):
+    """``--devices``/``--device`` ask for GPUs this machine does not have."""
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker's place: its index among ``count`` and the device it trains on."""
+
+    index: int
+    count: int
+    device: str
+    threads: int
+
+
+@dataclass(frozen=True)
+class PoolResult:
+    """How the workers ended."""
+
+    exit_codes: tuple[int, ...]
+    signum: int | None  # The signal the parent received and forwarded, if any.
+
+
+def threads_per_worker(workers: int) -> int:
+    """Each worker's share of this process's CPUs (at least one), for ``torch.set_num_threads``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # Not Linux.
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // workers)
+
+
+def plan_workers(workers: int, device: str, devices: str) -> list[WorkerSpec]:
+    """Assigns a device to each worker.
+
+    With ``devices`` ("0,1,3"), worker i uses ``cuda:devices[i mod len]``. Otherwise with
+    ``device`` auto (CUDA available) or ``cuda``, worker i uses ``cuda:(i mod device_count)``; an
+    explicit ``cuda:N`` or ``cpu`` puts every worker there.
+
+    Raises:
+        DevicePlanError: When the GPUs asked for are not visible.
+    """
+    threads = threads_per_worker(workers)
+    cuda = torch.cuda.is_available()
+    count = torch.cuda.device_count() if cuda else 0
+    if devices:
+        if not cuda:
+            raise DevicePlanError(f"--devices {devices}: CUDA is not available on this machine")
+        indices = [int(d) for d in devices.split(",")]
+        missing = [i for i in indices if i >= count]
+        if missing:
+            raise DevicePlanError(f"--devices {devices}: only {count} CUDA device(s) visible")
+        names = [f"cuda:{indices[i % len(indices)]}" for i in range(workers)]
+    elif device == "cuda" or (device == "auto" and cuda):
+        if not cuda:
+            raise DevicePlanError(f"--device {device}: CUDA is not available on this machine")
+        names = [f"cuda:{i % count}" for i in range(workers)]
+    else:
+        names = ["cpu" if device == "auto" else device] * workers
+    return [WorkerSpec(i, workers, name, threads) for i, name in enumerate(names)]
+
+
+def _child(target: Callable[..., int], args: tuple[Any, ...]) -> None:
+    os.setpgrp()  # Out of the terminal's process group: only the parent forwards signals.
+    raise SystemExit(target(*args))
+
+
+def run_pool(
+    target: Callable[..., int],
+    specs: Sequence[WorkerSpec],
+    args: tuple[Any, ...],
+    poll: Callable[[], None],
+    poll_interval: float = 0.5,
+) -> PoolResult:
+    """Runs ``target(*args, spec)`` in one spawned process per spec and waits for all of them.
+
+    Args:
+        target: A module-level function (it is imported by the child) returning an exit code.
+        specs: One per worker.
+        args: Picklable arguments before the spec.
+        poll: Called every ``poll_interval`` seconds while workers run (the progress bar).
+    """
+    context = multiprocessing.get_context("spawn")  # No inherited database connections or CUDA state.
+    processes = [
+        context.Process(target=_child, args=(target, (*args, spec)), name=f"worker-{spec.index}")
+        for spec in specs
+    ]
+    received: list[int] = []
+    signalled: set[int] = set()
+
+    def send() -> None:
+        for process in processes:
+            if process.pid is not None and process.pid not in signalled and process.exitcode is None:
+                signalled.add(process.pid)
+                os.kill(process.pid, received[0])
+
+    def forward(signum: int, _frame: Any) -> None:
+        if not received:  # A second Ctrl-C: the workers are already finishing their trials.
+            received.append(signum)
+        send()
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        for process in processes:
+            process.start()
+        if received:  # A signal that came while the workers were starting.
+            send()
+        while any(p.is_alive() for p in processes):
+            poll()
+            for p in processes:
+                p.join(timeout=poll_interval / len(processes))
+        poll()
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    codes = tuple(p.exitcode if p.exitcode is not None else 1 for p in processes)
+    return PoolResult(codes, received[0] if received else None)
