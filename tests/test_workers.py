@@ -1,0 +1,237 @@
+"""Several workers on one study: --workers on one host, and separate processes as separate hosts.
+
+Real processes on real SQLite files, PostgreSQL and MariaDB databases (throwaway ones).
+"""
+
+from __future__ import annotations
+
+import collections
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+from optuna.trial import TrialState
+import pytest
+import sqlalchemy
+
+from search.optimize import sampler_seed
+from search.workers import DevicePlanError
+from search.workers import plan_workers
+from search.workers import threads_per_worker
+from tasks_for_tests import MID_TRIAL_FLAG
+from conftest import POSTGRES_ADMIN
+from conftest import cli_env
+from conftest import run_cli
+
+
+SLOW = "tasks_for_tests:slow"
+TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+
+
+def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def trials_of(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(storage=storage, study_name=name).get_trials()
+    finally:
+        storage.engine.dispose()
+
+
+def assert_study_is_sound(trials: list[optuna.trial.FrozenTrial], n: int, workers: int) -> None:
+    """N <= finished <= N + workers - 1, every baseline once, nothing RUNNING, numbers contiguous."""
+    finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert n <= len(finished) <= n + workers - 1, collections.Counter(t.state.name for t in trials)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    tags = sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs)
+    assert tags == TAGS
+    assert [t.number for t in trials] == list(range(len(trials)))
+    sampled = [tuple(sorted(t.params.items())) for t in finished if "baseline" not in t.user_attrs]
+    assert len(set(sampled)) == len(sampled), "two workers sampled the same point"
+
+
+def wait_for_mid_trial_pid(cwd: pathlib.Path, timeout: float = 120) -> int:
+    """The pid a slow trial wrote into the flag file a third into its run."""
+    flag = cwd / MID_TRIAL_FLAG
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            return int(flag.read_text())
+        except (FileNotFoundError, ValueError):  # Not yet written, or half-written.
+            time.sleep(0.02)
+    raise AssertionError("no trial reached the middle of its run")
+
+
+# -- placing workers ---------------------------------------------------------------------------
+
+
+def test_plan_workers_on_a_cpu_machine():
+    specs = plan_workers(3, "auto", "")
+    assert [s.device for s in specs] == ["cpu"] * 3 and [s.index for s in specs] == [0, 1, 2]
+    assert all(s.count == 3 and s.threads == threads_per_worker(3) >= 1 for s in specs)
+    with pytest.raises(DevicePlanError, match="CUDA is not available"):
+        plan_workers(2, "auto", "0,1")
+    with pytest.raises(DevicePlanError, match="CUDA is not available"):
+        plan_workers(2, "cuda", "")
+
+
+def test_sampler_seeds_differ_per_worker_and_per_process():
+    a = sampler_seed(42, 10, worker=0, process="host-a:100")
+    assert a == sampler_seed(42, 10, worker=0, process="host-a:100")
+    others = {
+        sampler_seed(42, 10, worker=1, process="host-a:100"),
+        sampler_seed(42, 10, worker=0, process="host-a:101"),
+        sampler_seed(42, 10, worker=0, process="host-b:100"),
+        sampler_seed(42, 11, worker=0, process="host-a:100"),
+        sampler_seed(43, 10, worker=0, process="host-a:100"),
+    }
+    assert a not in others and len(others) == 5
+
+
+def test_devices_flag_is_bad_input_without_cuda(tmp_path):
+    proc = run_cli(["--workers", "2", "--devices", "0,1"], tmp_path)
+    assert proc.returncode == 2 and "CUDA is not available" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+    proc = run_cli(["--workers", "0"], tmp_path)
+    assert proc.returncode == 2 and "workers must be >= 1" in proc.stderr
+
+
+# -- one host, --workers -----------------------------------------------------------------------
+
+
+def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
+    proc = run_cli(["--trials", "40", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "locked" not in proc.stderr and "Traceback" not in proc.stderr
+    assert "4 workers" in proc.stdout
+    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", "seed-mlp")
+    assert_study_is_sound(trials, 40, 4)
+    assert not [t for t in trials if t.state == TrialState.FAIL]
+
+
+@pytest.mark.parametrize("fixture", ["postgres_url", "mysql_url"])
+def test_two_workers_on_a_database_server(request, tmp_path, fixture):
+    url = request.getfixturevalue(fixture)
+    proc = run_cli(["--trials", "16", "--workers", "2", "--storage", url], tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 workers on cpu" in proc.stdout and "Traceback" not in proc.stderr
+    trials = trials_of(url, "seed-mlp")
+    assert_study_is_sound(trials, 16, 2)
+    # Both workers really trained: each records its device, and the run took trials from both.
+    assert len({t.user_attrs["device"] for t in trials}) == 1
+    assert not (tmp_path / "study.db").exists()
+
+
+def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
+    proc = start_cli(["--trials", "40", "--task", SLOW, "--workers", "2"], tmp_path)
+    wait_for_mid_trial_pid(tmp_path)
+    proc.send_signal(signal.SIGINT)  # To the parent, as a terminal's Ctrl-C would.
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err and f"Study '{SLOW}'" in out
+    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW)
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert 1 <= len(failed) <= 2 and all(t.user_attrs["fail_reason"].startswith("interrupted") for t in failed)
+
+
+def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
+    proc = start_cli(["--trials", "10", "--task", SLOW, "--workers", "2", "--epochs", "30"], tmp_path)
+    pid = wait_for_mid_trial_pid(tmp_path)
+    assert pid != proc.pid
+    import os
+
+    os.kill(pid, signal.SIGTERM)  # One worker only; the parent and the other worker go on.
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert "worker" in err and "exited with 143" in err and "Traceback" not in err
+    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW)
+    assert_study_is_sound(trials, 10, 2)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].user_attrs["fail_reason"] == "interrupted (SIGTERM)"
+
+
+# -- several hosts: independent processes on one database --------------------------------------
+
+
+def test_hosts_starting_at_the_same_second_enqueue_baselines_once(postgres_url, tmp_path):
+    procs = [start_cli(["--trials", "9", "--storage", postgres_url, "--quiet"], tmp_path) for _ in range(3)]
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in results]
+    trials = trials_of(postgres_url, "seed-mlp")
+    assert_study_is_sound(trials, 9, 3)
+    assert sorted(t.user_attrs["baseline"] for t in trials if "baseline" in t.user_attrs) == TAGS
+
+
+def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tmp_path):
+    """kill -9 one of two hosts mid-baseline: the other fails its trial (heartbeat) and re-runs it."""
+    args = ["--trials", "10", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
+    procs = {p.pid: p for p in (start_cli(args, tmp_path), start_cli(args, tmp_path))}
+    victim = wait_for_mid_trial_pid(tmp_path)
+    running = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.RUNNING]
+    procs[victim].kill()  # SIGKILL: no handler runs; its claimed trial stays RUNNING.
+    procs[victim].communicate(timeout=60)
+    completed_before = {t.number for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE}
+    (survivor,) = [p for pid, p in procs.items() if pid != victim]
+    out, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, err
+    trials = trials_of(postgres_url, SLOW)
+    assert_study_is_sound(trials, 10, 2)
+    assert completed_before <= {t.number for t in trials if t.state == TrialState.COMPLETE}
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].number in {t.number for t in running}
+    assert "baseline" in failed[0].user_attrs  # Mid-baseline: the claimed kind of trial.
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    assert retry[0].params == failed[0].params
+    assert retry[0].user_attrs["baseline"] == failed[0].user_attrs["baseline"]
+
+
+def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
+    """The database refuses connections and drops every session for 4 s, twice: nothing is lost."""
+    name = postgres_url.rsplit("/", 1)[1]
+    url = postgres_url.replace("postgres@", "postgres:hunter2@")  # Trust auth: any password works.
+    proc = start_cli(["--trials", "14", "--task", SLOW, "--workers", "2", "--storage", url], tmp_path)
+    admin = sqlalchemy.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
+    seen_complete: set[int] = set()
+    try:
+        wait_for_mid_trial_pid(tmp_path)
+        for _ in range(2):
+            seen_complete |= {t.number for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE}
+            with admin.connect() as c:
+                c.exec_driver_sql(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")
+                c.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+                )
+            time.sleep(4)
+            with admin.connect() as c:
+                c.exec_driver_sql(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")
+            time.sleep(2)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        with admin.connect() as c:
+            c.exec_driver_sql(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS true")
+        admin.dispose()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "storage unreachable" in err, "the outage should have been noticed and ridden out"
+    assert "hunter2" not in out + err and "Traceback" not in err
+    trials = trials_of(postgres_url, SLOW)
+    assert seen_complete <= {t.number for t in trials if t.state == TrialState.COMPLETE}
+    finished = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert 14 <= len(finished) <= 15 and not [t for t in trials if t.state == TrialState.RUNNING]
+    assert sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs) == TAGS
