@@ -5,6 +5,9 @@ P1  service overhead per trial (wall time per trial minus training time) on a de
     time with a trivial objective; plain Optuna on in-memory storage is the floor.
 P2  our trainer vs a plain copy of the seed script's loop made device-correct (model and data
     on the device, fp16 autocast + GradScaler there), same work, interleaved repetitions.
+P3  throughput of ``--workers 2`` vs ``--workers 1`` on the seed task and a SQLite study: trials
+    per second from the first trial's start to the last trial's end (process start-up excluded),
+    and wall time including start-up; rounds alternate the arms.
 
 Not a test: these machines are shared and noisy, so it prints numbers and asserts nothing.
 """
@@ -15,6 +18,8 @@ import argparse
 import copy
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -133,12 +138,32 @@ def trainer_ratio(device: torch.device, repeats: int) -> tuple[float, float, flo
     return o / s, o, s
 
 
+def workers_throughput(workers: int, n_trials: int, directory: str) -> tuple[float, float]:
+    """(trials/s between the first start and the last end, wall seconds) of the real command."""
+    path = os.path.join(directory, f"w{workers}.db")
+    start = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "search.optimize", "--trials", str(n_trials), "--workers", str(workers)]
+        + ["--storage", f"sqlite:///{path}", "--quiet"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=directory,
+    )
+    wall = time.perf_counter() - start
+    trials = optuna.load_study(storage=f"sqlite:///{path}", study_name="seed-mlp").get_trials()
+    first = min(t.datetime_start for t in trials)
+    last = max(t.datetime_complete for t in trials)
+    return len(trials) / (last - first).total_seconds(), wall
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=60, help="trials per P1 measurement")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds for P1")
     parser.add_argument("--repeats", type=int, default=40, help="interleaved runs for P2")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--p3-trials", type=int, default=200, help="trials per P3 run")
+    parser.add_argument("--p3-rounds", type=int, default=2, help="alternating rounds for P3")
     args = parser.parse_args()
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     print(
@@ -176,6 +201,24 @@ def main() -> None:
     print(f"\nP2 train time per trial on {args.device} (seed task, 30 epochs, median of {args.repeats}):")
     print(f"  seed loop, device-correct              {s * 1000:8.1f} ms   1.00x")
     print(f"  search.trainer.train                   {o * 1000:8.1f} ms   {ratio:.2f}x  (target <= 1.0x)")
+
+    p3: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chdir(tmp)  # The P1 rounds left us in a directory that no longer exists.
+        for r in range(args.p3_rounds):
+            for workers in (1, 2) if r % 2 == 0 else (2, 1):
+                round_dir = os.path.join(tmp, f"r{r}")
+                os.makedirs(round_dir, exist_ok=True)
+                p3[workers].append(workers_throughput(workers, args.p3_trials, round_dir))
+    (one, one_wall), (two, two_wall) = (
+        tuple(statistics.median(col) for col in zip(*p3[k])) for k in (1, 2)
+    )
+    print(f"\nP3 throughput, seed task, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):")
+    print(f"  --workers 1                            {one:8.2f} trials/s   1.00x   (wall {one_wall:.1f} s)")
+    print(
+        f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   "
+        f"(wall {two_wall:.1f} s, {one_wall / two_wall:.2f}x)  (target >= 1.8x)"
+    )
 
 
 if __name__ == "__main__":

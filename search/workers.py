@@ -14,7 +14,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any

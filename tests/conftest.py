@@ -39,6 +39,18 @@ def run_cli(args: list[str], cwd: pathlib.Path, timeout: float = 240) -> subproc
     )
 
 
+def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
+    """Starts ``python -m search.optimize ARGS`` in ``cwd`` in the background, output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", *args],
+        cwd=cwd,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def load(cwd: pathlib.Path, name: str = "seed-mlp", file: str = "study.db") -> optuna.Study:
     """Loads a study written by the CLI in ``cwd``."""
     return optuna.load_study(storage=f"sqlite:///{cwd / file}", study_name=name)

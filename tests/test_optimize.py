@@ -20,6 +20,7 @@ from search.optimize import sampler_seed
 from tasks_for_tests import MID_TRIAL_FLAG
 from conftest import cli_env
 from conftest import load
+from conftest import start_cli
 from conftest import run_cli
 
 
@@ -159,14 +160,7 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", "--trials", "50", "--task", "tasks_for_tests:slow"],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(["--trials", "50", "--task", "tasks_for_tests:slow"], tmp_path)
     db = tmp_path / "study.db"
     deadline = time.time() + 120
     # Wait until some trials are stored (baselines, then sampled ones), then signal mid-trial.
@@ -195,24 +189,7 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
 
 
 def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "search.optimize",
-            "--trials",
-            "8",
-            "--task",
-            "tasks_for_tests:slow",
-            "--epochs",
-            "10",
-        ],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(["--trials", "8", "--task", "tasks_for_tests:slow", "--epochs", "10"], tmp_path)
     deadline = time.time() + 120
     while time.time() < deadline:
         time.sleep(0.2)
@@ -346,14 +323,7 @@ def test_help_documents_every_flag():
 def test_killed_worker_trial_is_failed_and_retried(tmp_path):
     """kill -9 during a claimed (baseline) trial: the next run fails it and runs it again."""
     args = ["--trials", "6", "--task", "tasks_for_tests:slow", "--heartbeat-interval", "1", "--quiet"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", *args],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(args, tmp_path)
     flag = tmp_path / MID_TRIAL_FLAG
     deadline = time.time() + 120
     while not flag.exists() and time.time() < deadline:

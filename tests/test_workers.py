@@ -8,8 +8,7 @@ from __future__ import annotations
 import collections
 import pathlib
 import signal
-import subprocess
-import sys
+import os
 import time
 
 import optuna
@@ -23,23 +22,12 @@ from search.workers import plan_workers
 from search.workers import threads_per_worker
 from tasks_for_tests import MID_TRIAL_FLAG
 from conftest import POSTGRES_ADMIN
-from conftest import cli_env
 from conftest import run_cli
+from conftest import start_cli
 
 
 SLOW = "tasks_for_tests:slow"
 TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
-
-
-def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", *args],
-        cwd=cwd,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def trials_of(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -151,8 +139,6 @@ def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
     proc = start_cli(["--trials", "10", "--task", SLOW, "--workers", "2", "--epochs", "30"], tmp_path)
     pid = wait_for_mid_trial_pid(tmp_path)
     assert pid != proc.pid
-    import os
-
     os.kill(pid, signal.SIGTERM)  # One worker only; the parent and the other worker go on.
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
@@ -185,7 +171,7 @@ def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tm
     procs[victim].communicate(timeout=60)
     completed_before = {t.number for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE}
     (survivor,) = [p for pid, p in procs.items() if pid != victim]
-    out, err = survivor.communicate(timeout=300)
+    _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err
     trials = trials_of(postgres_url, SLOW)
     assert_study_is_sound(trials, 10, 2)
