@@ -28,4 +28,12 @@ print(f"{device:5} {dtype:9} {n / (end - start):6.2f} trials/s (incl. start-up) 
 PY
   done
 done
+# --workers on the GPUs: worker i trains on cuda:(i mod device_count); print where trials ran.
+python -m search.optimize --trials "$trials" --workers 2 --storage "sqlite:///$work/workers.db" --quiet \
+  > "$work/workers.txt"
+python - "$work/workers.db" <<'PY'
+import collections, sys, optuna
+trials = optuna.load_study(storage=f"sqlite:///{sys.argv[1]}", study_name="seed-mlp").get_trials()
+print("--workers 2:", dict(collections.Counter(t.user_attrs.get("device") for t in trials)))
+PY
 rm -rf "$work"
