@@ -13,12 +13,20 @@ from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState
 
-from search.config import Settings
+from search.config import Settings, settings_from_dict
 from search.retry import with_retry
 from search.space import baseline_trials
 from search.trial_writer import TrialWriter
 
-__all__ = ["IncompatibleStudyError", "StudyHandle", "finished_and_best", "inspect_study", "prepare_study", "waiting_baseline"]
+__all__ = [
+    "IncompatibleStudyError",
+    "StudyHandle",
+    "finished_and_best",
+    "inspect_study",
+    "prepare_study",
+    "settings_of",
+    "waiting_baseline",
+]
 
 # Study user attrs that define what the trials measure; a resume must match them.
 RECORDED_KEYS = ("task", "epochs", "seed", "amp_dtype", "space", "penalty", "fingerprint")
@@ -51,6 +59,15 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
         "penalty": data["penalty"],
         "fingerprint": fingerprint,
     }
+
+
+def settings_of(study: optuna.Study) -> Settings:
+    """The settings a study was created with (its recorded user attrs), for reading it back."""
+    attrs = study.user_attrs
+    run = {key: attrs[key] for key in ("task", "epochs", "seed", "amp_dtype") if key in attrs}
+    return settings_from_dict(
+        {"run": run, "space": attrs.get("space", {}), "penalty": attrs.get("penalty", {})}
+    )
 
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
