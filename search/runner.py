@@ -384,7 +384,7 @@ class Runner:
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         with deferred_interrupts():
             value = outcome.value if state == TrialState.COMPLETE else None
-            if not self._finish(trial, state, value, outcome.user_attrs):
+            if not self._finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values):
                 return True
         self._count(state)
         self.on_trial(state, outcome.value)
@@ -406,7 +406,14 @@ class Runner:
                 return f"duplicate of baseline {tag} (trial {other.number}); not run"
         return None
 
-    def _finish(self, trial: optuna.Trial, state: TrialState, value: float | None, attrs: dict) -> bool:
+    def _finish(
+        self,
+        trial: optuna.Trial,
+        state: TrialState,
+        value: float | None,
+        attrs: dict,
+        intermediate_values: dict[int, float] | None = None,
+    ) -> bool:
         """Finishes a claimed trial; False when a peer failed it first (it looked dead)."""
         finished: list[bool] = []
 
@@ -417,7 +424,7 @@ class Runner:
 
         def call() -> None:
             if not finished:
-                self.writer.finish(trial, state, value, attrs)
+                self.writer.finish(trial, state, value, attrs, intermediate_values)
 
         try:
             self._storage_call_with_check(call, check, f"finishing trial {trial.number}")

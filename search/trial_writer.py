@@ -162,15 +162,27 @@ class TrialWriter:
         finally:
             session.close()
 
-    def finish(self, trial: optuna.Trial, state: TrialState, value: float | None, user_attrs: dict) -> None:
-        """Finishes a RUNNING trial (claimed with ``study.ask``): its attrs, value and state at once.
+    def finish(
+        self,
+        trial: optuna.Trial,
+        state: TrialState,
+        value: float | None,
+        user_attrs: dict,
+        intermediate_values: dict[int, float] | None = None,
+    ) -> None:
+        """Finishes a RUNNING trial (claimed with ``study.ask``): attrs, curve, value and state at once.
 
-        The same rows as ``set_user_attr`` for each attr then ``study.tell``, in one transaction.
-        (Our samplers' ``after_trial`` hooks do nothing for these trials, so none is called.)
+        The same rows as ``set_user_attr`` for each attr, ``report`` for each intermediate value,
+        then ``study.tell``, in one transaction. (Our samplers' ``after_trial`` hooks do nothing for
+        these trials, so none is called.)
         """
+        intermediate_values = intermediate_values or {}
         if self._rdb is None:
             for key, attr in user_attrs.items():
                 trial.set_user_attr(key, attr)
+            for step, reported in intermediate_values.items():
+                if step not in trial.storage.get_trial(trial._trial_id).intermediate_values:
+                    trial.report(reported, step)
             self.study.tell(trial, value, state=state)
             return
         with self._transaction() as session:
@@ -188,6 +200,15 @@ class TrialWriter:
                 stored, kind = models.TrialValueModel.value_to_stored_repr(value)
                 rows.append(
                     models.TrialValueModel(trial_id=row.trial_id, objective=0, value=stored, value_type=kind)
+                )
+            curve = models.TrialIntermediateValueModel
+            session.query(curve).filter(
+                curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
+            ).delete()  # Steps the pruner already reported are written again, with the same value.
+            for step, reported in intermediate_values.items():
+                stored, kind = curve.intermediate_value_to_stored_repr(reported)
+                rows.append(
+                    curve(trial_id=row.trial_id, step=step, intermediate_value=stored, intermediate_value_type=kind)
                 )
             session.add_all(rows)
             row.state = state

@@ -105,13 +105,17 @@ def _check_finish_same_as_tell(url: str) -> None:
     ours = optuna.load_study(storage=storage, study_name="batched")
     theirs = optuna.load_study(storage=storage, study_name="reference")
     writer = TrialWriter(ours)
+    curve = {0: 0.7, 1: float("inf"), 2: 0.4}
     for state, value in [(TrialState.COMPLETE, 0.3), (TrialState.FAIL, None)]:
         a, b = ours.ask(), theirs.ask()
         a.suggest_float("x", 0, 1)
         b.suggest_float("x", 0, 1)
-        writer.finish(a, state, value, attrs)
+        a.report(0.7, 0)  # A pruner's report before the finish: written once, not twice.
+        writer.finish(a, state, value, attrs, curve)
         for key, attr in attrs.items():
             b.set_user_attr(key, attr)
+        for step, loss in curve.items():
+            b.report(loss, step)
         theirs.tell(b, value, state=state)
     got = [_comparable(t)[:-1] for t in optuna.load_study(storage=url, study_name="batched").get_trials()]
     want = [_comparable(t)[:-1] for t in optuna.load_study(storage=url, study_name="reference").get_trials()]
@@ -131,3 +135,42 @@ def test_finish_postgresql(postgres_url):
 
 def test_finish_mariadb(mysql_url):
     _check_finish_same_as_tell(mysql_url)
+
+
+def _check_enqueue_once_from_many_processes(url: str) -> None:
+    """Four processes enqueue the same tags at once: each tag ends up once."""
+    import subprocess
+    import sys
+
+    storage = open_storage(url)
+    optuna.create_study(storage=storage, study_name="q")
+    storage.engine.dispose()
+    code = (
+        "import sys, optuna; from search.storage import open_storage; "
+        "from search.study import waiting_baseline; from search.trial_writer import TrialWriter; "
+        "s = optuna.load_study(storage=open_storage(sys.argv[1]), study_name='q'); "
+        "w = TrialWriter(s); "
+        "print(len(w.enqueue_once([waiting_baseline(f'seed-{i}', {'x': i}) for i in range(1, 6)], 'baseline')))"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    assert sorted(int(out) for out, _ in outs) == [0, 0, 0, 5]
+    trials = optuna.load_study(storage=url, study_name="q").get_trials()
+    assert sorted(t.user_attrs["baseline"] for t in trials) == [f"seed-{i}" for i in range(1, 6)]
+    assert all(t.state == TrialState.WAITING for t in trials)
+
+
+def test_enqueue_once_sqlite(tmp_path):
+    _check_enqueue_once_from_many_processes(f"sqlite:///{tmp_path / 's.db'}")
+
+
+def test_enqueue_once_postgresql(postgres_url):
+    _check_enqueue_once_from_many_processes(postgres_url)
+
+
+def test_enqueue_once_mariadb(mysql_url):
+    _check_enqueue_once_from_many_processes(mysql_url)
