@@ -25,6 +25,7 @@ import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
+from search import dashboard
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
@@ -397,7 +398,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
     except TooManyFailures as e:
         bar.close()
         if worker is None:
-            _finish(handle.study, settings, args, "stopped")
+            _finish(handle.study, settings, args, "stopped", publish=True)
             return _fail(str(e), 1)
         logging.getLogger("search").warning("%s", e)
         return 1
@@ -410,6 +411,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         args,
         f"this run: {stats.completed} complete, "
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
+        publish=True,
     )
 
 
@@ -498,13 +500,22 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     reached = finished >= settings.run.trials
     for line in abnormal:
         _note(f"warning: {line}" + ("; the others finished the study" if reached else ""))
-    _finish(handle.study, settings, args, headline)
+    _finish(handle.study, settings, args, headline, publish=True)
     if reached:
         return 0
     return 1 if abnormal else 0
 
 
-def _finish(study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str) -> int:
+def _finish(
+    study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
+) -> int:
+    if publish:
+        # Curves and notes for optuna-dashboard (search/dashboard.py): once per run, not per trial.
+        try:
+            dashboard.publish(study)
+        except Exception as e:  # The results are stored; only their dashboard figures are missing.
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            _note(f"warning: dashboard figures not written: {redact(first, settings.run.storage)}")
     data = summarize(study, settings.space)
     data["storage"] = mask_url(settings.run.storage)
     print(headline)

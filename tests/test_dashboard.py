@@ -1,0 +1,155 @@
+"""optuna-dashboard on a real study: what search.dashboard publishes, and a real server serving it."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import optuna
+from optuna_dashboard import get_note
+from optuna_dashboard import save_note
+import pytest
+
+from search import dashboard
+from search.storage import open_storage
+from conftest import cli_env
+from conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> pathlib.Path:
+    """A real 12-trial study; the run publishes its figures and notes at the end."""
+    cwd = tmp_path_factory.mktemp("dash")
+    proc = run_cli(["--trials", "12", "--quiet"], cwd)
+    assert proc.returncode == 0, proc.stderr
+    return cwd
+
+
+def _study(cwd: pathlib.Path) -> optuna.Study:
+    return optuna.load_study(storage=open_storage(f"sqlite:///{cwd / 'study.db'}"), study_name="seed-mlp")
+
+
+def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
+    study = _study(study_dir)
+    attrs = study._storage.get_study_system_attrs(study._study_id)
+    for graph in (dashboard.CURVES_ID, dashboard.EXPLORER_ID):
+        assert any(key.startswith(f"dashboard:plot_data:{graph}:") for key in attrs), graph
+    note = get_note(study)
+    assert "Seed baselines vs the best" in note and "seed-5" in note and "best" in note
+    trials = study.get_trials()
+    for t in trials:
+        assert sorted(t.intermediate_values) == list(range(30))  # The loss curve, every trial.
+        assert t.intermediate_values[29] == pytest.approx(t.user_attrs["final_loss"])
+    seed3 = next(t for t in trials if t.user_attrs.get("baseline") == "seed-3")
+    note3 = get_note(optuna.Trial(study, seed3._trial_id))
+    assert f"Skipped steps: **{seed3.user_attrs['skipped_steps']} of 30**" in note3
+    assert "epochs 1, 2, 3, 4, 5" in note3
+
+
+def test_curves_figure_marks_the_skipped_steps(study_dir):
+    study = _study(study_dir)
+    space = dashboard.settings_of(study).space
+    named = dashboard._named_trials(study.get_trials())
+    labels = [label for label, _ in named]
+    assert labels[0].startswith("best") and any("seed-1 default" in label for label in labels)
+    seed3 = next(t for t in study.get_trials() if t.user_attrs.get("baseline") == "seed-3")
+    figure = dashboard.curves_figure([("seed-3", seed3)], space)
+    marks = [trace for trace in figure.data if trace.mode == "markers"]
+    assert [list(m.x) for m in marks] == [[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]]
+    assert figure.layout.yaxis2.type == "log"
+    explorer = dashboard.explorer_figure(study.get_trials(), space)
+    buttons = explorer.layout.updatemenus[0].buttons
+    assert len(buttons) == 12 and buttons[0].label.startswith(f"#{study.best_trial.number}")
+
+
+def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_path):
+    db = tmp_path / "study.db"
+    db.write_bytes((study_dir / "study.db").read_bytes())
+    study = _study(tmp_path)
+    again = dashboard.publish(study)
+    assert again.trial_notes == 0 and again.study_note  # Still our note: refreshed.
+    save_note(study, "my own words")
+    assert not dashboard.publish(study).study_note
+    assert get_note(study) == "my own words"
+    first = study.trials[0]
+    save_note(optuna.Trial(study, first._trial_id), "trial note by a person")
+    dashboard.publish(study)
+    assert get_note(optuna.Trial(study, first._trial_id)) == "trial note by a person"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening_addresses(port: int) -> set[str]:
+    addresses = set()
+    for line in pathlib.Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, state = line.split()[1], line.split()[3]
+        host, port_hex = local.split(":")
+        if int(port_hex, 16) == port and state == "0A":  # 0A: LISTEN
+            addresses.add(socket.inet_ntoa(bytes.fromhex(host)[::-1]))
+    return addresses
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "search.dashboard", "--port", str(port)],
+        cwd=study_dir,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        studies = None
+        while time.time() < deadline and server.poll() is None:
+            try:
+                studies = _get(f"{base}/api/studies")
+                break
+            except OSError:
+                time.sleep(0.3)
+        assert studies is not None, server.communicate(timeout=10)
+        (summary,) = studies["study_summaries"]
+        detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
+        graphs = {g["id"] for g in detail["plotly_graph_objects"]}
+        assert {dashboard.CURVES_ID, dashboard.EXPLORER_ID} <= graphs
+        curves = next(g for g in detail["plotly_graph_objects"] if g["id"] == dashboard.CURVES_ID)
+        assert "Best vs the seed default" in curves["graph_object"]
+        assert "Seed baselines vs the best" in detail["note"]["body"]
+        trials = detail["trials"]
+        assert len(trials) == 12
+        assert all(len(t["intermediate_values"]) == 30 for t in trials)
+        assert all("Skipped steps" in t["note"]["body"] for t in trials)
+        # Bound to the loopback address only (the default): the kernel's table of listening sockets.
+        assert _listening_addresses(port) == {"127.0.0.1"}
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
+
+
+def test_no_study_file_is_one_line_and_creates_nothing(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "search.dashboard", "--publish-only"],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "no study file study.db" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
