@@ -79,7 +79,8 @@ class RunConfig:
     storage: str = "sqlite:///study.db"
     device: str = "auto"
     amp_dtype: str = "float16"
-    epochs: int = 30
+    epochs: int = 0  # Passes over the data; 0: the task's own default (seed-mlp: 30).
+    steps: int = 0  # Optimizer steps instead of epochs; 0: as many as the epochs make.
     seed: int = 42
     sampler: str = "tpe"
     pruner: str = "none"
@@ -221,8 +222,10 @@ def _validate(s: Settings) -> None:
     run = s.run
     if run.trials < 0:
         raise ConfigError(f"trials must be >= 0, got {run.trials}")
-    if run.epochs < 1:
-        raise ConfigError(f"epochs must be >= 1, got {run.epochs}")
+    if run.epochs < 0:
+        raise ConfigError(f"epochs must be >= 1 (or 0 for the task's default), got {run.epochs}")
+    if run.steps < 0:
+        raise ConfigError(f"steps must be >= 1 (or 0: as many as the epochs make), got {run.steps}")
     if run.heartbeat_interval < 1:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.workers < 1:

@@ -14,7 +14,7 @@ import torch
 from search.config import PenaltyConfig
 from search.penalty import assess
 from search.tasks.base import Problem
-from search.trainer import ScalerConfig, train
+from search.trainer import ScalerConfig, batch_plan, train
 
 __all__ = ["TrialOutcome", "run_trial"]
 
@@ -40,6 +40,7 @@ def run_trial(
     scaler_config: ScalerConfig,
     *,
     epochs: int,
+    steps: int | None = None,
     amp_dtype: torch.dtype,
     penalty: PenaltyConfig,
     device_label: str,
@@ -52,7 +53,8 @@ def run_trial(
     Args:
         problem: The study's problem, already on the device.
         scaler_config: The trial's GradScaler settings.
-        epochs: Optimizer steps.
+        epochs: Passes over the data (full-batch tasks: optimizer steps).
+        steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: Autocast dtype.
         penalty: Penalty weights and thresholds.
         device_label: The device string stored with the trial (e.g. ``cuda:0 (NVIDIA H100)``).
@@ -61,11 +63,13 @@ def run_trial(
             True stops the run as PRUNED. None disables pruning and its host syncs.
         n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
     """
+    epochs = epochs or problem.epochs  # 0: the task's own default.
     intermediate: dict[int, float] = {}
     checkpoints: tuple[int, ...] = ()
     stop = None
     if should_prune is not None:
-        checkpoints = tuple(sorted({max(1, round(epochs * k / n_reports)) for k in range(1, n_reports + 1)}))
+        total = len(batch_plan(problem, epochs, steps))
+        checkpoints = tuple(sorted({max(1, round(total * k / n_reports)) for k in range(1, n_reports + 1)}))
 
         def stop(epoch: int, loss: float) -> bool:
             intermediate[epoch] = loss if math.isfinite(loss) else penalty.nonfinite
@@ -75,6 +79,7 @@ def run_trial(
         problem,
         scaler_config,
         epochs=epochs,
+        steps=steps,
         amp_dtype=amp_dtype,
         deadline=deadline,
         checkpoints=checkpoints,

@@ -33,6 +33,7 @@ from search.storage import StorageError, enable_wal, mask_url, open_storage, red
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.trainer import batch_plan
 from search.workers import DevicePlanError, WorkerSpec, plan_workers, run_pool
 
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
@@ -65,7 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     add("--task", default=None, help=f"built-in task name or package.module:callable [{d.task}]")
     add("--device", default=None, help=f"auto, cpu, cuda or cuda:N; auto = cuda if available [{d.device}]")
     add("--amp-dtype", default=None, choices=("float16", "bfloat16"), help=f"autocast dtype [{d.amp_dtype}]")
-    add("--epochs", type=int, default=None, help=f"full-batch optimizer steps per trial [{d.epochs}]")
+    add(
+        "--epochs",
+        type=int,
+        default=None,
+        help="passes over the data per trial; a full-batch task takes one optimizer step per epoch "
+        "[the task's default; seed-mlp: 30]",
+    )
+    add("--steps", type=int, default=None, help="optimizer steps per trial instead of --epochs [as the epochs make]")
     add("--seed", type=int, default=None, help=f"task seed: data and initial weights [{d.seed}]")
     add("--timeout", type=float, default=None, help="stop starting trials after SECONDS (0 = none) [0]")
     add("--trial-timeout", type=float, default=None, help="fail a trial running past SECONDS (0 = none) [0]")
@@ -210,7 +218,7 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
-        "pruner max_failed_trials heartbeat_interval workers devices storage_retry"
+        "pruner max_failed_trials heartbeat_interval workers devices storage_retry steps"
     ).split()
     return {name: getattr(args, name) for name in names}
 
@@ -257,6 +265,8 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     specs = plan_workers(settings.run.workers, settings.run.device, settings.run.devices)
     task = resolve_task(settings.run.task)
     problem = build_problem(task, settings.run.task, settings.run.seed)
+    if not settings.run.epochs:  # The task's own default, recorded as such in the study.
+        settings = with_run(settings, epochs=problem.epochs)
     fingerprint = problem.fingerprint()
     storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
     _OPENED.append(storage)
@@ -279,7 +289,7 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
     prefix = "search.optimize" if worker is None else f"search.optimize[worker {worker.index}]"
     _setup_logging(url, prefix)
     if worker is None:
-        _print_notes(settings, opened.warnings)
+        _print_notes(settings, opened.warnings, opened.problem)
     try:
         if worker is None and settings.run.workers > 1:
             return _run_workers(opened, args, argv)
@@ -290,7 +300,12 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         return _fail(f"storage {mask_url(url)} failed: {redact(first, url)}", 1)
 
 
-def _print_notes(settings: Settings, warnings: list[str]) -> None:
+def total_steps(settings: Settings, problem: Problem) -> int:
+    """Optimizer steps per trial: ``--steps``, or what ``--epochs`` make for this task."""
+    return len(batch_plan(problem, settings.run.epochs or problem.epochs, settings.run.steps or None))
+
+
+def _print_notes(settings: Settings, warnings: list[str], problem: Problem) -> None:
     for note in warnings:
         _note(f"warning: {note}")
     if settings.run.amp_dtype == "bfloat16":
@@ -298,7 +313,7 @@ def _print_notes(settings: Settings, warnings: list[str]) -> None:
             "note: bfloat16 has float32's exponent range, so loss scaling rarely matters; "
             "expect the scaler settings to make little difference"
         )
-    note = growth_note(settings.space, settings.run.epochs)
+    note = growth_note(settings.space, total_steps(settings, problem))
     if note:
         _note(f"note: {note}")
     if settings.run.workers > 4 and settings.run.storage.startswith("sqlite"):
@@ -353,7 +368,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
     index = worker.index if worker is not None else 0
     seed = sampler_seed(settings.run.seed, len(existing), index, process_token())
     sampler = make_sampler(settings.run.sampler, seed)
-    pruner = make_pruner(settings.run.pruner, settings.run.epochs)
+    pruner = make_pruner(settings.run.pruner, total_steps(settings, opened.problem))
     handle = prepare_study(storage, settings, opened.fingerprint, sampler, pruner or optuna.pruners.NopPruner())
     if worker is None:
         for note in handle.notes:

@@ -266,7 +266,8 @@ class Runner:
         return run_trial(
             self.problem,
             scaler_config,
-            epochs=run.epochs,
+            epochs=run.epochs or self.problem.epochs,
+            steps=run.steps or None,
             amp_dtype=self.amp_dtype,
             penalty=self.settings.penalty,
             device_label=self.device_label,

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 # Study user attrs that define what the trials measure; a resume must match them.
-RECORDED_KEYS = ("task", "epochs", "seed", "amp_dtype", "space", "penalty", "fingerprint")
+RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint")
 BASELINE_ATTR = "baseline"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -53,6 +53,7 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
     return {
         "task": settings.run.task,
         "epochs": settings.run.epochs,
+        "steps": settings.run.steps,
         "seed": settings.run.seed,
         "amp_dtype": settings.run.amp_dtype,
         "space": data["space"],
@@ -64,7 +65,7 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
 def settings_of(study: optuna.Study) -> Settings:
     """The settings a study was created with (its recorded user attrs), for reading it back."""
     attrs = study.user_attrs
-    run = {key: attrs[key] for key in ("task", "epochs", "seed", "amp_dtype") if key in attrs}
+    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype") if key in attrs}
     return settings_from_dict(
         {"run": run, "space": attrs.get("space", {}), "penalty": attrs.get("penalty", {})}
     )

@@ -1,4 +1,4 @@
-"""The AMP training loop: autocast + GradScaler, one full-batch step per epoch.
+"""The AMP training loop: autocast + GradScaler, full-batch or mini-batch, with accumulation and clipping.
 
 It knows nothing of Optuna, so it can be tested and benchmarked alone. Per-epoch values stay
 on the device and are read once at the end: the only host syncs are the ones GradScaler makes
@@ -17,7 +17,7 @@ import torch
 
 from search.tasks.base import Problem
 
-__all__ = ["ScalerConfig", "TrainResult", "TrialTimeout", "train"]
+__all__ = ["ScalerConfig", "TrainResult", "TrialTimeout", "batch_plan", "train"]
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class TrainResult:
         zero_grad_fraction: Mean fraction of gradient entries that were exactly zero
             (fp16 underflow shows up here).
         weights_finite: Whether every final weight is finite.
-        epochs: Number of optimizer steps taken.
+        epochs: Number of optimizer steps taken (one per epoch for full-batch tasks).
         train_seconds: Wall time of the loop, including the final host read.
         stopped_early: Whether ``should_stop`` ended the run before ``epochs``.
     """
@@ -79,11 +79,46 @@ class TrialTimeout(Exception):
     """Raised between steps when a run passes its deadline."""
 
 
+def batch_plan(problem: Problem, epochs: int, steps: int | None = None) -> list[list[torch.Tensor | None]]:
+    """The micro-batches of every optimizer step: index tensors, or None for the full batch.
+
+    The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in
+    the same order (common random numbers). One optimizer step takes
+    ``problem.accumulation_steps`` micro-batches of ``problem.batch_size`` samples.
+
+    Args:
+        problem: The problem.
+        epochs: Passes over the data.
+        steps: Optimizer steps instead of ``epochs`` (as many passes as they need), or None.
+    """
+    n = problem.inputs.shape[0]
+    if problem.batch_size is None or problem.batch_size >= n:
+        per_epoch: int | None = None
+    else:
+        per_epoch = math.ceil(math.ceil(n / problem.batch_size) / problem.accumulation_steps)
+    if steps is not None and per_epoch is not None:
+        epochs = math.ceil(steps / per_epoch)
+    elif steps is not None:
+        epochs = steps
+    if per_epoch is None:  # Full batch: one micro-batch per step (or accumulation of the same).
+        plan: list[list[torch.Tensor | None]] = [[None] * problem.accumulation_steps for _ in range(epochs)]
+    else:
+        generator = torch.Generator().manual_seed(problem.shuffle_seed)
+        plan = []
+        for _ in range(epochs):
+            order = torch.randperm(n, generator=generator).to(problem.inputs.device)
+            micro = list(order.split(problem.batch_size))
+            for i in range(0, len(micro), problem.accumulation_steps):
+                plan.append(micro[i : i + problem.accumulation_steps])
+    return plan[:steps] if steps is not None else plan
+
+
 def train(
     problem: Problem,
     scaler_config: ScalerConfig,
     *,
     epochs: int,
+    steps: int | None = None,
     amp_dtype: torch.dtype = torch.float16,
     deadline: float | None = None,
     checkpoints: tuple[int, ...] = (),
@@ -91,21 +126,27 @@ def train(
 ) -> TrainResult:
     """Trains a fresh copy of ``problem.model`` under mixed precision.
 
+    One optimizer step per full batch, or per ``problem.accumulation_steps`` mini-batches of
+    ``problem.batch_size`` (see :func:`batch_plan`); with ``problem.grad_clip`` the gradients are
+    unscaled (``scaler.unscale_``) and clipped before the step, as PyTorch's AMP recipe does.
+
     Args:
         problem: The problem, already on the target device (see :meth:`Problem.to`).
         scaler_config: GradScaler settings.
-        epochs: Number of full-batch optimizer steps.
+        epochs: Passes over the data (full-batch tasks: optimizer steps).
+        steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast.
         deadline: ``time.perf_counter()`` value after which :class:`TrialTimeout` is raised.
-        checkpoints: Epochs after which ``should_stop`` is asked (pruning). Each costs a sync.
-        should_stop: ``should_stop(epoch, loss)``; returning True ends training there.
+        checkpoints: Steps after which ``should_stop`` is asked (pruning). Each costs a sync.
+        should_stop: ``should_stop(step, loss)``; returning True ends training there.
 
     Returns:
-        The measurements of the run.
+        The measurements of the run; its curves have one value per optimizer step.
     """
     start = time.perf_counter()
     inputs, targets = problem.inputs, problem.targets
     device_type = inputs.device.type
+    plan = batch_plan(problem, epochs, steps)
     model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights.
     optimizer = problem.make_optimizer(model.parameters())
     scaler = torch.amp.GradScaler(
@@ -122,26 +163,35 @@ def train(
     zero_grads: list[torch.Tensor] = []
 
     model.train()
-    steps = 0
+    taken = 0
     stopped_early = False
-    for epoch in range(epochs):
+    for step, micro_batches in enumerate(plan):
         if deadline is not None and time.perf_counter() > deadline:
-            raise TrialTimeout(f"trial timeout after {epoch} of {epochs} epochs")
+            raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device_type, dtype=amp_dtype):
-            outputs = model(inputs)
-            loss = problem.loss_fn(outputs, targets)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)  # Unscales the gradients in place; skips the step on inf/NaN.
+        step_loss = None
+        for index in micro_batches:
+            x, y = (inputs, targets) if index is None else (inputs[index], targets[index])
+            with torch.autocast(device_type=device_type, dtype=amp_dtype):
+                outputs = model(x)
+                loss = problem.loss_fn(outputs, y)
+                if len(micro_batches) > 1:
+                    loss = loss / len(micro_batches)  # Accumulated gradients average the micro-batches.
+            scaler.scale(loss).backward()
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+        if problem.grad_clip is not None:
+            scaler.unscale_(optimizer)  # Clip the true gradients, not the scaled ones.
+            torch.nn.utils.clip_grad_norm_(params, problem.grad_clip)
+        scaler.step(optimizer)  # Unscales the gradients (unless done above); skips the step on inf/NaN.
         scaler.update()
 
         # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
-        losses.append(loss.detach())
+        losses.append(step_loss)
         scales.append(scaler._scale.clone())  # update() changes the scale tensor in place.
         zero_grads.append(torch.cat([p.grad.reshape(-1) for p in params if p.grad is not None]).eq(0).sum())
-        steps = epoch + 1
-        if should_stop is not None and steps in checkpoints:
-            if should_stop(epoch, float(losses[-1])):
+        taken = step + 1
+        if should_stop is not None and taken in checkpoints:
+            if should_stop(step, float(losses[-1])):
                 stopped_early = True
                 break
 
@@ -151,7 +201,7 @@ def train(
     # The one host read of the run.
     loss_curve = torch.stack(losses).tolist() if losses else []
     scale_curve = [scaler_config.init_scale] + (torch.stack(scales).tolist() if scales else [])
-    zero_fraction = float(torch.stack(zero_grads).sum()) / max(1, n_weights * steps) if steps else 0.0
+    zero_fraction = float(torch.stack(zero_grads).sum()) / max(1, n_weights * taken) if taken else 0.0
     # backoff_factor < 1, so every skipped step shows as a drop of the scale at update().
     skipped = sum(1 for before, after in zip(scale_curve, scale_curve[1:]) if after < before)
     return TrainResult(
@@ -162,7 +212,7 @@ def train(
         skipped_steps=skipped,
         zero_grad_fraction=zero_fraction,
         weights_finite=bool(weights_finite),
-        epochs=steps,
+        epochs=taken,
         train_seconds=time.perf_counter() - start,
         stopped_early=stopped_early,
     )

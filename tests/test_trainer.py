@@ -101,3 +101,54 @@ def test_gradscaler_line():
         'torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_factor=2, backoff_factor=0.5, '
         "growth_interval=2000)"
     )
+
+
+# -- mini-batches, accumulation, clipping -------------------------------------------------------
+
+
+def _minibatch(problem, **changes):
+    from dataclasses import replace
+
+    return replace(problem, **changes)
+
+
+def test_batch_plan_is_the_same_for_every_trial_and_covers_each_epoch():
+    from search.trainer import batch_plan
+
+    problem = _minibatch(build(42), batch_size=500, accumulation_steps=2, shuffle_seed=7)
+    plan = batch_plan(problem, epochs=3)
+    again = batch_plan(problem, epochs=3)
+    assert len(plan) == 3 * 3  # ceil(2048 / 500) = 5 micro-batches, 2 per step -> 3 steps per epoch
+    assert all(torch.equal(a, b) for sa, sb in zip(plan, again) for a, b in zip(sa, sb))
+    first_epoch = torch.cat([i for step in plan[:3] for i in step])
+    assert sorted(first_epoch.tolist()) == list(range(2048))
+    assert len(batch_plan(problem, epochs=3, steps=4)) == 4
+    assert batch_plan(build(42), epochs=5) == [[None]] * 5  # Full batch: one step per epoch.
+
+
+def test_accumulating_two_halves_is_one_full_batch_step():
+    problem = build(42)
+    order = _minibatch(problem, batch_size=1024, accumulation_steps=2)
+    cfg = ScalerConfig(2.0**10, 2.0, 0.5, 2000)
+    full = train(problem, cfg, epochs=1, amp_dtype=torch.bfloat16)
+    halves = train(order, cfg, epochs=1, amp_dtype=torch.bfloat16)
+    # Loss of the step = mean of the two half-batch losses = the full-batch loss (bf16 rounding apart).
+    assert halves.epochs == 1 and abs(halves.loss_curve[0] - full.loss_curve[0]) < 1e-2
+    assert abs(halves.final_loss_fp32 - full.final_loss_fp32) < 1e-2
+
+
+def test_clipping_uses_unscaled_gradients():
+    """After scaler.unscale_, clip_grad_norm_ caps the *true* gradient: one SGD step moves the
+    weights by exactly lr * clip. Clipping the scaled gradients would move them 2^16 times less."""
+    trained: list[torch.nn.Parameter] = []
+
+    def sgd(params):  # The trainer hands the optimizer the trial's own copy of the weights.
+        trained.extend(params)
+        return torch.optim.SGD(trained, lr=0.1)
+
+    problem = _minibatch(build(42), grad_clip=1e-3, make_optimizer=sgd)
+    before = [p.detach().clone() for p in problem.model.parameters()]
+    result = train(problem, ScalerConfig(2.0**16, 2.0, 0.5, 2000), epochs=1)
+    assert result.skipped_steps == 0
+    moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(trained, before)))
+    assert float(moved) == pytest.approx(0.1 * 1e-3, rel=0.02)  # lr 0.1 x clip 1e-3

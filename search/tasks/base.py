@@ -28,7 +28,11 @@ class Problem:
         targets: Full-batch targets.
         loss_fn: ``loss_fn(outputs, targets)`` returning a scalar tensor.
         make_optimizer: Builds a fresh optimizer over the trial's model parameters.
-        epochs: Default number of full-batch optimizer steps.
+        epochs: Default number of passes over the data (``--epochs`` overrides it).
+        batch_size: Samples per micro-batch; None trains on the full batch.
+        accumulation_steps: Micro-batches whose gradients are accumulated per optimizer step.
+        grad_clip: Max global gradient norm (``clip_grad_norm_`` after ``scaler.unscale_``), or None.
+        shuffle_seed: Seeds the order of the mini-batches, the same in every trial.
     """
 
     model: nn.Module
@@ -37,6 +41,18 @@ class Problem:
     loss_fn: LossFn
     make_optimizer: OptimizerFactory
     epochs: int
+    batch_size: int | None = None
+    accumulation_steps: int = 1
+    grad_clip: float | None = None
+    shuffle_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
+        if self.accumulation_steps < 1:
+            raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
+        if self.grad_clip is not None and not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
 
     def to(self, device: torch.device) -> Problem:
         """Returns a copy with the model and data on ``device``; ``self`` is unchanged."""
@@ -54,6 +70,11 @@ class Problem:
         same problem (a different torch build may draw different random numbers).
         """
         digest = hashlib.sha256()
+        if (self.batch_size, self.accumulation_steps, self.grad_clip) != (None, 1, None):
+            # How it is trained is part of the problem too (a full-batch task adds nothing here,
+            # so the fingerprints of studies made before these fields existed still match).
+            knobs = (self.batch_size, self.accumulation_steps, self.grad_clip, self.shuffle_seed)
+            digest.update(repr(knobs).encode())
         tensors = [self.inputs, self.targets] + [t for t in self.model.state_dict().values()]
         for tensor in tensors:
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
