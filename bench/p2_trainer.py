@@ -1,0 +1,67 @@
+"""P2: our trainer vs a plain copy of the seed script's loop, same work, interleaved repetitions.
+
+The copy is made device-correct (model and data on the device, fp16 autocast + GradScaler there)
+and no longer re-initialises the model; otherwise it is the seed's loop line for line, on purpose.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+
+import torch
+
+from search.tasks.seed_mlp import build
+from search.trainer import ScalerConfig
+from search.trainer import train
+
+
+def seed_loop(
+    model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, cfg: ScalerConfig, epochs: int
+) -> list[float]:
+    """The seed script's train_with_config, device-correct, without its reset_parameters."""
+    device_type = inputs.device.type
+    criterion = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(
+        device_type,
+        init_scale=cfg.init_scale,
+        growth_factor=cfg.growth_factor,
+        backoff_factor=cfg.backoff_factor,
+        growth_interval=cfg.growth_interval,
+    )
+    losses = []
+    for _ in range(epochs):
+        model.train()
+        optimizer.zero_grad()
+        with torch.autocast(device_type=device_type, dtype=torch.float16):
+            outputs = model(inputs)
+            loss = criterion(outputs, targets)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        losses.append(loss.item())
+        if torch.isnan(loss) or torch.isinf(loss):
+            break
+    return losses
+
+
+def trainer_ratio(device: torch.device, repeats: int) -> tuple[float, float, float]:
+    """(ours / seed loop, ours seconds, seed seconds), medians of interleaved runs."""
+    problem = build(42).to(device)
+    cfg = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+    ours, theirs = [], []
+    for _ in range(3):  # Warm-up of both.
+        train(problem, cfg, epochs=30)
+        seed_loop(copy.deepcopy(problem.model), problem.inputs, problem.targets, cfg, 30)
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        train(problem, cfg, epochs=30)
+        t1 = time.perf_counter()
+        seed_loop(copy.deepcopy(problem.model), problem.inputs, problem.targets, cfg, 30)
+        t2 = time.perf_counter()
+        ours.append(t1 - t0)
+        theirs.append(t2 - t1)
+    o, s = statistics.median(ours), statistics.median(theirs)
+    return o / s, o, s

@@ -1,0 +1,61 @@
+"""Scaling: time per trial as the steps per trial grow, and as the study grows to 1,000 trials."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import optuna
+import torch
+
+from search.config import DEFAULTS
+from search.config import with_run
+from search.optimize import make_sampler
+from search.runner import Runner
+from search.storage import enable_wal
+from search.storage import open_storage
+from search.study import prepare_study
+from search.tasks.seed_mlp import build
+
+
+def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]:
+    """(wall seconds per trial, train seconds per trial) of the trial loop on a new SQLite study."""
+    settings = with_run(DEFAULTS, trials=trials, epochs=epochs, storage=f"sqlite:///{path}")
+    problem = build(settings.run.seed)
+    storage = open_storage(settings.run.storage)
+    enable_wal(storage)
+    sampler = make_sampler("tpe", 0)
+    handle = prepare_study(storage, settings, problem.fingerprint(), sampler, optuna.pruners.NopPruner())
+    stamps = [time.perf_counter()]
+    Runner(
+        handle.study, settings, problem, "cpu", torch.float16, sampler, None,
+        on_trial=lambda state, value: stamps.append(time.perf_counter()),
+    ).run()
+    trials = handle.study.get_trials()
+    storage.engine.dispose()
+    walls = [b - a for a, b in zip(stamps, stamps[1:])]
+    return walls, [t.user_attrs["train_seconds"] for t in trials]
+
+
+def per_trial_vs_steps(directory: str, epochs: tuple[int, ...], trials: int) -> list[tuple[int, float, float]]:
+    """(epochs, median wall s/trial, median train s/trial) on the seed task (full batch: steps = epochs)."""
+    rows = []
+    for e in epochs:
+        walls, train = _run(os.path.join(directory, f"steps{e}.db"), trials, e)
+        rows.append((e, statistics.median(walls[5:]), statistics.median(train[5:])))  # Sampled trials.
+    return rows
+
+
+def per_trial_vs_study_size(directory: str, trials: int, window: int = 100) -> list[tuple[int, float, float]]:
+    """(trials already in the study, median overhead s/trial, median train s/trial) per window.
+
+    One epoch per trial, so that the per-trial cost of sampling and storage dominates.
+    """
+    walls, train = _run(os.path.join(directory, "size.db"), trials, 1)
+    rows = []
+    for start in range(0, trials, max(window, trials // 5)):
+        w = walls[start : start + window]
+        t = train[start : start + window]
+        rows.append((start, statistics.median(a - b for a, b in zip(w, t)), statistics.median(t)))
+    return rows
