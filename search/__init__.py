@@ -1,8 +1,10 @@
 """Hyperparameter search for mixed-precision (AMP) loss scaling.
 
-The command is ``python -m search.optimize``; this package's public API lets a script run the same
-pieces: build a task's :class:`Problem`, train it with a :class:`ScalerConfig`, judge the run, and
-drive a study with :class:`Runner`.
+The commands are ``python -m search.optimize`` (the search), ``search.transfer`` (move a study),
+``search.dashboard`` (optuna-dashboard with curves), ``search.report`` and ``search.confirm``; this
+package's public API lets a script run the same pieces: build a task's :class:`Problem`, train it
+with a :class:`ScalerConfig`, judge the run, drive a study with :class:`Runner`, copy it with
+:func:`transfer_study` and publish its figures with :func:`publish`.
 """
 
 from search.config import DEFAULTS
@@ -10,6 +12,8 @@ from search.config import ConfigError
 from search.config import PenaltyConfig
 from search.config import Settings
 from search.config import load_settings
+from search.dashboard import publish
+from search.figures import curves_figure
 from search.penalty import Assessment
 from search.penalty import assess
 from search.runner import Runner
@@ -23,7 +27,11 @@ from search.tasks import Problem
 from search.tasks import resolve_task
 from search.trainer import ScalerConfig
 from search.trainer import TrainResult
+from search.trainer import batch_plan
 from search.trainer import train
+from search.transfer import TransferReport
+from search.transfer import transfer_study
+from search.workers import plan_workers
 
 
 __all__ = [
@@ -37,13 +45,19 @@ __all__ = [
     "ScalerConfig",
     "Settings",
     "TrainResult",
+    "TransferReport",
     "assess",
+    "batch_plan",
+    "curves_figure",
     "format_summary",
     "load_settings",
     "mask_url",
     "open_storage",
+    "plan_workers",
     "prepare_study",
+    "publish",
     "resolve_task",
     "summarize",
     "train",
+    "transfer_study",
 ]
