@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import time
 import warnings
 from typing import Any
@@ -24,7 +25,6 @@ from sqlalchemy.engine import make_url
 __all__ = ["StorageError", "enable_wal", "mask_url", "open_storage", "redact"]
 
 SQLITE_BUSY_TIMEOUT_S = 60
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 class StorageError(RuntimeError):
@@ -63,13 +63,21 @@ def _check_sqlite_file(path: str) -> None:
     if os.path.exists(path):
         if not os.path.isfile(path):
             raise StorageError(f"SQLite storage {path} is not a file")
+        if not os.access(path, os.R_OK):
+            raise StorageError(f"cannot read SQLite storage {path}: permission denied")
+        # Read through SQLite itself, never with open()/close(): closing any descriptor of a file
+        # drops every POSIX lock this process holds on it, which corrupts the view of a SQLite
+        # connection already open here (SQLite's own VFS keeps such descriptors open).
         try:
-            with open(path, "rb") as f:
-                header = f.read(len(_SQLITE_MAGIC))
-        except OSError as e:
-            raise StorageError(f"cannot read SQLite storage {path}: {e.strerror}")
-        if header and header != _SQLITE_MAGIC:
-            raise StorageError(f"{path} is not a SQLite database")
+            probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            try:
+                probe.execute("PRAGMA schema_version").fetchone()
+            finally:
+                probe.close()
+        except sqlite3.DatabaseError as e:
+            if "not a database" in str(e):
+                raise StorageError(f"{path} is not a SQLite database")
+            raise StorageError(f"cannot read SQLite storage {path}: {e}")
         if not os.access(path, os.W_OK):
             raise StorageError(f"SQLite storage {path} is not writable")
     else:

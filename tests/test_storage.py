@@ -86,3 +86,25 @@ def test_concurrent_first_opens_of_a_new_database(tmp_path):
     ]
     results = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
+
+
+def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path):
+    """Checking a SQLite file must not open()/close() it: on Linux, closing any descriptor of a
+    file drops every POSIX lock the process holds on it. A second process would then think our
+    open connection gone and remove the WAL files under it."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.db"
+    ours = sqlite3.connect(path)
+    ours.execute("PRAGMA journal_mode = WAL")
+    ours.execute("CREATE TABLE t (x)")
+    ours.commit()
+    ours.execute("SELECT * FROM t").fetchall()  # Holds its shared lock on the WAL index.
+    open_storage(f"sqlite:///{path}").engine.dispose()
+    writer = f"import sqlite3; c = sqlite3.connect({str(path)!r}); c.execute('INSERT INTO t VALUES (1)'); c.commit(); c.close()"
+    subprocess.run([sys.executable, "-c", writer], check=True, timeout=60)
+    assert (tmp_path / "s.db-wal").exists(), "the other process saw no lock of ours and removed the WAL"
+    assert ours.execute("SELECT count(*) FROM t").fetchone() == (1,)
+    ours.close()
