@@ -12,7 +12,6 @@ from search.config import ConfigError
 from search.config import PenaltyConfig
 from search.config import Settings
 from search.config import load_settings
-from search.dashboard import publish
 from search.figures import curves_figure
 from search.penalty import Assessment
 from search.penalty import assess
@@ -29,9 +28,24 @@ from search.trainer import ScalerConfig
 from search.trainer import TrainResult
 from search.trainer import batch_plan
 from search.trainer import train
-from search.transfer import TransferReport
-from search.transfer import transfer_study
 from search.workers import plan_workers
+
+
+# The command modules (python -m search.transfer, search.dashboard, ...) are imported on first use:
+# importing them here would make ``python -m`` warn that the module was imported before it ran.
+_LAZY = {
+    "publish": "search.dashboard",
+    "TransferReport": "search.transfer",
+    "transfer_study": "search.transfer",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'search' has no attribute {name!r}")
 
 
 __all__ = [

@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 import optuna
@@ -50,14 +50,14 @@ import sqlalchemy.pool
 import torch
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import make_url
 from tqdm import tqdm
 
 from search.config import Settings
 from search.objective import run_trial
 from search.optimize import device_label, resolve_device
 from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
-from search.storage import StorageError, mask_url, open_storage, redact
+from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line
+from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 
@@ -79,12 +79,12 @@ __all__ = [
 ]
 
 PROG = "search.confirm"
-SUFFIX = ".confirm"
+SUFFIX = CONFIRM_SUFFIX
 DEFAULT_LABEL = "seed-1 (default)"
 ALPHA = 0.05
 
 
-class ConfirmError(ValueError):
+class ConfirmError(UsageError):
     """Bad input: nothing was written. The message is one line."""
 
 
@@ -231,35 +231,14 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _open_existing(url: str, tuned: bool = True) -> optuna.storages.RDBStorage | None:
-    """Opens a storage only if it already holds Optuna's schema (creates nothing); else None.
-
-    ``tuned`` opens it with :func:`search.storage.open_storage` (SQLite pragmas, one-line errors);
-    that reads the SQLite file's header with a plain ``open()``/``close()``, which drops every
-    POSIX lock this process holds on the file (SQLite's "How To Corrupt" 2.2), so it is used only
-    by the command, before it has any connection of its own. A library caller
-    (:func:`summarize_confirmation`) may hold connections to the file: it gets a plain
-    ``RDBStorage``, which touches the file through SQLite only.
-    """
-    path = _sqlite_file(url)
-    if path is not None and not os.path.isfile(path):
-        return None
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+def _open_existing(url: str) -> optuna.storages.RDBStorage | None:
+    """The storage if it already holds Optuna's schema (nothing is created), else None."""
     try:
-        with engine.connect() as connection:
-            if not sqlalchemy.inspect(connection).has_table("studies"):
-                return None
-    finally:
-        engine.dispose()
-    return open_storage(url) if tuned else optuna.storages.RDBStorage(url)
-
-
-def _sqlite_file(url: str) -> str | None:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    return None if database in ("", ":memory:") or database.startswith("file:") else database
+        return open_existing_storage(url)
+    except StorageError as e:
+        if "does not exist" in str(e) or "holds no Optuna studies" in str(e):
+            return None
+        raise
 
 
 def _collect(storage: optuna.storages.BaseStorage, study_name: str) -> tuple[list[int], list[_Stats]] | None:
@@ -392,7 +371,7 @@ def summarize_confirmation(
         out seeds not run yet. ``comparison`` is None if best-1 or the default is missing.
     """
     if isinstance(storage, str):
-        opened = _open_existing(storage, tuned=False)
+        opened = _open_existing(storage)
         if opened is None:
             return None
         try:
@@ -496,14 +475,9 @@ def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
 # -- the command --------------------------------------------------------------------------------
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfirmError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = _ArgumentParser(
+    p = OneLineParser(
         prog="python -m search.confirm",
         description="Re-run the top configurations of a finished search and PyTorch's default "
         "GradScaler settings on new data/initialisation seeds, stored in the sibling study "
@@ -544,24 +518,6 @@ class _Plan:
     baselines: dict[int, str]
 
 
-def _resolve_study_name(storage: optuna.storages.RDBStorage, url: str, name: str | None) -> str:
-    names = sorted(s.study_name for s in storage.get_all_studies())
-    if name is not None:
-        if name not in names:
-            found = ", ".join(repr(n) for n in names) or "none"
-            raise ConfirmError(f"no study {name!r} in {mask_url(url)} (studies there: {found})")
-        return name
-    searches = [n for n in names if not n.endswith(SUFFIX)]
-    if not searches:
-        raise ConfirmError(f"{mask_url(url)} holds no studies")
-    if len(searches) > 1:
-        raise ConfirmError(
-            f"{mask_url(url)} holds {len(searches)} studies; choose one with --study-name: "
-            + ", ".join(repr(n) for n in searches)
-        )
-    return searches[0]
-
-
 def _plan(args: argparse.Namespace) -> _Plan:
     if args.top < 1:
         raise ConfirmError(f"--top must be >= 1, got {args.top}")
@@ -580,19 +536,12 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
     url = args.storage
     try:
-        storage = _open_existing(url)
+        storage = open_existing_storage(url)
     except StorageError as e:
         raise ConfirmError(str(e))
-    except Exception as e:
-        raise ConfirmError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
-    if storage is None:
-        path = _sqlite_file(url)
-        if path is not None and not os.path.isfile(path):
-            raise ConfirmError(f"SQLite file {path} does not exist")
-        raise ConfirmError(f"{mask_url(url)} holds no Optuna studies")
     _OPENED.append(storage)
 
-    name = _resolve_study_name(storage, url, args.study_name)
+    name = choose_study(storage, url, args.study_name)
     study = optuna.load_study(storage=storage, study_name=name)
     if "task" not in study.user_attrs:
         raise ConfirmError(f"study {name!r} was not created by search.optimize (it records no task)")
@@ -651,15 +600,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     )
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _fail(message: str, code: int = 2) -> int:
-    line = message.strip().splitlines()[0] if message.strip() else "failed"
-    print(f"{PROG}: error: {line}", file=sys.stderr)
-    return code
+    return fail(PROG, message, code)
 
 
 def _note(message: str) -> None:
@@ -684,24 +626,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except ConfirmError as e:
+    except UsageError as e:  # ConfirmError, and argparse's and choose_study's errors.
         return _fail(str(e))
     url = args.storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         try:
             plan = _plan(args)
-        except ConfirmError as e:
+        except UsageError as e:  # ConfirmError, and argparse's and choose_study's errors.
             return _fail(redact(str(e), url))
         except Exception as e:  # An unexpected failure while reading the study is still bad input.
-            return _fail(f"cannot read study from {mask_url(url)}: {redact(_first_line(e), url)}")
+            return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
         try:
             return _run(plan, args)
         except _Interrupted as e:
             _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
             return 128 + e.signum
         except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
-            return _fail(f"storage {mask_url(url)} failed: {redact(_first_line(e), url)}", 1)
+            return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
         except TaskError as e:
             return _fail(redact(str(e), url), 1)
     finally:

@@ -34,7 +34,8 @@ from optuna_dashboard import save_note, save_plotly_graph_object
 
 from search.config import SpaceConfig
 from search.figures import curves_figure, trial_curves
-from search.storage import StorageError, mask_url, open_storage, redact
+from search.cli import fail, first_line
+from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.summary import format_summary, summarize
 
@@ -234,8 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _fail(message: str) -> int:
-    print(f"search.dashboard: error: {message}", file=sys.stderr)
-    return 2
+    return fail("search.dashboard", message)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -248,13 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not os.path.isfile(path):
             return _fail(f"no study file {path} here (run python -m search.optimize first, or pass --storage)")
     try:
-        storage = open_storage(url)
+        storage = open_existing_storage(url)
         names = [s.study_name for s in storage.get_all_studies()]
     except StorageError as e:
         return _fail(str(e))
     except Exception as e:  # Unreachable or not an Optuna database.
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return _fail(f"cannot read {mask_url(url)}: {redact(first, url)}")
+        return _fail(f"cannot read {mask_url(url)}: {redact(first_line(e), url)}")
     if args.study_name is not None and args.study_name not in names:
         return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
     if not args.no_publish:

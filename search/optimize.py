@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from search import dashboard
+from search.cli import fail
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
@@ -182,8 +183,7 @@ def make_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner | None:
 
 
 def _fail(message: str, code: int = 2) -> int:
-    print(f"search.optimize: error: {message}", file=sys.stderr)
-    return code
+    return fail("search.optimize", message, code)
 
 
 def _note(message: str) -> None:

@@ -35,23 +35,22 @@ import warnings
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any
 
 import optuna
 import plotly.graph_objects as go
 import plotly.io as pio
-import sqlalchemy
-import sqlalchemy.pool
 from optuna.importance import PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.engine import make_url
 
 from search import analysis
 from search.config import PenaltyConfig, Settings, SpaceConfig
 from search.figures import curves_figure
-from search.space import POW2_NAME, distributions, scaler_config
-from search.storage import StorageError, mask_url, open_storage, redact
+from search.space import POW2_NAME, distributions
+from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line
+from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
+from search.summary import trial_row
 
 __all__ = [
     "MIN_CONTOUR_TRIALS",
@@ -69,7 +68,6 @@ __all__ = [
 ]
 
 PROG = "search.report"
-CONFIRM_SUFFIX = ".confirm"
 MIN_IMPORTANCE_TRIALS = 2  # Complete trials, with at least one searched setting varying.
 MIN_CONTOUR_TRIALS = 10  # Complete trials, with at least 3 distinct values of each setting.
 MIN_CONTOUR_DISTINCT = 3
@@ -89,7 +87,7 @@ SECTION_TITLES = {
 }
 
 
-class ReportError(ValueError):
+class ReportError(UsageError):
     """Bad input: nothing was written. The message is one line and password-free."""
 
 
@@ -158,56 +156,6 @@ class Report:
 # -- reading the study ------------------------------------------------------------------------
 
 
-def _sqlite_file(url: str) -> str | None:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    return None if database in ("", ":memory:") or database.startswith("file:") else database
-
-
-def _check_schema(url: str) -> None:
-    """Fails unless ``url`` reaches a database holding Optuna's tables; writes nothing."""
-    try:
-        path = _sqlite_file(url)
-    except Exception as e:
-        raise ReportError(f"invalid storage URL {mask_url(url)}: {redact(_first_line(e), url)}")
-    if path is not None and not os.path.isfile(path):
-        raise ReportError(f"SQLite file {path} does not exist")
-    try:
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    except Exception as e:
-        raise ReportError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
-    try:
-        with engine.connect() as connection:
-            has_studies = sqlalchemy.inspect(connection).has_table("studies")
-    except Exception as e:
-        raise ReportError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
-    finally:
-        engine.dispose()
-    if not has_studies:
-        raise ReportError(f"{mask_url(url)} holds no Optuna studies")
-
-
-def _resolve_study_name(storage: optuna.storages.BaseStorage, url: str, name: str | None) -> str:
-    names = sorted(s.study_name for s in storage.get_all_studies())
-    if name is not None:
-        if name not in names:
-            found = ", ".join(repr(n) for n in names) or "none"
-            raise ReportError(f"no study {name!r} in {mask_url(url)} (studies there: {found})")
-        return name
-    # A search.confirm sibling "<study>.confirm" is part of its study, not a study to report.
-    searches = [n for n in names if not (n.endswith(CONFIRM_SUFFIX) and n[: -len(CONFIRM_SUFFIX)] in names)]
-    if not searches:
-        raise ReportError(f"{mask_url(url)} holds no studies")
-    if len(searches) > 1:
-        raise ReportError(
-            f"{mask_url(url)} holds {len(searches)} studies; choose one with --study-name: "
-            + ", ".join(repr(n) for n in searches)
-        )
-    return searches[0]
-
-
 def _read_confirmation(
     storage: optuna.storages.BaseStorage, study_name: str
 ) -> tuple[dict[str, Any] | None, str]:
@@ -218,7 +166,7 @@ def _read_confirmation(
     try:
         data = summarize_confirmation(storage, study_name)
     except Exception as e:  # The report stands without it; say why.
-        return None, f"could not read the confirmation runs: {_first_line(e)}"
+        return None, f"could not read the confirmation runs: {first_line(e)}"
     return data, "" if data is not None else "no sibling study"
 
 
@@ -229,13 +177,12 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
         ReportError: Unreachable storage, no Optuna schema, missing or ambiguous study, or a
             study not made by ``search.optimize``. Nothing is written to the storage.
     """
-    _check_schema(url)
     try:
-        storage = open_storage(url)
+        storage = open_existing_storage(url)
     except StorageError as e:
         raise ReportError(str(e))
     try:
-        name = _resolve_study_name(storage, url, study_name)
+        name = choose_study(storage, url, study_name)
         study_id = storage.get_study_id_from_name(name)
         attrs = storage.get_study_user_attrs(study_id)
         if "task" not in attrs or "space" not in attrs:
@@ -535,24 +482,6 @@ def _skipped_section(done: list[FrozenTrial]) -> tuple[Section, dict[str, int]]:
     return section, data
 
 
-def _row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
-    cfg = scaler_config(trial.params, space)
-    attrs = trial.user_attrs
-    return {
-        "number": trial.number,
-        "baseline": attrs.get(BASELINE_ATTR),
-        "value": trial.value,
-        "init_scale": cfg.init_scale,
-        "growth_factor": cfg.growth_factor,
-        "backoff_factor": cfg.backoff_factor,
-        "growth_interval": cfg.growth_interval,
-        "final_loss": attrs.get("final_loss"),
-        "skipped_steps": attrs.get("skipped_steps"),
-        "learned": attrs.get("learned"),
-        "failure": attrs.get("failure"),
-    }
-
-
 def _fmt(value: Any, spec: str = ".4f") -> str:
     if value is None:
         return "–"
@@ -582,9 +511,9 @@ def _baselines_section(
     for t in done:
         tag = t.user_attrs.get(BASELINE_ATTR)
         if tag is not None and tag not in baselines:
-            baselines[str(tag)] = _row(t, space)
+            baselines[str(tag)] = trial_row(t, space)
     baselines = dict(sorted(baselines.items()))
-    data = {"best": _row(best, space) if best else None, "baselines": baselines}
+    data = {"best": trial_row(best, space) if best else None, "baselines": baselines}
     if best is None:
         section.message = "No complete trial yet: nothing to compare."
         return section, data
@@ -984,11 +913,6 @@ def write_report(text: str, path: str) -> None:
 # -- the command --------------------------------------------------------------------------------
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ReportError(message)
-
-
 def _percent(text: str) -> float:
     try:
         value = float(text)
@@ -1001,7 +925,7 @@ def _percent(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = _ArgumentParser(
+    p = OneLineParser(
         prog="python -m search.report",
         description="Write one self-contained HTML report (plotly embedded, opens offline) or the same "
         "numbers as JSON about a GradScaler search study: history, importances, slices, contour, parallel "
@@ -1040,15 +964,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _fail(message: str, code: int = 2) -> int:
-    line = message.strip().splitlines()[0] if message.strip() else "failed"
-    print(f"{PROG}: error: {line}", file=sys.stderr)
-    return code
+    return fail(PROG, message, code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -1064,16 +981,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         snapshot = load_snapshot(url, args.study_name)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except ReportError as e:
+    except UsageError as e:  # ReportError, and argparse's and choose_study's errors.
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # Reading the study failed: still bad input, nothing written.
-        return _fail(f"cannot read study from {mask_url(url)}: {redact(_first_line(e), url)}")
+        return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
     report = build_report(snapshot, args.tolerance / 100, args.tie_tolerance / 100)
     text = report_json(report) if args.format == "json" else render_html(report)
     try:
         write_report(text, out)
     except OSError as e:
-        return _fail(f"cannot write --out {out}: {e.strerror or _first_line(e)}")
+        return _fail(f"cannot write --out {out}: {e.strerror or first_line(e)}")
     done = report.data["n_complete"]
     print(
         f"wrote {out}: study {report.study_name!r}, {done} complete trial{'s' if done != 1 else ''} ({args.format})"

@@ -20,9 +20,18 @@ from typing import Any
 
 import optuna
 import sqlalchemy
+import sqlalchemy.pool
 from sqlalchemy.engine import make_url
 
-__all__ = ["StorageError", "enable_wal", "mask_url", "open_storage", "redact"]
+__all__ = [
+    "StorageError",
+    "enable_wal",
+    "mask_url",
+    "open_existing_storage",
+    "open_storage",
+    "redact",
+    "sqlite_path",
+]
 
 SQLITE_BUSY_TIMEOUT_S = 60
 
@@ -51,7 +60,8 @@ def redact(text: str, url: str) -> str:
     return text
 
 
-def _sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite URL; None for other databases, in-memory SQLite and ``file:`` URIs."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         return None
@@ -113,7 +123,7 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         StorageError: With a one-line, password-free reason.
     """
     try:
-        path = _sqlite_path(url)
+        path = sqlite_path(url)
     except Exception as e:
         raise StorageError(f"invalid storage URL {mask_url(url)}: {e}")
     if path is not None:
@@ -145,6 +155,42 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         sqlalchemy.event.listen(storage.engine, "begin", _on_sqlite_begin)
         storage.engine.dispose()  # Later connections get the pragmas.
     return storage
+
+
+def open_existing_storage(url: str) -> optuna.storages.RDBStorage:
+    """Opens a storage that must already hold Optuna's tables; creates nothing (no file, no schema).
+
+    For the commands that read a study (report, confirm, transfer's source, dashboard).
+
+    Raises:
+        StorageError: The SQLite file does not exist, the database cannot be reached, or it holds
+            no Optuna studies; one password-free line.
+    """
+    try:
+        path = sqlite_path(url)
+    except Exception as e:
+        raise StorageError(f"invalid storage URL {mask_url(url)}: {redact(_first_line(e), url)}")
+    if path is not None and not os.path.isfile(path):
+        raise StorageError(f"SQLite file {path} does not exist")
+    if path is not None:
+        _check_sqlite_file(path)
+    try:
+        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as connection:
+                has_studies = sqlalchemy.inspect(connection).has_table("studies")
+        finally:
+            engine.dispose()
+    except Exception as e:
+        raise StorageError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
+    if not has_studies:
+        raise StorageError(f"{mask_url(url)} holds no Optuna studies")
+    return open_storage(url)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict[str, Any]) -> Any:

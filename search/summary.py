@@ -16,14 +16,15 @@ from search.penalty import SILENT_FAILURES
 from search.space import scaler_config
 from search.study import BASELINE_ATTR
 
-__all__ = ["format_summary", "summarize", "write_best_json"]
+__all__ = ["format_summary", "summarize", "trial_row", "write_best_json"]
 
 
 def _device_kind(trial: FrozenTrial) -> str:
     return str(trial.user_attrs.get("device", "unknown")).split(":")[0].split(" ")[0]
 
 
-def _row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
+def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
+    """One trial as a table row: its number, tag, value, full scaler settings and run attrs."""
     cfg = scaler_config(trial.params, space)
     attrs = trial.user_attrs
     return {
@@ -55,7 +56,7 @@ def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
     best_by_device = {}
     for kind, group in sorted(by_device.items()):
         best = min(group, key=lambda t: t.value)
-        row = _row(best, space)
+        row = trial_row(best, space)
         row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
         best_by_device[kind] = row
 
@@ -63,7 +64,7 @@ def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
     for t in complete:
         tag = t.user_attrs.get(BASELINE_ATTR)
         if tag is not None and tag not in baselines:
-            baselines[tag] = _row(t, space)
+            baselines[tag] = trial_row(t, space)
 
     failures = Counter(t.user_attrs.get("failure", "none") for t in complete)
     train_seconds = [t.user_attrs["train_seconds"] for t in complete if "train_seconds" in t.user_attrs]

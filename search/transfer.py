@@ -34,16 +34,15 @@ import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import optuna
-import sqlalchemy
-import sqlalchemy.pool
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from search.storage import StorageError, mask_url, open_storage, redact
+from search.cli import OneLineParser, UsageError, choose_study, fail, first_line
+from search.storage import StorageError, mask_url, open_existing_storage, open_storage, redact, sqlite_path
 
 __all__ = [
     "RUNNING_FAIL_REASON",
@@ -75,7 +74,7 @@ _ARTIFACT_PREFIXES = ("artifacts:", "dashboard:artifacts:")
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
 
 
-class TransferError(ValueError):
+class TransferError(UsageError):
     """Bad input: nothing was written to the destination. The message is password-free."""
 
 
@@ -170,13 +169,16 @@ def transfer_study(
     try:
         source = _open_source(from_url)
         opened.append(source)
-        name = _resolve_study_name(source, from_url, study_name)
+        try:
+            name = choose_study(source, from_url, study_name)
+        except UsageError as e:
+            raise TransferError(str(e)) from None
         target = to_study_name or name
         try:
             snapshot = _read(source, name)
         except Exception as e:
             raise TransferFailed(
-                f"cannot read study {name!r} from {mask_url(from_url)}: {redact(_first_line(e), from_url)}"
+                f"cannot read study {name!r} from {mask_url(from_url)}: {redact(first_line(e), from_url)}"
             ) from e
         dest_path = _sqlite_file(to_url)
         created_file = dest_path if dest_path is not None and not os.path.exists(dest_path) else None
@@ -202,7 +204,7 @@ def transfer_study(
             if isinstance(e, Exception):
                 raise TransferFailed(
                     f"copy to {mask_url(to_url)} failed (the partial copy was removed): "
-                    + redact(_first_line(e), to_url)
+                    + redact(first_line(e), to_url)
                 ) from e
             raise
     finally:
@@ -238,13 +240,9 @@ def _check_names(study_name: str | None, to_study_name: str | None) -> None:
 def _sqlite_file(url: str) -> str | None:
     """The file of a SQLite URL (None for other databases, in-memory SQLite, or a bad URL)."""
     try:
-        parsed = make_url(url)
+        return sqlite_path(url)
     except Exception:
         return None
-    if parsed.get_backend_name() != "sqlite":
-        return None
-    database = parsed.database or ""
-    return None if database in ("", ":memory:") or database.startswith("file:") else database
 
 
 def _storage_identity(url: str) -> tuple[Any, ...]:
@@ -262,11 +260,6 @@ def _storage_identity(url: str) -> tuple[Any, ...]:
     return (backend, host, parsed.port or _DEFAULT_PORTS.get(backend), parsed.database)
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _open(url: str, role: str) -> optuna.storages.RDBStorage:
     try:
         return open_storage(url)
@@ -276,40 +269,10 @@ def _open(url: str, role: str) -> optuna.storages.RDBStorage:
 
 def _open_source(url: str) -> optuna.storages.RDBStorage:
     """Opens the source without creating anything: no file, no tables."""
-    path = _sqlite_file(url)
-    if path is not None and not os.path.isfile(path):
-        raise TransferError(f"source: SQLite file {path} does not exist")
     try:
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    except Exception as e:
-        raise TransferError(f"source: invalid storage URL {mask_url(url)}: {redact(_first_line(e), url)}")
-    try:
-        with engine.connect() as connection:
-            has_schema = sqlalchemy.inspect(connection).has_table("studies")
-    except Exception as e:
-        raise TransferError(f"source: cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
-    finally:
-        engine.dispose()
-    if not has_schema:
-        raise TransferError(f"source {mask_url(url)} holds no Optuna studies")
-    return _open(url, "source")
-
-
-def _resolve_study_name(source: optuna.storages.RDBStorage, url: str, name: str | None) -> str:
-    names = sorted(s.study_name for s in source.get_all_studies())
-    if name is not None:
-        if name not in names:
-            found = ", ".join(repr(n) for n in names) or "none"
-            raise TransferError(f"no study {name!r} in {mask_url(url)} (studies there: {found})")
-        return name
-    if not names:
-        raise TransferError(f"source {mask_url(url)} holds no studies")
-    if len(names) > 1:
-        raise TransferError(
-            f"{mask_url(url)} holds {len(names)} studies; choose one with --study-name: "
-            + ", ".join(repr(n) for n in names)
-        )
-    return names[0]
+        return open_existing_storage(url)
+    except StorageError as e:
+        raise TransferError(f"source: {e}") from None
 
 
 def _read(source: optuna.storages.RDBStorage, name: str) -> _Snapshot:
@@ -491,14 +454,9 @@ def format_report(report: TransferReport) -> list[str]:
     return lines
 
 
-class _ArgumentParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise TransferError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = _ArgumentParser(
+    p = OneLineParser(
         prog="python -m search.transfer",
         description="Copy a study, with all trials and attrs, from one Optuna storage to another "
         "(SQLite, PostgreSQL, MySQL) and verify the copy. Trials RUNNING in the source are copied "
@@ -539,12 +497,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
-    except TransferError as e:
+    except UsageError as e:  # TransferError, and argparse's and choose_study's errors.
         return _fail(_clean(str(e), urls), 2)
     except TransferFailed as e:
         return _fail(_clean(str(e), urls), 1)
     except Exception as e:  # Unexpected, e.g. a storage error while listing studies.
-        return _fail(_clean(f"transfer failed: {_first_line(e)}", urls), 1)
+        return _fail(_clean(f"transfer failed: {first_line(e)}", urls), 1)
     for line in format_report(report):
         print(_clean(line, urls))
     if not report.verified:
@@ -555,9 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, code: int) -> int:
-    line = message.strip().splitlines()[0] if message.strip() else "failed"
-    print(f"{PROG}: error: {line}", file=sys.stderr)
-    return code
+    return fail(PROG, message, code)
 
 
 if __name__ == "__main__":

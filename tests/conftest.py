@@ -27,10 +27,12 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(args: list[str], cwd: pathlib.Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Runs ``python -m search.optimize ARGS`` in ``cwd`` and captures its output."""
+def run_cli(
+    args: list[str], cwd: pathlib.Path, timeout: float = 240, module: str = "search.optimize"
+) -> subprocess.CompletedProcess:
+    """Runs ``python -m MODULE ARGS`` in ``cwd`` and captures its output."""
     return subprocess.run(
-        [sys.executable, "-m", "search.optimize", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=cli_env(),
         capture_output=True,

@@ -28,14 +28,7 @@ SIBLING = "seed-mlp.confirm"
 
 def run_confirm(args: list[str], cwd: pathlib.Path, timeout: float = 240) -> subprocess.CompletedProcess:
     """Runs ``python -m search.confirm ARGS`` in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "search.confirm", *args],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(args, cwd, timeout, module="search.confirm")
 
 
 def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -270,7 +263,7 @@ def _add_studies(db: pathlib.Path) -> None:
         (["--seeds", "1"], "--seeds must be >= 2"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--storage", "sqlite:///missing.db"], "missing.db does not exist"),
-        (["--storage", "sqlite:///not-a-db.txt"], "file is not a database"),
+        (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
         (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
         (["--study-name", "nope"], "no study 'nope'"),
         ([], "holds 3 studies; choose one with --study-name"),

@@ -11,12 +11,11 @@ import shutil
 import statistics
 import struct
 import subprocess
-import sys
 import zlib
 
 import optuna
 import pytest
-from conftest import cli_env, run_cli, start_cli
+from conftest import run_cli, start_cli
 from optuna.trial import TrialState
 
 from search.report import SECTION_TITLES, build_report, load_snapshot, main, render_html
@@ -51,14 +50,7 @@ def _copy(src: pathlib.Path, dst: pathlib.Path) -> str:
 
 
 def _report_cli(args: list[str], cwd: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "search.report", *args],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_cli(args, cwd, timeout, module="search.report")
 
 
 def test_every_section_from_a_real_study(study_dir):

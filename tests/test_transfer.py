@@ -158,7 +158,9 @@ def test_round_trip_postgres_keeps_everything_and_resumes(source, postgres_url, 
     report = transfer_study(source, postgres_url)
     running = tuple(n for n, t in src["trials"].items() if t["state"] == "RUNNING")
     assert report.verified and report.running_converted == running
-    assert report.dashboard_keys_remapped == 3  # note_ver, note_str:0, artifact record
+    # A note per trial (note_ver + note_str:0; the run wrote one for each of the 8, trial 3's was
+    # then replaced by a person's) and the artifact record keyed by trial 3's id.
+    assert report.dashboard_keys_remapped == 2 * 8 + 1
     assert report.states == _states(_expected_copy(src))
     pg = _snapshot(postgres_url)
     assert pg["ids"][3] != src["ids"][3]

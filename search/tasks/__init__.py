@@ -17,6 +17,8 @@ Task = Callable[[int], Problem]
 
 BUILTIN_TASKS: dict[str, str] = {
     "seed-mlp": "search.tasks.seed_mlp:build",
+    "deep-mlp": "search.tasks.deep_mlp:build",
+    "deep-mlp-large": "search.tasks.deep_mlp:build_large",
 }
 
 

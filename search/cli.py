@@ -1,0 +1,64 @@
+"""What the commands share: one-line errors, an argparse that raises, picking the study to read."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+import optuna
+
+from search.storage import mask_url
+
+__all__ = ["CONFIRM_SUFFIX", "OneLineParser", "UsageError", "choose_study", "fail", "first_line"]
+
+CONFIRM_SUFFIX = ".confirm"  # search.confirm's sibling study: part of its study, not one to pick.
+
+
+class UsageError(ValueError):
+    """Bad input found by a command: reported as one line, exit code 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """``argparse`` whose errors raise :class:`UsageError` instead of printing usage and exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (driver errors run to many lines), or its type."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def fail(prog: str, message: str, code: int = 2) -> int:
+    """Prints ``PROG: error: MESSAGE`` (its first line) on stderr and returns ``code``."""
+    line = message.strip().splitlines()[0] if message.strip() else "failed"
+    print(f"{prog}: error: {line}", file=sys.stderr)
+    return code
+
+
+def choose_study(storage: optuna.storages.BaseStorage, url: str, name: str | None) -> str:
+    """``name`` if the storage has it; with no name, the storage's only study.
+
+    ``search.confirm``'s ``<study>.confirm`` siblings are not counted when choosing.
+
+    Raises:
+        UsageError: No such study, no study at all, or several and no name.
+    """
+    names = sorted(s.study_name for s in storage.get_all_studies())
+    if name is not None:
+        if name not in names:
+            found = ", ".join(repr(n) for n in names) or "none"
+            raise UsageError(f"no study {name!r} in {mask_url(url)} (studies there: {found})")
+        return name
+    searches = [n for n in names if not (n.endswith(CONFIRM_SUFFIX) and n[: -len(CONFIRM_SUFFIX)] in names)]
+    if not searches:
+        raise UsageError(f"{mask_url(url)} holds no studies")
+    if len(searches) > 1:
+        raise UsageError(
+            f"{mask_url(url)} holds {len(searches)} studies; choose one with --study-name: "
+            + ", ".join(repr(n) for n in searches)
+        )
+    return searches[0]
