@@ -1,4 +1,73 @@
-"""deep-mlp: DRAFT (docstring with the measured evidence follows)."""
+"""deep-mlp: a task where the fp16 loss scale decides whether anything is learned.
+
+The seed task learns the same with any init_scale from 2^-8 to 2^19. This one learns nothing at all
+with PyTorch's default GradScaler (2^16, x2, x0.5, every 2000 steps), silently: no overflow, no NaN,
+every trunk gradient exactly zero in fp16. 2^19..2^20 trains it to a loss 90x lower.
+
+Construction (all of it drawn from ``torch.Generator().manual_seed(seed)``; the global RNG is untouched):
+
+* data: 2048 x ~ N(0, I_16); targets from a fixed random teacher ``tanh(1.5 x A) B`` (8 hidden units,
+  64 outputs), standardised per output, so the untrained loss is ~1.0. MSE, i.e. a mean over
+  batch x 64 outputs.
+* student 16-32-32-32-32-32-64, tanh, no biases except the output layer's. Init: input layer exactly 0;
+  layers 2-3 N(0, 1/fan_in); layers 4-5 and the output layer N(0, (2^-14)^2), at fp16's smallest normal
+  number 6.1e-5 (a smaller weight would be flushed to zero by autocast's fp16 copy of it, at any scale).
+* Adam(lr 0.02, eps 1e-20), mini-batches of 64 (order from ``shuffle_seed = seed``), 8 epochs = 256 steps.
+* ``deep-mlp-large`` (for GPUs): the same with width 128, 8192 samples, batches of 256, 16 epochs = 512
+  steps, lr 0.01. Batch x4 and width x4 cancel in the gradient chain below, so the edge stays put: on
+  this CPU 2^16 and 2^18 underflow, 2^19 gives 0.0028 (0 skipped), 2^32 0.0051 (12 skipped); ~10 s a trial.
+
+Measured (real trainer and objective: ``run_trial`` with the default penalty; CPU, fp16 autocast, seed
+42; growth x2, backoff x0.5; final = loss of the last step's mini-batch):
+
+    init_scale (interval 2000)  final   objective  skipped  zero_grad  failure
+    2^-20 .. 2^-16              1.0023  2.0023     0        1.000      underflow
+    2^-14 .. 2^16 (the default) 0.9997  1.9997     0        0.990      underflow  (*)
+    2^18                        0.1382  0.1382     0        0.007      none       (input layer partly moves)
+    2^20                        0.0110  0.0110     0        0.004      none
+    2^22                        0.0119  0.0130     3        0.004      none
+    2^24                        0.0107  0.0123     4        0.008      none
+    2^26                        0.0132  0.0156     6        0.012      none
+    2^28                        0.0137  0.0169     8        0.011      none
+    2^30                        0.0187  0.0230     11       0.015      none
+    2^32                        0.0106  0.0157     13       0.011      none
+
+    growth_interval   init 2^16 (final / objective / skipped)   init 2^12
+    1                 0.1612 / 0.2100 / 125  (every other step)  0.2387 / 0.2868 / 123
+    10                0.0727 / 0.0785 / 15                       0.1457 / 0.1511 / 14
+    50                0.1689 / 0.1693 / 1    (escapes ~step 150) 0.9997 / 1.9997 / 0  underflow
+    200, 2000         0.9997 / 1.9997 / 0    underflow           0.9997 / 1.9997 / 0  underflow
+
+(*) 1.0005 / 2.0005 at 2^-14 and 0.9995 / 1.9995 at 2^-12, 0.9997 / 1.9997 from 2^-10 to 2^16.
+
+growth_factor matters the same way (2^16, interval 50: x2 0.169, x4 0.157, x8 0.025 objective), and so
+does backoff_factor above the window (2^32: x0.05 skips 3 steps, x0.5 13, x0.9 77). The default scores
+1.9997 (underflow, 99.0% of the gradient entries exactly zero) against 0.0110 at 2^20 (fp32 reference:
+0.0100). A real ``python -m search.optimize --task deep-mlp --trials 60``: best 0.0109 (2^24.1, x1.29,
+x0.057, interval 896, 1 skipped step); seed-1 (the default) 1.9997, underflow; 14 of 60 trials
+underflowed. Median train_seconds 0.24 s a trial (torch's 2 threads on this 2-core CPU, when other jobs
+leave the cores alone).
+
+Why. At the initial weights every hidden activation is exactly 0 (input layer 0, no biases), so the only
+non-zero trunk gradient is the input layer's, dL/dW1 = d1^T x, and d1 (the gradient at layer 1's output)
+comes back through three near-zero layers. Measured in fp32 on the first mini-batch (median / max per
+element): 2(out - y)/(64 * 64) = 2^-11.4 / 2^-9.5 at the output; each near-zero layer multiplies by about
+2^-14 * sqrt(fan_out) = 2^-11..2^-11.5, giving 2^-22.5 at layer 5's output, 2^-34 at layer 4's and 2^-45.5 /
+2^-42.7 at layers 3, 2 and 1. fp16 spans 2^-24 = 6e-8 (smallest subnormal, one significant bit; full
+precision from 2^-14 = 6.1e-5, the smallest normal) to 65504 = 2^16, and a scaled value below 2^-25 rounds
+to exactly 0, so d1 needs a scale of 2^17.7 (largest entries) to 2^20.5 (median). Measured at the first
+step: the share of non-zero input-layer gradients is 0 up to 2^17, 2.9% at 2^18, 84% at 2^19, 95% at 2^20.
+At 2^16 the chain dies at layer 3 (2^-34 x 2^16 = 2^-18 survives as a subnormal, the next x2^-11.5 does
+not). At the other end, the largest gradient at the start is the output bias's, 2^-7 (a sum over the
+batch): it passes 65504 from 2^23 up, so GradScaler skips the first steps there, one per halving; after the
+escape (~10 steps) the weight gradients reach 2^-5 and overflow above ~2^21, a few more skips. Between the
+two, 2^19..2^20, nothing is skipped and nothing underflows. Above it GradScaler recovers by itself at one
+skipped step per octave (a soft edge); below it nothing ever recovers (a hard edge): a zero gradient never
+grows, and growth_interval 2000 > 256 steps never raises the scale. Adam makes the zero decisive: its first
+step m/sqrt(v) is +-lr whatever the gradient's size (eps 1e-20 is far below the 2^-41 of dL/dW1), so the
+input layer jumps from 0 to +-0.02 and the network escapes; a zero gradient moves nothing. With SGD (lr 0.1)
+the tiny gradients are useless in fp32 too (loss still 1.00 after 256 steps): no loss scale could matter.
+"""
 
 from __future__ import annotations
 
