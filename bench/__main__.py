@@ -121,19 +121,21 @@ def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
 
 
 def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
-    best, reach = search_efficiency(args.p4_task, args.p4_budget, args.p4_seeds)
-    print(f"\nP4 trials to get within 1% of the best-known objective {best:.4f} ({args.p4_task}, "
-          f"budget {args.p4_budget}, {args.p4_seeds} sampler seeds):")
-    medians = {}
-    for sampler in SAMPLERS:
-        m, label = median_label(reach[sampler], args.p4_budget)
-        medians[sampler] = m
-        print(f"  {sampler:8} median {label:>5}   per seed {reach[sampler]}")
+    best, default, reach = search_efficiency(args.p4_task, args.p4_budget, args.p4_seeds)
+    print(f"\nP4 trials to the target ({args.p4_task}, budget {args.p4_budget}, {args.p4_seeds} sampler seeds; "
+          f"best-known {best:.4f}, seed default {default:.4f}):")
     rows = []
-    for sampler in ("tpe", "cmaes"):
-        ratio = medians[sampler] / medians["random"]
-        bound = "<=" if medians["random"] > args.p4_budget else ""  # Random censored: a bound.
-        rows.append((f"P4 trials to within 1%, {sampler} / random", f"{bound}{ratio:.2f}x", "target <= 0.5x"))
+    for target, words in (("strict", "within 1% of the best-known value"), ("gap", "within 1% of the default-best gap")):
+        print(f"  {words}:")
+        medians = {}
+        for sampler in SAMPLERS:
+            m, label = median_label(reach[target][sampler], args.p4_budget)
+            medians[sampler] = m
+            print(f"    {sampler:8} median {label:>5}   per seed {reach[target][sampler]}")
+        for sampler in ("tpe", "cmaes"):
+            ratio = medians[sampler] / medians["random"]
+            bound = "<=" if medians["random"] > args.p4_budget else ""  # Random censored: a bound.
+            rows.append((f"P4 {target}: trials {sampler} / random", f"{bound}{ratio:.2f}x", "target <= 0.5x"))
     return rows
 
 

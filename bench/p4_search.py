@@ -1,10 +1,17 @@
 """P4: search efficiency: trials until a sampler gets within 1% of the best-known objective.
 
-Each sampler (random, TPE, CMA-ES) runs ``budget`` trials of a task from 5 sampler seeds, through the
-service's own trial loop on in-memory storage (the seed baselines are enqueued first, as in every
-study). The best-known objective is the lowest any run reached; a run "reaches" it at the first
-trial within ``tolerance`` of it. A run that never does counts as ``budget + 1`` (censored: the
-median is then a lower bound, printed with ">").
+Each sampler (random, TPE, CMA-ES) runs ``budget`` sampled trials of a task from 5 sampler seeds,
+through the service's own trial loop on in-memory storage (after the 5 seed baselines, which every
+study runs first and which are not counted). The best-known objective is the lowest any run reached. Two targets, both with 1%:
+
+* strict: within 1% of the best-known value itself, as the issue words it. On deep-mlp the
+  objective of neighbouring good settings varies by ~±0.004 around 0.01, i.e. by ±40%, so this asks
+  for the one lucky point rather than for a good region;
+* of the gap: within 1% of the distance between the seed default (PyTorch's GradScaler, objective
+  ~2.0 on deep-mlp: it underflows) and the best-known, i.e. 99% of the possible improvement.
+
+A run "reaches" a target at its first trial at or below it; a run that never does counts as
+``budget + 1`` (censored: the median is then a lower bound, printed with ">").
 """
 
 from __future__ import annotations
@@ -28,16 +35,17 @@ SAMPLERS = ("random", "tpe", "cmaes")
 
 @dataclass(frozen=True)
 class SearchRun:
-    """The objective values of one sampler run, in trial order."""
+    """The objective values of one sampler run, in trial order, and its seed-1 baseline's value."""
 
     sampler: str
     seed: int
     values: list[float]
+    default: float
 
 
 def run_search(task: str, sampler: str, seed: int, budget: int) -> SearchRun:
     """``budget`` trials of ``task`` with ``sampler`` seeded ``seed``, in memory."""
-    settings = with_run(DEFAULTS, task=task, trials=budget, sampler=sampler, storage="")
+    settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=sampler, storage="")
     problem = build_problem(resolve_task(task), task, settings.run.seed)
     settings = with_run(settings, epochs=problem.epochs)
     storage = optuna.storages.InMemoryStorage()
@@ -45,7 +53,12 @@ def run_search(task: str, sampler: str, seed: int, budget: int) -> SearchRun:
     handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner())
     Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None).run()
     trials = handle.study.get_trials(deepcopy=False)
-    return SearchRun(sampler, seed, [t.value for t in trials if t.value is not None])
+    default = next(t.value for t in trials if t.user_attrs.get("baseline") == "seed-1")
+    # The five seed baselines run first in every study, whatever the sampler: they are not the
+    # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
+    # counted; the budget is of sampled trials.
+    sampled = [t.value for t in trials if t.value is not None and "baseline" not in t.user_attrs]
+    return SearchRun(sampler, seed, sampled, default)
 
 
 def trials_to_reach(values: list[float], target: float, budget: int) -> int:
@@ -55,13 +68,17 @@ def trials_to_reach(values: list[float], target: float, budget: int) -> int:
 
 def search_efficiency(
     task: str, budget: int, seeds: int = 5, tolerance: float = 0.01
-) -> tuple[float, dict[str, list[int]]]:
-    """(best-known objective, trials-to-reach per sampler over the seeds)."""
+) -> tuple[float, float, dict[str, dict[str, list[int]]]]:
+    """(best-known objective, the default's objective, trials-to-reach per target and sampler)."""
     runs = [run_search(task, s, seed, budget) for seed in range(seeds) for s in SAMPLERS]
     best = min(min(r.values) for r in runs)
-    target = best + tolerance * abs(best)
-    reach = {s: [trials_to_reach(r.values, target, budget) for r in runs if r.sampler == s] for s in SAMPLERS}
-    return best, reach
+    default = runs[0].default  # The same in every run: same data, weights and settings.
+    targets = {"strict": best + tolerance * abs(best), "gap": best + tolerance * (default - best)}
+    reach = {
+        name: {s: [trials_to_reach(r.values, t, budget) for r in runs if r.sampler == s] for s in SAMPLERS}
+        for name, t in targets.items()
+    }
+    return best, default, reach
 
 
 def median_label(counts: list[int], budget: int) -> tuple[float, str]:

@@ -224,6 +224,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"trials must be >= 0, got {run.trials}")
     if run.epochs < 0:
         raise ConfigError(f"epochs must be >= 1 (or 0 for the task's default), got {run.epochs}")
+    if run.seed < 0:
+        raise ConfigError(f"seed must be >= 0, got {run.seed}")
     if run.steps < 0:
         raise ConfigError(f"steps must be >= 1 (or 0: as many as the epochs make), got {run.steps}")
     if run.heartbeat_interval < 1:

@@ -536,7 +536,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
 
     url = args.storage
     try:
-        storage = open_existing_storage(url)
+        storage = open_existing_storage(url, immediate=True)  # It writes the sibling study.
     except StorageError as e:
         raise ConfirmError(str(e))
     _OPENED.append(storage)
@@ -646,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
         except TaskError as e:
             return _fail(redact(str(e), url), 1)
+        except Exception as e:  # Training failed (CUDA out of memory, a user loss that raises).
+            return _fail(f"a confirmation run failed: {type(e).__name__}: {redact(first_line(e), url)}", 1)
     finally:
         _close_all_storages()
 
@@ -690,6 +692,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                     on_device,
                     scaler_config(candidate.params, settings.space),
                     epochs=settings.run.epochs,
+                    steps=settings.run.steps or None,  # The search's own step count.
                     amp_dtype=amp_dtype,
                     penalty=settings.penalty,
                     device_label=label,

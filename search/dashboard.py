@@ -31,10 +31,11 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
 from optuna_dashboard import save_note, save_plotly_graph_object
+from optuna_dashboard._note import note_ver_key, split_body
 
 from search.config import SpaceConfig
 from search.figures import curves_figure, trial_curves
-from search.cli import fail, first_line
+from search.cli import OneLineParser, UsageError, fail, first_line
 from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.summary import format_summary, summarize
@@ -102,6 +103,16 @@ def _pow2(value: float) -> str:
         return f"{value:g}"
     exponent = math.log2(value)
     return f"2^{exponent:.0f}" if abs(exponent - round(exponent)) < 1e-9 else f"2^{exponent:.2f}"
+
+
+def _save_new_trial_note(study: optuna.Study, trial_id: int, body: str) -> None:
+    # What optuna_dashboard.save_note writes for a trial that has no note yet (version 1, the body
+    # in chunks), without its re-read of every study system attr per call, which made publishing
+    # N trials cost N full reads. tests/test_dashboard.py reads the notes back with get_note.
+    storage = study._storage
+    storage.set_study_system_attr(study._study_id, note_ver_key(trial_id), 1)
+    for key, chunk in split_body(body, trial_id).items():
+        storage.set_study_system_attr(study._study_id, key, chunk)
 
 
 def _study_note(study: optuna.Study, space: SpaceConfig) -> str:
@@ -200,9 +211,8 @@ def publish(study: optuna.Study) -> PublishReport:
     system_attrs = study._storage.get_study_system_attrs(study._study_id)
     notes = 0
     for t in trials:
-        # optuna-dashboard keys a trial's note by its trial id ("dashboard:<id>:note_ver").
-        if t.state.is_finished() and f"dashboard:{t._trial_id}:note_ver" not in system_attrs:
-            save_note(optuna.Trial(study, t._trial_id), _trial_note(t, space))
+        if t.state.is_finished() and note_ver_key(t._trial_id) not in system_attrs:
+            _save_new_trial_note(study, t._trial_id, _trial_note(t, space))
             notes += 1
     # The study note is refreshed while it is still the one we wrote; once a person edits it in
     # the dashboard (its version moves on), it is left alone.
@@ -218,7 +228,7 @@ def publish(study: optuna.Study) -> PublishReport:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m search.dashboard",
         description="Publish the study's curves and notes, then serve optuna-dashboard on it.",
         allow_abbrev=False,
@@ -240,7 +250,12 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (2 for bad input)."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        return _fail(str(e))
+    if not 0 < args.port < 65536:
+        return _fail(f"--port must be 1..65535, got {args.port}")
     url = args.storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
@@ -248,6 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not os.path.isfile(path):
             return _fail(f"no study file {path} here (run python -m search.optimize first, or pass --storage)")
     try:
+        # Deferred SQLite transactions: serving only reads, and must not hold the workers' write lock.
         storage = open_existing_storage(url)
         names = [s.study_name for s in storage.get_all_studies()]
     except StorageError as e:
@@ -257,24 +273,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.study_name is not None and args.study_name not in names:
         return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
     if not args.no_publish:
-        for name in [args.study_name] if args.study_name else names:
-            study = optuna.load_study(
-                storage=storage, study_name=name, sampler=optuna.samplers.RandomSampler()
-            )
-            if "task" not in study.user_attrs:
-                continue  # Not a study of this service.
-            report = publish(study)
-            print(
-                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes",
-                file=sys.stderr,
-            )
+        _publish_all(url, [args.study_name] if args.study_name else names)
     if args.publish_only:
         return 0
     print(f"search.dashboard: serving {mask_url(url)} on http://{args.host}:{args.port}/", file=sys.stderr)
     from optuna_dashboard import run_server
 
-    run_server(storage, host=args.host, port=args.port)
+    try:
+        run_server(storage, host=args.host, port=args.port)
+    except OSError as e:  # Port in use, address not available here.
+        return _fail(f"cannot serve on {args.host}:{args.port}: {e.strerror or first_line(e)}")
+    except KeyboardInterrupt:
+        return 0
     return 0
+
+
+def _publish_all(url: str, names: list[str]) -> None:
+    # Writes take SQLite's write lock up front (BEGIN IMMEDIATE), like the workers' own writes.
+    writer = open_existing_storage(url, immediate=True)
+    try:
+        for name in names:
+            study = optuna.load_study(storage=writer, study_name=name, sampler=optuna.samplers.RandomSampler())
+            if "task" not in study.user_attrs:
+                continue  # Not a study of this service (or a search.confirm sibling).
+            try:
+                report = publish(study)
+            except Exception as e:  # The study is fine; only its figures are not refreshed.
+                print(f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}", file=sys.stderr)
+                continue
+            print(
+                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes",
+                file=sys.stderr,
+            )
+    finally:
+        writer.remove_session()
+        writer.engine.dispose()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from search import dashboard
-from search.cli import fail
+from search.cli import OneLineParser, UsageError, fail
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
@@ -40,14 +40,10 @@ from search.workers import DevicePlanError, WorkerSpec, plan_workers, run_pool
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
 
 
-class UsageError(ValueError):
-    """Bad input found after argument parsing (device, task)."""
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface; defaults shown come from :data:`search.config.DEFAULTS`."""
     d = DEFAULTS.run
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="python -m search.optimize",
         description="Search torch.amp.GradScaler settings (init_scale, growth_factor, "
         "backoff_factor, growth_interval) with Optuna. Each trial runs a real AMP training loop.",
@@ -226,10 +222,16 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:  # Unknown flag, bad value: one line, not argparse's usage block.
+        return _fail(str(e))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return _main(args, argv)
+    except KeyboardInterrupt:  # Ctrl-C outside the trial loop (start-up, summary): no trial in flight.
+        _note("interrupted before or after the trials; no trial was in flight")
+        return 130
     finally:
         _close_all_storages()
 
@@ -259,6 +261,11 @@ class _Opened:
 
 def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     settings = load_settings(args.config, _overrides(args))
+    args.storage = settings.run.storage  # Also from --config: every message masks its password.
+    if args.best_out:
+        parent = os.path.dirname(os.path.abspath(args.best_out))
+        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+            raise UsageError(f"--best-out {args.best_out}: directory {parent} does not exist or is not writable")
     if worker is not None:  # A worker process: one device, no workers of its own.
         settings = with_run(settings, device=worker.device, workers=1, devices="")
     resolve_device(settings.run.device)  # Validates --device.
@@ -275,12 +282,13 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
 
 
 def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None = None) -> int:
-    url = args.storage or ""
     try:
         opened = _open(args, worker)
     except (ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError) as e:
+        url = args.storage or ""
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # An unexpected failure while reading the study is still bad input.
+        url = args.storage or ""
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         return _fail(f"cannot read study from {mask_url(url)}: {redact(first, url)}")
 

@@ -33,7 +33,14 @@ def is_transient(error: BaseException) -> bool:
         error = error.__cause__ or error
     if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
         return True
-    return isinstance(error, _TRANSIENT)
+    if not isinstance(error, _TRANSIENT):
+        return False
+    orig = getattr(error, "orig", None)
+    if type(orig).__module__.startswith("sqlite3"):
+        # SQLite has no server to come back: only a lock held by another process passes.
+        # "disk I/O error", "no such table", "unable to open database file" do not.
+        return any(word in str(orig).lower() for word in ("locked", "busy"))
+    return True
 
 
 def with_retry(

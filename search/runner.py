@@ -26,6 +26,8 @@ import datetime
 import signal
 import threading
 import logging
+import os
+import socket
 import time
 import uuid
 import warnings
@@ -51,6 +53,7 @@ __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
+WORKER = f"{socket.gethostname()}:{os.getpid()}"  # Which process ran a trial (user attr "worker").
 
 
 class Interrupted(BaseException):
@@ -100,17 +103,24 @@ def interrupts_as_exceptions() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Holds SIGINT/SIGTERM back while a storage write runs, then delivers it."""
+def held_interrupts() -> Iterator[list[int]]:
+    """Holds SIGINT/SIGTERM back while the block runs; yields the list of those that came."""
     pending: list[int] = []
     previous = {s: signal.signal(s, lambda n, _f: pending.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield pending
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-        if pending:
-            raise Interrupted(pending[0])
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Holds SIGINT/SIGTERM back while a storage write runs, then delivers it."""
+    with held_interrupts() as pending:
+        yield
+    if pending:
+        raise Interrupted(pending[0])
 
 
 @contextlib.contextmanager
@@ -263,7 +273,7 @@ class Runner:
                 trial.report(loss, epoch)
                 return trial.should_prune()
 
-        return run_trial(
+        outcome = run_trial(
             self.problem,
             scaler_config,
             epochs=run.epochs or self.problem.epochs,
@@ -274,6 +284,8 @@ class Runner:
             deadline=deadline,
             should_prune=should_prune,
         )
+        outcome.user_attrs["worker"] = WORKER
+        return outcome
 
     def _failure_attrs(self, error: BaseException) -> dict[str, Any]:
         if isinstance(error, Interrupted):
@@ -284,7 +296,7 @@ class Runner:
                 torch.cuda.empty_cache()
         self.stats.failed += 1
         self.stats.fail_reasons.append(reason)
-        return {"fail_reason": reason, "device": self.device_label}
+        return {"fail_reason": reason, "device": self.device_label, "worker": WORKER}
 
     def _run_sampled(self, trials: list[FrozenTrial]) -> None:
         started = datetime.datetime.now()
@@ -355,17 +367,31 @@ class Runner:
         with_retry(call, what=what, budget=self.settings.run.storage_retry, retrying=check)
 
     def _claim(self) -> optuna.Trial | None:
-        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling)."""
-        with deferred_interrupts():  # Claimed is RUNNING: an interrupt must find it in the try.
-            trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
-            return None if trial_id is None else optuna.Trial(self.study, trial_id)
+        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling).
+
+        Its first heartbeat is recorded at once, so that it can be found stale if this process
+        dies before the heartbeat thread starts (Optuna ignores RUNNING trials with no heartbeat).
+        """
+        trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
+        if trial_id is None:
+            return None
+        if getattr(self.study._storage, "get_heartbeat_interval", lambda: None)():
+            self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
+        return optuna.Trial(self.study, trial_id)
 
     def _run_enqueued(self) -> bool:
         """Runs one queued trial; False when another worker claimed the last one first."""
-        trial = self._claim()
+        # A signal during the claim is held and raised inside the try below, so that the claimed
+        # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
+        with held_interrupts() as pending:
+            trial = self._claim()
         if trial is None:
+            if pending:
+                raise Interrupted(pending[0])
             return False
         try:
+            if pending:
+                raise Interrupted(pending[0])
             with heartbeat(self.study, trial._trial_id):
                 duplicate = self._duplicate_of(trial)
                 if duplicate is not None:

@@ -99,8 +99,8 @@ def _check_sqlite_file(path: str) -> None:
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # pysqlite would emit a deferred BEGIN itself; _on_sqlite_begin emits BEGIN IMMEDIATE instead
-    # (SQLAlchemy's documented recipe for controlling SQLite transactions).
+    # pysqlite's own BEGIN handling is switched off; SQLAlchemy's "begin" event emits BEGIN (and
+    # _on_sqlite_begin, BEGIN IMMEDIATE): SQLAlchemy's documented recipe for SQLite transactions.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_S * 1000}")
@@ -112,12 +112,21 @@ def _on_sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.storages.RDBStorage:
+def _on_sqlite_begin_deferred(connection: Any) -> None:
+    connection.exec_driver_sql("BEGIN")
+
+
+def open_storage(
+    url: str, heartbeat_interval: int | None = None, immediate: bool = True
+) -> optuna.storages.RDBStorage:
     """Opens an Optuna RDB storage, checking SQLite files before SQLite creates them.
 
     With ``heartbeat_interval``, a RUNNING trial whose heartbeat is older than twice the interval
     is failed by ``optuna.storages.fail_stale_trials`` and re-queued (same params and attrs) by
     Optuna's ``RetryHeartbeatStaleTrialCallback``, at most 3 times.
+
+    ``immediate=False`` leaves SQLite's transactions deferred: for a process that mostly reads a
+    live study (report, dashboard), so that its reads never hold the write lock the workers need.
 
     Raises:
         StorageError: With a one-line, password-free reason.
@@ -152,15 +161,17 @@ def open_storage(url: str, heartbeat_interval: int | None = None) -> optuna.stor
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(reason, url)}")
     if is_sqlite:
         sqlalchemy.event.listen(storage.engine, "connect", _on_sqlite_connect)
-        sqlalchemy.event.listen(storage.engine, "begin", _on_sqlite_begin)
+        begin = _on_sqlite_begin if immediate else _on_sqlite_begin_deferred
+        sqlalchemy.event.listen(storage.engine, "begin", begin)
         storage.engine.dispose()  # Later connections get the pragmas.
     return storage
 
 
-def open_existing_storage(url: str) -> optuna.storages.RDBStorage:
+def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.RDBStorage:
     """Opens a storage that must already hold Optuna's tables; creates nothing (no file, no schema).
 
-    For the commands that read a study (report, confirm, transfer's source, dashboard).
+    For the commands that read a study (report, confirm, transfer's source, dashboard); their
+    SQLite transactions stay deferred unless ``immediate`` (see :func:`open_storage`).
 
     Raises:
         StorageError: The SQLite file does not exist, the database cannot be reached, or it holds
@@ -185,7 +196,7 @@ def open_existing_storage(url: str) -> optuna.storages.RDBStorage:
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
     if not has_studies:
         raise StorageError(f"{mask_url(url)} holds no Optuna studies")
-    return open_storage(url)
+    return open_storage(url, immediate=immediate)
 
 
 def _first_line(error: BaseException) -> str:

@@ -122,7 +122,9 @@ def run_pool(
 
     def forward(signum: int, _frame: Any) -> None:
         if not received:  # A second Ctrl-C: the workers are already finishing their trials.
-            received.append(signum)
+            # A hang-up (the terminal closed) stops the workers the way SIGTERM does, which
+            # they handle: each records its trial in flight as FAIL.
+            received.append(signal.SIGTERM if signum == signal.SIGHUP else signum)
         send()
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}

@@ -47,6 +47,17 @@ def test_which_errors_are_transient():
     assert not is_transient(ValueError("bug"))
 
 
+def test_on_sqlite_only_a_lock_is_transient():
+    def sqlite_error(message: str) -> sqlalchemy.exc.OperationalError:
+        import sqlite3
+
+        return sqlalchemy.exc.OperationalError("SELECT 1", {}, sqlite3.OperationalError(message))
+
+    assert is_transient(sqlite_error("database is locked"))
+    assert not is_transient(sqlite_error("disk I/O error"))
+    assert not is_transient(wrapped(sqlite_error("no such table: trials")))
+
+
 def test_retries_with_backoff_then_succeeds_and_checks_before_each_retry():
     errors = [connection_error(), wrapped(connection_error())]
     sleeps: list[float] = []

@@ -107,6 +107,7 @@ def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
     trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", "seed-mlp")
     assert_study_is_sound(trials, 40, 4)
     assert not [t for t in trials if t.state == TrialState.FAIL]
+    assert len({t.user_attrs["worker"] for t in trials}) >= 2  # Several processes really wrote trials.
 
 
 @pytest.mark.parametrize("fixture", ["postgres_url", "mysql_url"])
@@ -117,8 +118,9 @@ def test_two_workers_on_a_database_server(request, tmp_path, fixture):
     assert "2 workers on cpu" in proc.stdout and "Traceback" not in proc.stderr
     trials = trials_of(url, "seed-mlp")
     assert_study_is_sound(trials, 16, 2)
-    # Both workers really trained: each records its device, and the run took trials from both.
+    # Both workers really trained: each trial records the process that ran it.
     assert len({t.user_attrs["device"] for t in trials}) == 1
+    assert len({t.user_attrs["worker"] for t in trials}) == 2
     assert not (tmp_path / "study.db").exists()
 
 

@@ -47,6 +47,10 @@ class Problem:
     shuffle_seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if len(self.inputs) != len(self.targets):
+            raise ValueError(f"inputs and targets differ in length: {len(self.inputs)} vs {len(self.targets)}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
         if self.accumulation_steps < 1:
