@@ -408,7 +408,12 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
 
     amp_dtype = getattr(torch, settings.run.amp_dtype)
     problem_on_device = opened.problem.to(device)
-    runner = Runner(handle.study, settings, problem_on_device, label, amp_dtype, sampler, pruner, on_trial)
+    # Others may join a study on a database server (other hosts) or run beside us (--workers):
+    # then sampled trials are RUNNING with a heartbeat, so that a dead worker's trial is re-run.
+    shared = worker is not None or not settings.run.storage.startswith("sqlite")
+    runner = Runner(
+        handle.study, settings, problem_on_device, label, amp_dtype, sampler, pruner, on_trial, shared=shared
+    )
     try:
         stats = runner.run()
     except Interrupted as e:

@@ -8,6 +8,10 @@ Two ways a trial reaches storage:
   write (:class:`~search.trial_writer.TrialWriter`) -- one transaction instead of one per param
   and per attr. Nothing of it
   is ever RUNNING in storage, so an interrupt or a crash cannot leave a stale RUNNING trial.
+  When other processes may share the study (``shared``: ``--workers``, or a database server that
+  other hosts can join), the sampled trial is instead registered RUNNING with its params in one
+  transaction and beats while it trains, so that if its worker dies a live one fails it and
+  re-runs the same params; it is finished in one more transaction.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
   with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
   heartbeat while they train, and finished in one transaction.
@@ -190,6 +194,8 @@ class Runner:
         sampler: The sampler (also used by the replica).
         pruner: The pruner, or None for no pruning.
         on_trial: Called after each trial with its state and value (progress bar).
+        shared: Other processes may work on the study too: sampled trials are RUNNING in storage,
+            with a heartbeat, while they train (two transactions per trial instead of one).
     """
 
     def __init__(
@@ -202,6 +208,7 @@ class Runner:
         sampler: optuna.samplers.BaseSampler,
         pruner: optuna.pruners.BasePruner | None,
         on_trial: Callable[[TrialState, float | None], None] | None = None,
+        shared: bool = False,
     ) -> None:
         self.study = study
         self.settings = settings
@@ -214,6 +221,7 @@ class Runner:
         self.writer = TrialWriter(study)
         self.stats = RunStats()
         self._last_stale_check: float | None = None
+        self.shared = shared
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
@@ -303,6 +311,9 @@ class Runner:
         self.replica.sync(trials)
         trial = self.replica.study.ask()
         scaler_config = suggest(trial, self.settings.space)
+        if self.shared:
+            self._run_registered(trial, scaler_config, started)
+            return
         try:
             outcome = self._train(trial, scaler_config)
         except BaseException as error:
@@ -329,6 +340,36 @@ class Runner:
         self._count(state)
         self.on_trial(state, outcome.value)
 
+    def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
+        """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
+        with held_interrupts() as pending:
+            trial_id = self._write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
+            if getattr(self.study._storage, "get_heartbeat_interval", lambda: None)():
+                self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
+        stored = optuna.Trial(self.study, trial_id)
+        try:
+            if pending:
+                raise Interrupted(pending[0])
+            with heartbeat(self.study, trial_id):
+                outcome = self._train(trial, scaler_config)  # Pruning reports go to the replica.
+        except BaseException as error:
+            attrs = self._failure_attrs(error)
+            with deferred_interrupts():
+                self._finish(stored, TrialState.FAIL, None, attrs)
+                self.replica.discard(trial)
+            self.on_trial(TrialState.FAIL, None)
+            if isinstance(error, Exception):
+                return
+            raise
+        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+        value = outcome.value if state == TrialState.COMPLETE else None
+        with deferred_interrupts():
+            finished = self._finish(stored, state, value, outcome.user_attrs, outcome.intermediate_values)
+            self.replica.discard(trial)
+        if finished:
+            self._count(state)
+            self.on_trial(state, outcome.value)
+
     def _write(
         self,
         template: FrozenTrial,
@@ -337,7 +378,7 @@ class Runner:
         user_attrs: dict[str, Any],
         intermediate_values: dict[int, float],
         started: datetime.datetime,
-    ) -> None:
+    ) -> int:
         # ``template`` carries the params and the sampler's system attrs from the replica.
         write_id = uuid.uuid4().hex
         trial = optuna.trial.create_trial(
@@ -350,18 +391,20 @@ class Runner:
             intermediate_values=intermediate_values,
         )
         trial.datetime_start = started
-        done: list[bool] = []
+        done: list[int] = []
 
         def check_first() -> None:
             # A commit whose acknowledgement was lost has taken effect: do not add it twice.
-            if self.writer.contains(WRITE_ID_ATTR, write_id):
-                done.append(True)
+            found = self.writer.find(WRITE_ID_ATTR, write_id)
+            if found is not None:
+                done.append(found)
 
         def write() -> None:
             if not done:
-                self.writer.add(trial)
+                done.append(self.writer.add(trial))
 
-        self._storage_call_with_check(write, check_first, f"writing trial of {state.name}")
+        self._storage_call_with_check(write, check_first, f"writing a {state.name} trial")
+        return done[0]
 
     def _storage_call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
         with_retry(call, what=what, budget=self.settings.run.storage_retry, retrying=check)

@@ -48,34 +48,36 @@ class TrialWriter:
         """Whether the one-statement-per-table path is in use."""
         return self._rdb is not None
 
-    def add(self, trial: FrozenTrial) -> None:
-        """Stores ``trial`` (a finished trial from ``optuna.trial.create_trial``)."""
+    def add(self, trial: FrozenTrial) -> int:
+        """Stores ``trial`` (from ``optuna.trial.create_trial``: finished, or RUNNING); returns its id."""
         if self._rdb is None:
             self.study.add_trial(trial)
-            return
+            return self.study.get_trials(deepcopy=False)[-1]._trial_id
         trial._validate()
         with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
-            self._insert(session, trial)
+            return self._insert(session, trial)
 
-    def contains(self, key: str, value: str) -> bool:
-        """Whether a trial of the study has the system attr ``key`` equal to ``value``.
+    def find(self, key: str, value: str) -> int | None:
+        """The id of a trial of the study whose system attr ``key`` equals ``value``, if any.
 
         A write whose commit went through but whose acknowledgement was lost (the connection
         dropped at that moment) is found this way before it is retried.
         """
         if self._rdb is None:
-            return any(t.system_attrs.get(key) == value for t in self.study.get_trials(deepcopy=False))
+            trials = self.study.get_trials(deepcopy=False)
+            return next((t._trial_id for t in trials if t.system_attrs.get(key) == value), None)
         attr = models.TrialSystemAttributeModel
         with self._transaction() as session:
             query = (
-                session.query(attr.trial_attribute_id)
+                session.query(attr.trial_id)
                 .join(models.TrialModel, models.TrialModel.trial_id == attr.trial_id)
                 .filter(models.TrialModel.study_id == self._study_id)
                 .filter(attr.key == key, attr.value_json == json.dumps(value))
             )
-            return query.first() is not None
+            row = query.first()
+            return None if row is None else row[0]
 
     def enqueue_once(self, trials: list[FrozenTrial], tag: str) -> list[FrozenTrial]:
         """Adds the WAITING ``trials`` whose user attr ``tag`` no unfailed trial has yet.
@@ -111,7 +113,7 @@ class TrialWriter:
                 self._insert(session, t)
         return added
 
-    def _insert(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> None:
+    def _insert(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> int:
         # The caller holds the study's lock: numbering below counts the trials before this one.
         row = models.TrialModel(study_id=self._study_id, number=None, state=trial.state)
         row.datetime_start = trial.datetime_start
@@ -148,6 +150,7 @@ class TrialWriter:
             )
         session.add_all(rows)
         row.number = row.count_past_trials(session)
+        return tid
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlalchemy.orm.Session]:

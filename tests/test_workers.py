@@ -223,3 +223,35 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
     finished = [t for t in trials if t.state == TrialState.COMPLETE]
     assert 14 <= len(finished) <= 15 and not [t for t in trials if t.state == TrialState.RUNNING]
     assert sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs) == TAGS
+
+
+def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tmp_path):
+    """On a shared database a sampled trial is RUNNING with a heartbeat while it trains: kill -9 its
+    host mid-trial and the live host fails it and re-runs the same params."""
+    args = ["--trials", "12", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
+    procs = [start_cli(args, tmp_path), start_cli(args, tmp_path)]
+    deadline = time.time() + 120
+    while time.time() < deadline:  # Past the five baselines: from now on, trials are sampled.
+        time.sleep(0.3)
+        try:
+            done = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE]
+        except KeyError:  # The study does not exist yet.
+            continue
+        if len(done) >= 6:
+            break
+    (tmp_path / MID_TRIAL_FLAG).unlink(missing_ok=True)
+    victim = wait_for_mid_trial_pid(tmp_path)
+    running = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.RUNNING]
+    (killed,) = [p for p in procs if p.pid == victim]
+    killed.kill()
+    killed.communicate(timeout=60)
+    (survivor,) = [p for p in procs if p.pid != victim]
+    _, err = survivor.communicate(timeout=300)
+    assert survivor.returncode == 0, err
+    trials = trials_of(postgres_url, SLOW)
+    assert_study_is_sound(trials, 12, 2)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 1 and failed[0].number in {t.number for t in running}
+    assert "baseline" not in failed[0].user_attrs  # A sampled trial, not a queued one.
+    retry = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == failed[0].params
