@@ -1,21 +1,26 @@
 """P1: the service's overhead per trial vs plain Optuna, both on a default SQLite file.
 
-Overhead = wall time per trial minus training time. Plain Optuna stores 3 params + 9 user attrs
-one call at a time with a trivial objective; plain Optuna on in-memory storage is the floor.
+Overhead = wall time per trial minus training time. Two plain-Optuna arms, each a trivial objective
+run by ``study.optimize``: the *same values* the service stores for a trial (its 4 params with the
+same distributions, its user attrs, its loss curve via ``trial.report``; also without the curve),
+and the guide's reference of 3 float params + 9 user attrs. Plain Optuna in memory is the floor.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import optuna
 import torch
+from optuna.trial import FrozenTrial
 
 from search.config import DEFAULTS
 from search.config import with_run
 from search.optimize import make_sampler
 from search.runner import Runner
+from search.space import suggest
 from search.storage import enable_wal
 from search.storage import open_storage
 from search.study import prepare_study
@@ -34,13 +39,40 @@ def plain_optuna_per_trial(storage: str | None, n_trials: int) -> float:
             trial.set_user_attr(f"attr_{i}", [float(i)] * 30 if i < 2 else float(i))
         return a * 0 + b + c
 
+    return _optimize_seconds_per_trial(study, objective, n_trials)
+
+
+def plain_same_values_per_trial(storage: str | None, n_trials: int, template: FrozenTrial, curve: bool) -> float:
+    """Seconds per trial of plain Optuna storing what the service stores for ``template``.
+
+    The same search space (``search.space.distributions`` of the defaults: 3 floats and the integer
+    growth_interval), the same user attrs set one by one, and with ``curve`` the same loss curve
+    reported as intermediate values (one ``trial.report`` per epoch, as plain Optuna code does it).
+    """
+    study = optuna.create_study(storage=storage, sampler=optuna.samplers.TPESampler(seed=0))
+    space = DEFAULTS.space
+
+    def objective(trial: optuna.Trial) -> float:
+        suggest(trial, space)
+        for key, value in template.user_attrs.items():
+            trial.set_user_attr(key, value)
+        if curve:
+            for step, value in sorted(template.intermediate_values.items()):
+                trial.report(value, step)
+        assert template.value is not None
+        return template.value
+
+    return _optimize_seconds_per_trial(study, objective, n_trials)
+
+
+def _optimize_seconds_per_trial(study: optuna.Study, objective: Callable[[optuna.Trial], float], n: int) -> float:
     start = time.perf_counter()
-    study.optimize(objective, n_trials=n_trials)
-    return (time.perf_counter() - start) / n_trials
+    study.optimize(objective, n_trials=n)
+    return (time.perf_counter() - start) / n
 
 
-def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, float]:
-    """(overhead per trial, overhead per sampled trial, train seconds per trial) of our runner."""
+def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, float, FrozenTrial]:
+    """Our runner's overhead per trial, per sampled trial, train seconds per trial, and its last trial."""
     settings = with_run(DEFAULTS, trials=n_trials, storage=f"sqlite:///{path}")
     problem = build(settings.run.seed)
     storage = open_storage(settings.run.storage)
@@ -69,4 +101,4 @@ def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, 
     sampled_overhead = statistics.median(w - t for w, t in zip(sampled, train_s[6:]))
     assert stats.completed == n_trials
     storage.engine.dispose()
-    return overhead, sampled_overhead, statistics.fmean(train_s)
+    return overhead, sampled_overhead, statistics.fmean(train_s), trials[-1]

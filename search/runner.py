@@ -314,31 +314,13 @@ class Runner:
         if self.shared:
             self._run_registered(trial, scaler_config, started)
             return
-        try:
-            outcome = self._train(trial, scaler_config)
-        except BaseException as error:
-            attrs = self._failure_attrs(error)
-            with deferred_interrupts():
-                self._write(self.replica.frozen(trial), TrialState.FAIL, None, attrs, {}, started)
-                self.replica.discard(trial)
-            self.on_trial(TrialState.FAIL, None)
-            if isinstance(error, Exception):
-                return
-            raise
-        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
-        value = outcome.value if state == TrialState.COMPLETE else None
-        with deferred_interrupts():
-            self._write(
-                self.replica.frozen(trial),
-                state,
-                value,
-                outcome.user_attrs,
-                outcome.intermediate_values,
-                started,
-            )
-            self.replica.discard(trial)
-        self._count(state)
-        self.on_trial(state, outcome.value)
+
+        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
+            # The replica's trial carries the params and the sampler's system attrs.
+            self._write(self.replica.frozen(trial), state, value, attrs, values, started)
+            return True
+
+        self._train_and_record(trial, lambda: self._train(trial, scaler_config), record)
 
     def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
         """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
@@ -347,15 +329,31 @@ class Runner:
             if getattr(self.study._storage, "get_heartbeat_interval", lambda: None)():
                 self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
         stored = optuna.Trial(self.study, trial_id)
-        try:
+
+        def train() -> TrialOutcome:
             if pending:
                 raise Interrupted(pending[0])
             with heartbeat(self.study, trial_id):
-                outcome = self._train(trial, scaler_config)  # Pruning reports go to the replica.
+                return self._train(trial, scaler_config)  # Pruning reports go to the replica.
+
+        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
+            return self._finish(stored, state, value, attrs, values)
+
+        self._train_and_record(trial, train, record)
+
+    def _train_and_record(
+        self,
+        trial: optuna.Trial,
+        train: Callable[[], TrialOutcome],
+        record: Callable[[TrialState, float | None, dict, dict[int, float]], bool],
+    ) -> None:
+        """Trains a sampled trial and records how it ended; ``record`` is False when a peer failed it first."""
+        try:
+            outcome = train()
         except BaseException as error:
             attrs = self._failure_attrs(error)
             with deferred_interrupts():
-                self._finish(stored, TrialState.FAIL, None, attrs)
+                record(TrialState.FAIL, None, attrs, {})
                 self.replica.discard(trial)
             self.on_trial(TrialState.FAIL, None)
             if isinstance(error, Exception):
@@ -364,9 +362,9 @@ class Runner:
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         value = outcome.value if state == TrialState.COMPLETE else None
         with deferred_interrupts():
-            finished = self._finish(stored, state, value, outcome.user_attrs, outcome.intermediate_values)
+            recorded = record(state, value, outcome.user_attrs, outcome.intermediate_values)
             self.replica.discard(trial)
-        if finished:
+        if recorded:
             self._count(state)
             self.on_trial(state, outcome.value)
 
