@@ -16,6 +16,7 @@ import argparse
 import os
 import statistics
 import tempfile
+import time
 
 import optuna
 import torch
@@ -44,7 +45,7 @@ def main() -> None:
     parser.add_argument("--p3-trials", type=int, default=200, help="trials per P3 run")
     parser.add_argument("--p3-rounds", type=int, default=2, help="alternating rounds for P3")
     parser.add_argument("--p4-task", default="deep-mlp", help="task for P4")
-    parser.add_argument("--p4-budget", type=int, default=60, help="trials per P4 run")
+    parser.add_argument("--p4-budget", type=int, default=40, help="sampled trials per P4 run")
     parser.add_argument("--p4-seeds", type=int, default=5, help="sampler seeds per sampler for P4")
     parser.add_argument("--size-trials", type=int, default=1000, help="trials of the study-size scaling run")
     args = parser.parse_args()
@@ -55,25 +56,24 @@ def main() -> None:
         f"{torch.get_num_threads()} torch threads"
     )
     table: list[tuple[str, str, str]] = []
+    took: dict[str, float] = {}
     home = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         try:
-            if "P1" in parts:
-                table += p1(args, tmp)
-            if "P2" in parts:
-                table += p2(args)
-            if "P3" in parts:
-                table += p3(args, tmp)
-            if "P4" in parts:
-                table += p4(args)
-            if "S" in parts:
-                scaling(args, tmp)
+            runs = {"P1": lambda: p1(args, tmp), "P2": lambda: p2(args), "P3": lambda: p3(args, tmp),
+                    "P4": lambda: p4(args), "S": lambda: scaling(args, tmp)}
+            for part in PARTS:
+                if part in parts:
+                    start = time.perf_counter()
+                    table += runs[part]()
+                    took[part] = time.perf_counter() - start
         finally:
             os.chdir(home)
     print("\nSummary (each ratio measured side by side in this run)")
     for name, value, target in table:
         print(f"  {name:52} {value:>8}   {target}")
+    print("  time per part: " + ", ".join(f"{part} {seconds:.0f} s" for part, seconds in took.items()))
 
 
 def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
@@ -158,14 +158,18 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     return rows
 
 
-def scaling(args: argparse.Namespace, tmp: str) -> None:
+def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     print("\nS  time per trial as steps grow (seed task, full batch, TPE, SQLite; medians of sampled trials):")
     for epochs, wall, train in per_trial_vs_steps(tmp, (30, 100, 300), 15):
         print(f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
               f"overhead {(wall - train) * 1000:6.1f} ms")
     print(f"\nS  overhead per trial as the study grows ({args.size_trials} trials of 1 step, TPE, SQLite):")
-    for start, overhead, train in per_trial_vs_study_size(tmp, args.size_trials):
+    sizes = per_trial_vs_study_size(tmp, args.size_trials)
+    for start, overhead, train in sizes:
         print(f"  trials {start:5}-{start + 99:<5} overhead {overhead * 1000:7.1f} ms   train {train * 1000:6.1f} ms")
+    (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
+    return [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
+             f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms", "")]
 
 
 if __name__ == "__main__":

@@ -82,6 +82,6 @@ def search_efficiency(
 
 
 def median_label(counts: list[int], budget: int) -> tuple[float, str]:
-    """The median and how to print it ('>60' when censored)."""
+    """The median and how to print it ('>40' when censored at a budget of 40)."""
     m = statistics.median(counts)
     return m, (f">{budget}" if m > budget else f"{m:g}")
