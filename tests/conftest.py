@@ -41,6 +41,14 @@ def run_cli(
     )
 
 
+def real_study(factory: pytest.TempPathFactory, name: str, trials: int) -> pathlib.Path:
+    """A directory holding ``study.db``: a real seed-mlp search of ``trials`` trials (5 baselines first)."""
+    directory = factory.mktemp(name)
+    proc = run_cli(["--trials", str(trials), "--quiet"], directory)
+    assert proc.returncode == 0, proc.stderr
+    return directory
+
+
 def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
     """Starts ``python -m search.optimize ARGS`` in ``cwd`` in the background, output piped."""
     return subprocess.Popen(

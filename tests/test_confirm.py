@@ -20,7 +20,7 @@ import torch
 from optuna.trial import TrialState
 from scipy import stats
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, real_study, run_cli
 from search.confirm import DEFAULT_LABEL, main, paired_test, summarize_confirmation
 
 SIBLING = "seed-mlp.confirm"
@@ -46,10 +46,7 @@ def _fingerprint(url: str, name: str = "seed-mlp") -> list[tuple]:
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory) -> pathlib.Path:
     """A real 12-trial seed-mlp study (5 baselines + 7 TPE trials)."""
-    directory = tmp_path_factory.mktemp("searched")
-    proc = run_cli(["--trials", "12", "--quiet"], directory)
-    assert proc.returncode == 0, proc.stderr
-    return directory
+    return real_study(tmp_path_factory, "searched", 12)
 
 
 @pytest.fixture

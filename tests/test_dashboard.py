@@ -18,16 +18,13 @@ import pytest
 from search import dashboard
 from search.storage import open_storage
 from conftest import cli_env
-from conftest import run_cli
+from conftest import real_study
 
 
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory) -> pathlib.Path:
     """A real 12-trial study; the run publishes its figures and notes at the end."""
-    cwd = tmp_path_factory.mktemp("dash")
-    proc = run_cli(["--trials", "12", "--quiet"], cwd)
-    assert proc.returncode == 0, proc.stderr
-    return cwd
+    return real_study(tmp_path_factory, "dash", 12)
 
 
 def _study(cwd: pathlib.Path) -> optuna.Study:

@@ -15,7 +15,7 @@ import zlib
 
 import optuna
 import pytest
-from conftest import run_cli, start_cli
+from conftest import real_study, run_cli, start_cli
 from optuna.trial import TrialState
 
 from search.report import SECTION_TITLES, build_report, load_snapshot, main, render_html
@@ -35,10 +35,7 @@ def _sqlite(path: pathlib.Path) -> str:
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory) -> pathlib.Path:
     """A real 30-trial seed-mlp study in study.db."""
-    cwd = tmp_path_factory.mktemp("report")
-    result = run_cli(["--trials", "30", "--quiet"], cwd)
-    assert result.returncode == 0, result.stderr
-    return cwd
+    return real_study(tmp_path_factory, "report", 30)
 
 
 def _copy(src: pathlib.Path, dst: pathlib.Path) -> str:

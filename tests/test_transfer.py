@@ -8,15 +8,13 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
-import sys
 import warnings
 
 import optuna
 import optuna_dashboard
 import plotly.graph_objects as go
 import pytest
-from conftest import cli_env, run_cli
+from conftest import run_cli
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
@@ -206,15 +204,7 @@ def test_running_trial_becomes_fail_and_the_command_says_so(source, tmp_path):
     src = _snapshot(source)
     running = [n for n, t in src["trials"].items() if t["state"] == "RUNNING"]
     target = tmp_path / "copy.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "search.transfer", "--from", source, "--to", _sqlite(target)],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_cli(["--from", source, "--to", _sqlite(target)], tmp_path, 120, "search.transfer")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert f"RUNNING in the source (#{running[0]}) copied as FAIL" in proc.stdout
@@ -293,15 +283,7 @@ def test_source_with_several_studies_needs_a_name(source, tmp_path, capsys):
 
 def test_passwords_never_appear(source, postgres_url, tmp_path, capsys):
     with_password = postgres_url.replace("postgres@", "postgres:hunter2@")  # Trust auth: still connects.
-    proc = subprocess.run(
-        [sys.executable, "-m", "search.transfer", "--from", source, "--to", with_password],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_cli(["--from", source, "--to", with_password], tmp_path, 120, "search.transfer")
     assert proc.returncode == 0, proc.stderr
     assert "postgres:***@" in proc.stdout and "hunter2" not in proc.stdout + proc.stderr
 
