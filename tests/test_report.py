@@ -18,6 +18,7 @@ import pytest
 from conftest import real_study, run_cli, start_cli
 from optuna.trial import TrialState
 
+from search import confirm
 from search.report import SECTION_TITLES, build_report, load_snapshot, main, render_html
 from search.storage import open_storage
 
@@ -426,7 +427,6 @@ def _in_tmp(request, tmp_path, monkeypatch):
 
 
 def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
-    confirm = pytest.importorskip("search.confirm")
     url = _copy(study_dir / "study.db", tmp_path / "c.db")
     source = optuna.load_study(storage=url, study_name=NAME)
     best = min(
