@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import optuna
 
-from search.storage import mask_url
+from search.storage import first_line, mask_url
 
 __all__ = ["CONFIRM_SUFFIX", "OneLineParser", "UsageError", "choose_study", "fail", "first_line"]
 
@@ -24,12 +24,6 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message)
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an error's message (driver errors run to many lines), or its type."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def fail(prog: str, message: str, code: int = 2) -> int:

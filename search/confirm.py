@@ -526,7 +526,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     try:
         device = resolve_device(args.device)
     except RuntimeError as e:  # torch.device("tpu")
-        raise ConfirmError(f"unknown device {args.device!r}: {str(e).splitlines()[0]}")
+        raise ConfirmError(f"unknown device {args.device!r}: {first_line(e)}")
     except ValueError as e:  # search.optimize.UsageError: CUDA absent, index out of range.
         raise ConfirmError(str(e))
     if args.json:

@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from search import dashboard
-from search.cli import OneLineParser, UsageError, fail
+from search.cli import OneLineParser, UsageError, fail, first_line
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
@@ -289,8 +289,7 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # An unexpected failure while reading the study is still bad input.
         url = args.storage or ""
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return _fail(f"cannot read study from {mask_url(url)}: {redact(first, url)}")
+        return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
 
     settings = opened.settings
     url = settings.run.storage
@@ -304,8 +303,7 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         spec = worker or opened.specs[0]
         return _run(opened, resolve_device(spec.device), args, spec if worker is not None else None)
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        return _fail(f"storage {mask_url(url)} failed: {redact(first, url)}", 1)
+        return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
 
 
 def total_steps(settings: Settings, problem: Problem) -> int:
@@ -542,8 +540,7 @@ def _finish(
         try:
             dashboard.publish(study)
         except Exception as e:  # The results are stored; only their dashboard figures are missing.
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            _note(f"warning: dashboard figures not written: {redact(first, settings.run.storage)}")
+            _note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
     data = summarize(study, settings.space)
     data["storage"] = mask_url(settings.run.storage)
     print(headline)

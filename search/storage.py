@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 __all__ = [
     "StorageError",
     "enable_wal",
+    "first_line",
     "mask_url",
     "open_existing_storage",
     "open_storage",
@@ -157,8 +158,7 @@ def open_storage(
                 }
             storage = _create_rdb_storage(url, engine_kwargs, heartbeat)
     except Exception as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise StorageError(f"cannot open storage {mask_url(url)}: {redact(reason, url)}")
+        raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if is_sqlite:
         sqlalchemy.event.listen(storage.engine, "connect", _on_sqlite_connect)
         begin = _on_sqlite_begin if immediate else _on_sqlite_begin_deferred
@@ -180,7 +180,7 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
     try:
         path = sqlite_path(url)
     except Exception as e:
-        raise StorageError(f"invalid storage URL {mask_url(url)}: {redact(_first_line(e), url)}")
+        raise StorageError(f"invalid storage URL {mask_url(url)}: {redact(first_line(e), url)}")
     if path is not None and not os.path.isfile(path):
         raise StorageError(f"SQLite file {path} does not exist")
     if path is not None:
@@ -193,13 +193,14 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
         finally:
             engine.dispose()
     except Exception as e:
-        raise StorageError(f"cannot open storage {mask_url(url)}: {redact(_first_line(e), url)}")
+        raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if not has_studies:
         raise StorageError(f"{mask_url(url)} holds no Optuna studies")
     return open_storage(url, immediate=immediate)
 
 
-def _first_line(error: BaseException) -> str:
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (driver errors run to many lines), or its type."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
