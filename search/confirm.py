@@ -60,6 +60,7 @@ from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, 
 from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.trial_writer import TrialWriter
 
 __all__ = [
     "ALPHA",
@@ -658,6 +659,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
     for note in plan.notes:
         _note(f"note: {note}")
     sibling = _open_sibling(plan, args)
+    writer = TrialWriter(sibling)  # A run with its curve in one transaction, not one per step.
     label = device_label(plan.device)
     amp_dtype = getattr(torch, settings.run.amp_dtype)
     n_runs = sum(len(cs) for cs in plan.pending.values())
@@ -703,7 +705,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                     "data_seed": seed,
                     **outcome.user_attrs,
                 }
-                sibling.add_trial(
+                writer.add(
                     optuna.trial.create_trial(
                         state=TrialState.COMPLETE,
                         value=outcome.value,
