@@ -127,6 +127,11 @@ def deferred_interrupts() -> Iterator[None]:
         raise Interrupted(pending[0])
 
 
+def heartbeat_interval(storage: optuna.storages.BaseStorage) -> int | None:
+    """The storage's heartbeat interval in seconds, or None where heartbeats are off or unsupported."""
+    return getattr(storage, "get_heartbeat_interval", lambda: None)()
+
+
 @contextlib.contextmanager
 def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
     """Records the heartbeat of a RUNNING trial in storage while the block runs.
@@ -135,7 +140,7 @@ def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
     beats itself, through the storage's public ``record_heartbeat``.
     """
     storage = study._storage
-    interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+    interval = heartbeat_interval(storage)
     if not interval:
         yield
         return
@@ -326,8 +331,7 @@ class Runner:
         """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
         with held_interrupts() as pending:
             trial_id = self._write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
-            if getattr(self.study._storage, "get_heartbeat_interval", lambda: None)():
-                self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
+            self._first_beat(trial_id)
         stored = optuna.Trial(self.study, trial_id)
 
         def train() -> TrialOutcome:
@@ -416,9 +420,13 @@ class Runner:
         trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
         if trial_id is None:
             return None
-        if getattr(self.study._storage, "get_heartbeat_interval", lambda: None)():
-            self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
+        self._first_beat(trial_id)
         return optuna.Trial(self.study, trial_id)
+
+    def _first_beat(self, trial_id: int) -> None:
+        """Records a just-RUNNING trial's first heartbeat, so that it can be found stale at once."""
+        if heartbeat_interval(self.study._storage):
+            self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
 
     def _run_enqueued(self) -> bool:
         """Runs one queued trial; False when another worker claimed the last one first."""
