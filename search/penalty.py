@@ -6,16 +6,24 @@ could never learn where the unsafe region is. Every run therefore gets a finite 
 * ``nonfinite`` (loss or weights became NaN/Inf): ``nonfinite * (2 - first_bad_epoch / epochs)``,
   i.e. between ``nonfinite`` and ``2 * nonfinite``, the earlier the divergence the worse. With the
   default 10 this is above any finite cross-entropy a run that trains at all reaches.
-* everything else: ``final_loss + skip * skipped_fraction + silent * [silent failure]``. The
+* everything else: ``eval_loss + skip * skipped_fraction + silent * [silent failure]``, where
+  ``eval_loss`` is the evaluation every trial is judged on (:mod:`search.evaluation`: the final
+  weights' fp32 loss on the evaluation set, or for a full-batch task the last step's loss). The
   ``silent`` term (default 1.0, more than the untrained 2-class loss ln 2 = 0.69) puts every run
   that did not learn behind every run that did; the ``skip`` term (default 0.1) gently prefers
   settings that waste fewer steps among equally good losses.
 
 Failure codes, first match wins: ``nonfinite``; ``overflow_churn`` (at least ``churn_threshold``
-of the steps skipped); ``underflow`` (did not learn, and at least ``underflow_threshold`` of the
-gradient entries were exactly zero: the loss scale was too small for fp16); ``frozen`` (did not
-learn for another reason); ``none``. A run *learned* when the fp32 loss of its final weights is at
-least ``learn_threshold`` (default 10%) below the loss of epoch 1.
+of the steps skipped); ``underflow`` (the share of gradient entries that were exactly zero exceeds
+the share an fp32 run of the same problem has by at least ``underflow_threshold``: the loss scale
+was too small for fp16, whether or not the run still learned a little; the fp32 share keeps a
+model's own exact zeros, dead ReLUs or unused embedding rows, from counting); ``frozen`` (did not
+learn for another reason); ``none``. A run *learned* when its evaluation fell by at least
+``learn_threshold`` (default 10%) from the initial weights' evaluation, comparing like with like:
+the median chunk loss of the same evaluation before and after (for a full-batch task, the last
+step's loss against the first step's). ``skipped_fraction`` counts the steps GradScaler itself
+skipped (its ``found_inf``); the zero fraction is taken before clipping, on unskipped steps
+(:mod:`search.trainer`).
 """
 
 from __future__ import annotations
@@ -47,24 +55,25 @@ def assess(result: TrainResult, penalty: PenaltyConfig) -> Assessment:
     """Computes the objective value (always finite) and the failure code of ``result``."""
     epochs = max(1, result.epochs)
     first_bad = next((i for i, v in enumerate(result.loss_curve) if not math.isfinite(v)), None)
-    if first_bad is None and not (result.weights_finite and math.isfinite(result.final_loss_fp32)):
+    if first_bad is None and not (
+        result.weights_finite and math.isfinite(result.final_loss_fp32) and math.isfinite(result.eval_loss)
+    ):
         first_bad = result.epochs  # Diverged in the last update: the loss was still finite.
     if first_bad is not None:
         value = penalty.nonfinite * (2.0 - first_bad / epochs)
         return Assessment(value, "nonfinite", True, False, first_bad)
 
-    first = result.loss_curve[0] if result.loss_curve else math.nan
-    learned = result.final_loss_fp32 <= (1.0 - penalty.learn_threshold) * first
+    learned = result.eval_median <= (1.0 - penalty.learn_threshold) * result.initial_eval_median
     skipped_fraction = result.skipped_steps / epochs
     if skipped_fraction >= penalty.churn_threshold:
         failure = "overflow_churn"
-    elif not learned and result.zero_grad_fraction >= penalty.underflow_threshold:
+    elif result.zero_grad_fraction - result.fp32_zero_fraction >= penalty.underflow_threshold:
         failure = "underflow"
     elif not learned:
         failure = "frozen"
     else:
         failure = "none"
-    value = result.final_loss + penalty.skip * skipped_fraction
+    value = result.eval_loss + penalty.skip * skipped_fraction
     if failure != "none":
         value += penalty.silent
     return Assessment(value, failure, False, learned, None)

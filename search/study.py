@@ -29,7 +29,14 @@ __all__ = [
 ]
 
 # Study user attrs that define what the trials measure; a resume must match them.
-RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint")
+RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint", "measurement")
+# How a trial's numbers are measured. A study without the attr was measured with version 1:
+# skips counted from drops of the scale curve (which started at the float64 init_scale, so
+# float32 rounding counted as a skip), zero gradients counted after clipping, and the objective
+# on the last step's training loss. Version 2: skips are GradScaler's found_inf, zeros are
+# counted before clipping on unskipped steps, the objective is the evaluation loss
+# (search.evaluation). Trials of two versions are not comparable, so a resume must match.
+MEASUREMENT_VERSION = 2
 BASELINE_ATTR = "baseline"
 FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
@@ -50,7 +57,8 @@ class StudyHandle:
 def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
     """The study user attrs written at creation."""
     data = settings.to_dict()
-    return {
+    return {  # "measurement" first: a study that has "task" has it too (the attrs are set in order).
+        "measurement": MEASUREMENT_VERSION,
         "task": settings.run.task,
         "epochs": settings.run.epochs,
         "steps": settings.run.steps,
@@ -115,6 +123,13 @@ def inspect_study(
                 f"study {name!r} exists but was not created by search.optimize; choose another --study-name"
             )
         return []  # An interrupted creation: finish setting it up.
+    version = stored.get("measurement", 1)
+    if version != MEASUREMENT_VERSION:  # Not overridable: the old trials' numbers mean something else.
+        raise IncompatibleStudyError(
+            f"cannot resume study {name!r}: its trials were measured with definition v{version} "
+            f"(skip counts, zero gradients, objective), this version measures v{MEASUREMENT_VERSION}; "
+            "the two are not comparable: use another --study-name"
+        )
     diffs = _differences(stored, recorded_settings(settings, fingerprint))
     if not diffs:
         return []

@@ -345,3 +345,27 @@ def test_killed_worker_trial_is_failed_and_retried(tmp_path):
     assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
     retried = [t for t in done if t.system_attrs.get("failed_trial") == stale[0].number]
     assert len(retried) == 1 and retried[0].params == stale[0].params
+
+
+@pytest.mark.parametrize("old", [None, 1])
+def test_a_study_measured_with_the_old_definitions_is_not_resumed(tmp_path, old):
+    """Studies written before skips came from found_inf (and before the evaluation objective) hold
+    other numbers: resuming one is refused, even with --allow-changed-settings."""
+    import sqlalchemy
+
+    assert run_cli(["--trials", "5", "--quiet"], tmp_path).returncode == 0
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'study.db'}")
+    with engine.begin() as c:  # What a study made by the previous version looks like.
+        if old is None:
+            c.exec_driver_sql("DELETE FROM study_user_attributes WHERE key = 'measurement'")
+        else:
+            c.exec_driver_sql("UPDATE study_user_attributes SET value_json = '1' WHERE key = 'measurement'")
+    engine.dispose()
+    before = (tmp_path / "study.db").read_bytes()
+    for extra in ([], ["--allow-changed-settings"]):
+        proc = run_cli(["--trials", "8", "--quiet", *extra], tmp_path)
+        assert proc.returncode == 2
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert "measured with definition v1" in proc.stderr and "not comparable" in proc.stderr
+    assert len([t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]) == 5
+    assert (tmp_path / "study.db").read_bytes() == before

@@ -15,18 +15,26 @@ PENALTY = PenaltyConfig()
 
 
 def result(**kw) -> TrainResult:
+    """A full-batch run: its evaluation is the loss curve's last value, the initial one its first."""
     base = dict(
         loss_curve=[0.7] * 9 + [0.4],
         scale_curve=[1.0] * 10,
+        skipped=[False] * 10,
         final_loss=0.4,
         final_loss_fp32=0.39,
+        initial_eval_loss=0.7,
+        initial_eval_median=0.7,
+        evaluation="last_step",
         skipped_steps=0,
         zero_grad_fraction=0.0,
+        fp32_zero_fraction=0.0,
         weights_finite=True,
         epochs=10,
         train_seconds=0.1,
     )
     base.update(kw)
+    base.setdefault("eval_loss", base["final_loss"])
+    base.setdefault("eval_median", base["eval_loss"])
     return TrainResult(**base)
 
 
@@ -81,3 +89,21 @@ def test_tiny_scale_on_the_seed_task_is_flagged_as_underflow():
 def test_weights_are_configurable():
     a = assess(result(skipped_steps=6), PenaltyConfig(silent=5.0, skip=0.0))
     assert a.value == pytest.approx(0.4 + 5.0)
+
+
+def test_learned_compares_the_median_chunk_not_an_outlier_dominated_mean():
+    # A mini-batch task: a few outlier records keep the whole-set mean nearly flat (14.0 -> 13.3,
+    # 5%), while the typical chunk fell from 1.03 to 0.03: the run learned.
+    outliers = dict(
+        evaluation="final_weights",
+        initial_eval_loss=14.0,
+        eval_loss=13.3,
+        initial_eval_median=1.03,
+        eval_median=0.03,
+    )
+    a = assess(result(**outliers), PENALTY)
+    assert a.learned and a.failure == "none" and a.value == pytest.approx(13.3)
+    # The objective is the evaluation loss, not the last step's training loss.
+    assert assess(result(**outliers, final_loss=0.01), PENALTY).value == pytest.approx(13.3)
+    flat = assess(result(**{**outliers, "eval_median": 1.0}), PENALTY)
+    assert not flat.learned and flat.failure == "frozen"

@@ -12,6 +12,7 @@ from torch import nn
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+EvalFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,11 @@ class Problem:
         accumulation_steps: Micro-batches whose gradients are accumulated per optimizer step.
         grad_clip: Max global gradient norm (``clip_grad_norm_`` after ``scaler.unscale_``), or None.
         shuffle_seed: Seeds the order of the mini-batches, the same in every trial.
+        eval_inputs: Validation inputs every trial's final weights are judged on, or None for
+            the training data (see :mod:`search.evaluation`).
+        eval_targets: Validation targets (given together with ``eval_inputs``).
+        eval_fn: ``eval_fn(model, inputs, targets)`` returning a scalar tensor, the evaluation
+            loss (lower is better); None uses ``loss_fn`` on fp32 outputs.
     """
 
     model: nn.Module
@@ -45,6 +51,9 @@ class Problem:
     accumulation_steps: int = 1
     grad_clip: float | None = None
     shuffle_seed: int = 0
+    eval_inputs: torch.Tensor | None = None
+    eval_targets: torch.Tensor | None = None
+    eval_fn: EvalFn | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -57,6 +66,20 @@ class Problem:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise ValueError(f"grad_clip must be > 0 or None, got {self.grad_clip}")
+        if (self.eval_inputs is None) != (self.eval_targets is None):
+            raise ValueError("eval_inputs and eval_targets must be given together")
+        if self.eval_inputs is not None and len(self.eval_inputs) != len(self.eval_targets):
+            raise ValueError(
+                f"eval_inputs and eval_targets differ in length: {len(self.eval_inputs)} vs {len(self.eval_targets)}"
+            )
+        if self.eval_inputs is not None and len(self.eval_inputs) == 0:
+            raise ValueError("eval_inputs is empty")
+
+    def evaluation_set(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The data every trial's final weights are judged on: the validation data, else the training data."""
+        if self.eval_inputs is not None:
+            return self.eval_inputs, self.eval_targets
+        return self.inputs, self.targets
 
     def to(self, device: torch.device) -> Problem:
         """Returns a copy with the model and data on ``device``; ``self`` is unchanged."""
@@ -65,6 +88,8 @@ class Problem:
             model=copy.deepcopy(self.model).to(device),
             inputs=self.inputs.to(device),
             targets=self.targets.to(device),
+            eval_inputs=None if self.eval_inputs is None else self.eval_inputs.to(device),
+            eval_targets=None if self.eval_targets is None else self.eval_targets.to(device),
         )
 
     def fingerprint(self) -> str:
@@ -80,6 +105,9 @@ class Problem:
             knobs = (self.batch_size, self.accumulation_steps, self.grad_clip, self.shuffle_seed)
             digest.update(repr(knobs).encode())
         tensors = [self.inputs, self.targets] + [t for t in self.model.state_dict().values()]
+        if self.eval_inputs is not None:  # Absent validation data adds nothing (old fingerprints hold).
+            digest.update(b"eval")
+            tensors += [self.eval_inputs, self.eval_targets]
         for tensor in tensors:
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()[:16]

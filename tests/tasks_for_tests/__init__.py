@@ -54,3 +54,52 @@ def broken_optimizer(seed: int) -> Problem:
 def wrong_type(seed: int) -> dict:
     """Returns the wrong type: a user-task mistake that must be a one-line error."""
     return {"model": None}
+
+
+def _sensor_data(seed: int, n: int, offset: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean sensor records from a fixed teacher (drawn from ``seed``); ``offset`` picks other records."""
+    teacher = torch.Generator().manual_seed(seed)
+    w = torch.randn(12, 1, generator=teacher) / 12**0.5
+    records = torch.Generator().manual_seed(seed + offset)
+    x = torch.randn(n, 12, generator=records)
+    noise = 0.05 * torch.randn(n, 1, generator=records)
+    return x, torch.tanh(x @ w) * 2 + 0.3 * torch.sin(3 * x[:, :1]) + noise
+
+
+def sensor_outliers(seed: int) -> Problem:
+    """A realistic user task: an MLP on 2,048 sensor-like records, 0.3% of them corrupted.
+
+    Six records carry 100x targets (a faulty sensor), which dominate the whole-data MSE however
+    well the model fits the rest. Adam + clipping, 64-sample batches, 320 steps (10 epochs).
+    """
+    x, y = _sensor_data(seed, 2048, 1)
+    corrupted = torch.randperm(2048, generator=torch.Generator().manual_seed(seed))[:6]
+    y[corrupted] *= 100
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(12, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    return Problem(
+        model=model,
+        inputs=x,
+        targets=y,
+        loss_fn=nn.MSELoss(),
+        make_optimizer=lambda params: torch.optim.Adam(params, lr=1e-3),
+        epochs=10,
+        batch_size=64,
+        grad_clip=1.0,
+        shuffle_seed=seed,
+    )
+
+
+def _mean_absolute_error(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return (model(inputs).float() - targets).abs().mean()
+
+
+def sensor_validation(seed: int) -> Problem:
+    """``sensor_outliers`` judged on 512 clean held-out records with an eval function (mean absolute error)."""
+    x, y = _sensor_data(seed, 512, 2)
+    return replace(sensor_outliers(seed), eval_inputs=x, eval_targets=y, eval_fn=_mean_absolute_error)
+
+
+def still(seed: int) -> Problem:
+    """lr 0: nothing moves, yet every gradient is finite and non-zero (a frozen run, not underflow)."""
+    return replace(build_seed(seed), make_optimizer=lambda params: torch.optim.SGD(params, lr=0.0))
