@@ -17,15 +17,21 @@ outside *its* safe range fail through that setting; the rest (*holes*: every set
 safe range, and still bad) show that the safe set is not an interval (not a box). With holes, the
 *clean* stretch is the widest interval of good values around the best trial with no hole in it.
 
-**Recommendation.** The trials that *tie* with the best (good, and within ``tie_tolerance``,
-default 0.1%, of the best objective) form a plateau: any of them is as good as the best on this
-task, and which one is the argmin is noise. With at least :data:`MIN_PLATEAU` such trials the
-recommendation is the middle of the plateau in each parameter — the geometric mean of its ends
-for ``init_scale``, ``growth_factor`` and ``growth_interval`` (the middle in log space), the
-arithmetic mean for ``backoff_factor`` — the point farthest from the edges where trials start to
-skip steps, underflow or diverge. It is rounded to a value people write (``init_scale`` to a power
-of two, the others to two significant digits) when that stays on the plateau. With fewer ties
-the best trial itself is recommended.
+**Recommendation.** Not the argmin, which among many near-equal trials is noise, and not the
+middle of a box of ties, which can sit next to a failure edge. Every trial is placed in a space of
+octaves: log2 of each searched setting (all four act multiplicatively on the scale: init_scale
+sets it, growth and backoff multiply it, growth_interval divides the rate of growth). A good
+trial's *depth* is its distance in that space to the nearest trial that is not good (failed,
+churned, underflowed, diverged, or more than ``tolerance`` from the best): how far one can move
+from it, in any combination of the four settings, before the study saw something go wrong. The
+recommendation is the deepest good trial among those with at least :data:`MIN_SUPPORT` good
+trials within their depth (so it is judged on the trials around it, not on one lucky point),
+rounded to values people write (``init_scale`` to a power of two, the others to two significant
+digits) where the rounded point keeps at least 90% of the depth. When PyTorch's default (baseline
+``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep the
+default". When confirmation runs on new seeds exist (``search.confirm``), they decide: a default
+that is significantly better than the recommended setting overturns it, and a recommended setting
+that is not significantly better than a good default is not worth a change.
 """
 
 from __future__ import annotations
@@ -39,18 +45,20 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import ParamRange, SpaceConfig
-from search.space import PARAM_NAMES, scaler_config
+from search.space import PARAM_NAMES, SEED_BASELINES, scaler_config
 from search.trainer import ScalerConfig
 
 __all__ = [
     "DEFAULT_TIE_TOLERANCE",
     "DEFAULT_TOLERANCE",
-    "MIDDLE_SCALES",
-    "MIN_PLATEAU",
+    "DEFAULT_MARGIN",
+    "MIN_SUPPORT",
     "Recommendation",
     "SafeRange",
     "best_trial",
     "completed",
+    "confirmation_verdict",
+    "coordinates",
     "format_value",
     "good_trials",
     "is_safe",
@@ -62,14 +70,9 @@ __all__ = [
 
 DEFAULT_TOLERANCE = 0.01  # Safe: within 1% of the best objective.
 DEFAULT_TIE_TOLERANCE = 0.001  # A tie with the best: within 0.1% (the summary's "within 0.1%").
-MIN_PLATEAU = 3  # Fewer tied trials than this are no plateau: the best trial is recommended.
-# Where the middle of a plateau is taken: log space for the multiplicative settings.
-MIDDLE_SCALES = {
-    "init_scale": "log",
-    "growth_factor": "log",
-    "backoff_factor": "linear",
-    "growth_interval": "log",
-}
+MIN_SUPPORT = 3  # A recommendation needs this many good trials (itself included) within its depth.
+DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
+SEED_DEFAULT = SEED_BASELINES[0][1]  # PyTorch's default GradScaler settings (baseline seed-1).
 
 
 @dataclass(frozen=True)
@@ -132,26 +135,34 @@ class Recommendation:
     """A robust GradScaler setting and why it was chosen.
 
     Attributes:
-        config: The recommended settings.
-        centre: The unrounded middle of the plateau per searched parameter.
-        plateau: (low, high) of each searched parameter over the tied trials.
-        plateau_trials: Numbers of the trials that tie with the best.
-        from_plateau: False when there was no plateau and the best trial is recommended.
-        best_trial: Number of the best trial.
-        nearest_trial: The tied trial closest to the recommendation (plateau-normalised distance).
-        default_ties: Whether PyTorch's default (baseline ``seed-1``) is among the tied trials.
+        config: The recommended settings (PyTorch's default when ``keep_default``).
+        source_trial: The measured trial it comes from (rounded), or the default's trial.
+        depth: Distance from ``source_trial`` to the nearest trial that is not good, in searched
+            ranges (see the module docstring); ``inf`` when every trial is good.
+        nearest_bad: That nearest trial's number, or None.
+        edge: Per searched setting, the nearest bad trial's value (None without one).
+        neighbours: Numbers of the good trials within ``depth`` of ``source_trial`` (itself included).
+        keep_default: Whether the answer is "keep PyTorch's default".
+        default_trial: The default's (``seed-1``) trial number, or None if it has not run.
+        default_depth: The default's depth (None when it is not good or has not run).
+        best_trial: Number of the trial with the lowest objective.
+        confirmed: ``"confirmed"``, ``"overturned"``, ``"not better"`` (from confirmation runs), or
+            None when there are none for this setting.
         device_type: The device type of the ``GradScaler`` line.
         reasons: The explanation, sentence by sentence.
     """
 
     config: ScalerConfig
-    centre: dict[str, float]
-    plateau: dict[str, tuple[float, float]]
-    plateau_trials: tuple[int, ...]
-    from_plateau: bool
+    source_trial: int
+    depth: float
+    nearest_bad: int | None
+    edge: dict[str, float | None]
+    neighbours: tuple[int, ...]
+    keep_default: bool
+    default_trial: int | None
+    default_depth: float | None
     best_trial: int
-    nearest_trial: int
-    default_ties: bool
+    confirmed: str | None
     device_type: str
     reasons: tuple[str, ...] = field(default=())
 
@@ -173,13 +184,16 @@ class Recommendation:
             "backoff_factor": self.config.backoff_factor,
             "growth_interval": self.config.growth_interval,
             "code": self.code,
-            "centre": self.centre,
-            "plateau": {k: list(v) for k, v in self.plateau.items()},
-            "plateau_trials": list(self.plateau_trials),
-            "from_plateau": self.from_plateau,
+            "source_trial": self.source_trial,
+            "depth": self.depth if math.isfinite(self.depth) else None,
+            "nearest_bad": self.nearest_bad,
+            "edge": dict(self.edge),
+            "neighbours": list(self.neighbours),
+            "keep_default": self.keep_default,
+            "default_trial": self.default_trial,
+            "default_depth": self.default_depth,
             "best_trial": self.best_trial,
-            "nearest_trial": self.nearest_trial,
-            "default_ties": self.default_ties,
+            "confirmed": self.confirmed,
             "text": self.text,
         }
 
@@ -368,26 +382,33 @@ def _clean_stretch(
     return min(stretch), max(stretch)
 
 
-def _middle(param: str, low: float, high: float) -> float:
-    if MIDDLE_SCALES[param] == "log" and low > 0:
-        return math.sqrt(low * high)
-    return (low + high) / 2
+def coordinates(values: dict[str, float], space: SpaceConfig) -> dict[str, float]:
+    """A setting's place in the space of the module docstring: log2 of each searched setting (octaves)."""
+    return {name: math.log2(values[name]) for name in searched_params(space)}
 
 
-def _round_nicely(param: str, value: float, low: float, high: float, space: SpaceConfig) -> float:
-    """A value people write, if it stays inside [low, high]; else ``value`` itself."""
+def _distance(a: dict[str, float], b: dict[str, float]) -> float:
+    return math.sqrt(sum((a[k] - b[k]) ** 2 for k in a))
+
+
+def _depth(point: dict[str, float], bad: list[tuple[int, dict[str, float]]]) -> tuple[float, int | None]:
+    """Distance to the nearest bad trial and its number (inf and None without bad trials)."""
+    if not bad:
+        return math.inf, None
+    distance, number = min((_distance(point, where), n) for n, where in bad)
+    return distance, number
+
+
+def _round_nicely(param: str, value: float, space: SpaceConfig) -> float:
+    """A value people write: a power of two for init_scale, two significant digits otherwise."""
     p: ParamRange = getattr(space, param)
     if param == "init_scale":
         candidate = 2.0 ** round(math.log2(value))
     elif param == "growth_interval":
-        candidate = float(round(round(value, 1 - math.floor(math.log10(value))))) if value >= 1 else 1.0
+        candidate = float(round(float(f"{value:.2g}"))) if value >= 1 else 1.0
     else:
         candidate = float(f"{value:.2g}")
-    if low <= candidate <= high and p.low <= candidate <= p.high:
-        return candidate
-    if param == "init_scale" and p.powers_of_two:
-        return 2.0 ** round(math.log2(value))
-    return value
+    return candidate if p.low <= candidate <= p.high else value
 
 
 def _device_type(trial: FrozenTrial) -> str:
@@ -395,20 +416,35 @@ def _device_type(trial: FrozenTrial) -> str:
     return kind or "cuda"
 
 
+def _as_config(values: dict[str, float]) -> ScalerConfig:
+    return ScalerConfig(
+        init_scale=values["init_scale"],
+        growth_factor=values["growth_factor"],
+        backoff_factor=values["backoff_factor"],
+        growth_interval=max(1, round(values["growth_interval"])),
+    )
+
+
+def _depth_text(depth: float) -> str:
+    return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"
+
+
 def recommend(
     trials: Iterable[FrozenTrial],
     space: SpaceConfig,
-    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+    tolerance: float = DEFAULT_TOLERANCE,
     device_type: str | None = None,
+    confirmation: dict[str, Any] | None = None,
 ) -> Recommendation | None:
-    """A robust setting: the middle of the plateau of trials that tie with the best.
+    """A robust setting: the deepest good trial, or PyTorch's default when it is deep enough.
 
     Args:
         trials: The study's trials, any states (only COMPLETE ones count).
         space: The study's search space.
-        tie_tolerance: A trial ties with the best when it is safe and its objective is at most
-            ``best + tie_tolerance * |best|``.
+        tolerance: A good trial is safe and within ``best + tolerance * |best|``.
         device_type: For the ``GradScaler`` line; None takes the best trial's device type.
+        confirmation: :func:`search.confirmations.summarize_confirmation` data, if any: its
+            comparison of the recommended setting with the default decides (module docstring).
 
     Returns:
         None when the study has no COMPLETE trial yet.
@@ -418,102 +454,186 @@ def recommend(
     if best is None:
         return None
     device = device_type or _device_type(best)
-    ties = good_trials(done, tie_tolerance)
-    if best.number not in {t.number for t in ties}:
-        ties = []  # The best itself failed: there is nothing safe to centre on.
-    params = searched_params(space)
+    good = good_trials(done, tolerance)
+    good_ids = {t.number for t in good}
     values = {t.number: param_values(t, space) for t in done}
-    best_values = values[best.number]
-    default_ties = any(t.user_attrs.get("baseline") == "seed-1" for t in ties)
-    best_desc = ", ".join(f"{p} {format_value(p, best_values[p])}" for p in params)
-    pct = f"{tie_tolerance * 100:g}%"
+    where = {n: coordinates(v, space) for n, v in values.items()}
+    bad = [(t.number, where[t.number]) for t in done if t.number not in good_ids]
+    params = searched_params(space)
+    pct = f"{tolerance * 100:g}%"
+    default = next((t for t in done if t.user_attrs.get("baseline") == "seed-1"), None)
 
-    if len(ties) < MIN_PLATEAU:
-        why = (
-            f"The best trial (#{best.number}) failed ({best.user_attrs.get('failure')}); "
-            "no safe trial ties with it, so it is recommended only as the best found: "
-            "look at the safe ranges before using it."
-            if not is_safe(best)
-            else f"Only {len(ties)} trial{'s' if len(ties) != 1 else ''} (fewer than {MIN_PLATEAU}) "
-            f"came within {pct} of the best objective: there is no plateau to centre on, so the "
-            f"best trial itself (#{best.number}: {best_desc}) is recommended. More trials would show "
-            "how wide the good region is."
-        )
-        plateau = {p: (best_values[p], best_values[p]) for p in params}
+    def edge_of(number: int | None) -> dict[str, float | None]:
+        return {p: (values[number][p] if number is not None else None) for p in params}
+
+    if not good:
         return Recommendation(
             config=scaler_config(best.params, space),
-            centre={p: best_values[p] for p in params},
-            plateau=plateau,
-            plateau_trials=tuple(t.number for t in ties),
-            from_plateau=False,
+            source_trial=best.number,
+            depth=0.0,
+            nearest_bad=None,
+            edge=edge_of(None),
+            neighbours=(),
+            keep_default=False,
+            default_trial=default.number if default else None,
+            default_depth=None,
             best_trial=best.number,
-            nearest_trial=best.number,
-            default_ties=default_ties,
+            confirmed=None,
             device_type=device,
-            reasons=(why,),
+            reasons=(
+                f"The best trial (#{best.number}) failed ({best.user_attrs.get('failure')}) and no trial is "
+                "safe: it is shown only as the best found; look at the safe ranges before using anything.",
+            ),
         )
 
-    plateau = {
-        p: (min(values[t.number][p] for t in ties), max(values[t.number][p] for t in ties)) for p in params
-    }
-    centre = {p: _middle(p, *plateau[p]) for p in params}
-    chosen = {p: _round_nicely(p, centre[p], *plateau[p], space) for p in params}
-    full = dict(best_values)
-    full.update(chosen)
+    depths = {t.number: _depth(where[t.number], bad) for t in good}
+
+    def support(number: int) -> tuple[int, ...]:
+        radius = depths[number][0]
+        return tuple(
+            t.number for t in good if _distance(where[t.number], where[number]) <= radius or not bad
+        )
+
+    supported = [t for t in good if len(support(t.number)) >= MIN_SUPPORT]
+    pool = supported or good
+    deepest = max(pool, key=lambda t: (depths[t.number][0], -t.value, -t.number))
+    depth, nearest = depths[deepest.number]
+    neighbours = support(deepest.number)
+    default_depth = depths[default.number][0] if default is not None and default.number in good_ids else None
+    keep_default = default_depth is not None and default_depth >= DEFAULT_MARGIN
+
+    reasons: list[str] = []
+    if keep_default:
+        assert default is not None
+        source, chosen = default, values[default.number]
+        _, nearest = depths[default.number]
+        depth = default_depth
+        neighbours = support(default.number)
+        reasons.append(
+            f"Keep the default: PyTorch's default (seed-1, trial #{default.number}, objective "
+            f"{default.value:.4f}) is within {pct} of the best ({best.value:.4f}) without failure, and it "
+            f"lies well inside the good region: depth {_depth_text(depth)}, against {_depth_text(depths[deepest.number][0])} "
+            f"for the deepest good trial (#{deepest.number}); {DEFAULT_MARGIN:g} octaves (a factor of "
+            f"{2 ** DEFAULT_MARGIN:g} in any combination of the settings) is margin enough to keep what you have."
+        )
+    else:
+        source = deepest
+        chosen = dict(values[deepest.number])
+        for p in params:  # Round where the rounded point stays (nearly) as deep.
+            trial_point = dict(chosen)
+            trial_point[p] = _round_nicely(p, chosen[p], space)
+            if not bad or _depth(coordinates(trial_point, space), bad)[0] >= 0.9 * depth:
+                chosen = trial_point
+        if len(neighbours) < MIN_SUPPORT:
+            reasons.append(
+                f"Only {len(neighbours)} good trial{'s' if len(neighbours) != 1 else ''} around any good "
+                f"trial (fewer than {MIN_SUPPORT}): the good region is barely sampled, so this is a weak "
+                "recommendation; more trials would show how wide it is."
+            )
+        reasons.append(
+            f"{len(good)} of {len(done)} trials are good (within {pct} of the best objective "
+            f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
+            f"deepest inside that region: the nearest trial that is not good is {_depth_text(depth)} away "
+            "(the four settings' log2 distances combined), and all "
+            f"{len(neighbours)} trials within that distance are good."
+        )
+        if default is None:
+            reasons.append("PyTorch's default (seed-1) has not run in this study.")
+        elif default_depth is None:
+            reasons.append(
+                f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, "
+                f"failure {default.user_attrs.get('failure', '-')}."
+            )
+        else:
+            reasons.append(
+                f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: a trial that "
+                f"is not good lies {default_depth:.2f} octaves from it (less than {DEFAULT_MARGIN:g})."
+            )
+        if any(chosen[p] != values[deepest.number][p] for p in params):
+            reasons.append("The values are rounded to what people write where that keeps 90% of the depth.")
+    if nearest is not None:
+        reasons.append(
+            f"The nearest trial that is not good is #{nearest} ("
+            + ", ".join(f"{p} {format_value(p, values[nearest][p])}" for p in params)
+            + f"; objective {next(t.value for t in done if t.number == nearest):.4f})."
+        )
+    full = dict(chosen)
     for p in PARAM_NAMES:
         if getattr(space, p).fixed is not None:
             full[p] = float(getattr(space, p).fixed)
-    config = ScalerConfig(
-        init_scale=full["init_scale"],
-        growth_factor=full["growth_factor"],
-        backoff_factor=full["backoff_factor"],
-        growth_interval=max(1, round(full["growth_interval"])),
-    )
-    nearest = min(ties, key=lambda t: (_distance(values[t.number], chosen, plateau), t.number))
-    spans = "; ".join(
-        f"{p} {format_value(p, lo)} to {format_value(p, hi)}" for p, (lo, hi) in plateau.items()
-    )
-    where = ", ".join(f"{p} {'in log space' if MIDDLE_SCALES[p] == 'log' else 'linearly'}" for p in params)
-    reasons = [
-        (
-            f"{len(ties)} trials tie with the best (objective within {pct} of {best.value:.4f}, "
-            f"no silent failure, no divergence); they span {spans}."
-        ),
-        (
-            f"Any point of that plateau is as good as the best on this task, and which trial happens to "
-            f"be the argmin (#{best.number}: {best_desc}) is noise, so the recommendation takes the "
-            f"middle of the plateau ({where}): the setting farthest from the edges where trials start "
-            "to skip steps, underflow or diverge, rounded to a value people write."
-        ),
-        f"The closest measured trial is #{nearest.number} (objective {nearest.value:.4f}).",
-    ]
-    if default_ties:
-        reasons.append(
-            "PyTorch's default (seed-1) is on the plateau too: keeping the default is just as good here."
-        )
+    config = _as_config(full) if not keep_default else SEED_DEFAULT
+    confirmed = None
+    if confirmation is not None and not keep_default:
+        verdict = confirmation_verdict(confirmation, config, space)
+        if verdict is not None:
+            confirmed, sentence = verdict
+            reasons.append(sentence)
+            if confirmed == "overturned" or (confirmed == "not better" and default_depth is not None):
+                keep_default = True
+                config = SEED_DEFAULT
+                if confirmed == "not better":
+                    reasons.append("The default is good in the search too: keep the default.")
+            elif confirmed == "not better":
+                reasons.append(
+                    "The default failed or fell behind in the search, so the recommendation stands, unconfirmed."
+                )
     return Recommendation(
         config=config,
-        centre=centre,
-        plateau=plateau,
-        plateau_trials=tuple(t.number for t in ties),
-        from_plateau=True,
+        source_trial=source.number,
+        depth=depth,
+        nearest_bad=nearest,
+        edge=edge_of(nearest),
+        neighbours=neighbours,
+        keep_default=keep_default,
+        default_trial=default.number if default else None,
+        default_depth=default_depth,
         best_trial=best.number,
-        nearest_trial=nearest.number,
-        default_ties=default_ties,
+        confirmed=confirmed,
         device_type=device,
         reasons=tuple(reasons),
     )
 
 
-def _distance(
-    values: dict[str, float], target: dict[str, float], plateau: dict[str, tuple[float, float]]
-) -> float:
-    """Distance in plateau widths (log space where the middle is taken in log space)."""
-    total = 0.0
-    for p, (lo, hi) in plateau.items():
-        a, b = values[p], target[p]
-        if MIDDLE_SCALES[p] == "log" and lo > 0:
-            a, b, lo, hi = math.log(a), math.log(b), math.log(lo), math.log(hi)
-        width = hi - lo
-        total += ((a - b) / width) ** 2 if width > 0 else 0.0
-    return math.sqrt(total)
+def confirmation_verdict(
+    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig
+) -> tuple[str, str] | None:
+    """What confirmation runs say of ``config`` against the default, or None if they did not run it.
+
+    Returns:
+        ``(verdict, sentence)``: ``"confirmed"`` (significantly better than the default on new
+        seeds), ``"overturned"`` (the default significantly better) or ``"not better"``.
+    """
+    entry = next(
+        (
+            c
+            for c in confirmation.get("comparisons", [])
+            if _as_config(param_values_of(c["params"], space)) == config
+        ),
+        None,
+    )
+    if entry is None or entry.get("p") is None:
+        return None
+    diff, sd, n, p = entry["mean_diff"], entry.get("sd_diff"), entry["n"], entry["p"]
+    spread = entry.get("default_sd")
+    stats = (
+        f"mean difference {diff:+.4g} (recommended minus default) over {n} new seeds, sd of the "
+        f"difference {sd:.3g}" + (f", seed-to-seed sd of the default {spread:.3g}" if spread is not None else "")
+        + f", two-sided paired t-test p = {p:.3g}"
+    ) if sd is not None else f"mean difference {diff:+.4g} over {n} seeds, p = {p:.3g}"
+    if entry.get("significant") and diff < 0:
+        return "confirmed", f"Confirmed on new seeds: it is significantly better than the default ({stats})."
+    if entry.get("significant") and diff > 0:
+        return (
+            "overturned",
+            f"Overturned on new seeds: the default is significantly better ({stats}), so keep the default.",
+        )
+    return (
+        "not better",
+        f"On new seeds it is not significantly different from the default ({stats}): not worth a change.",
+    )
+
+
+def param_values_of(params: dict[str, Any], space: SpaceConfig) -> dict[str, float]:
+    """The four settings of a params dict in ``space`` (like :func:`param_values` for a trial)."""
+    cfg = scaler_config(params, space)
+    return {name: float(getattr(cfg, name)) for name in PARAM_NAMES}

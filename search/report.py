@@ -600,38 +600,57 @@ def _safe_section(
 
 
 def _recommendation_section(
-    done: list[FrozenTrial], space: SpaceConfig, tie_tolerance: float
+    done: list[FrozenTrial], space: SpaceConfig, tolerance: float, confirmation: dict[str, Any] | None
 ) -> tuple[Section, dict[str, Any] | None]:
-    pct = f"{tie_tolerance * 100:g}%"
+    pct = f"{tolerance * 100:g}%"
     section = Section(
         "recommendation",
         SECTION_TITLES["recommendation"],
-        f"Not the argmin, which on a plateau of ties is noise: trials within {pct} of the best objective "
-        "(--tie-tolerance) and without failure tie with it; with at least "
-        f"{analysis.MIN_PLATEAU} of them, the recommendation is the middle of that plateau per setting: "
-        "in log space for init_scale, growth_factor and growth_interval, linear for backoff_factor, "
-        "rounded to a value people write (a power of two, two significant digits) if that stays on the "
-        "plateau.",
+        f"Not the argmin, which among near-equal trials is noise: the good trials (within {pct} of the best "
+        "objective, --tolerance, without failure) form a region; each is scored by its depth, the distance in "
+        "octaves (log2 of the four settings combined) to the nearest trial that is not good, and the deepest "
+        f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended (rounded to values "
+        "people write where that keeps 90% of the depth). PyTorch's default is kept when it is good and at least "
+        f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide.",
     )
-    rec = analysis.recommend(done, space, tie_tolerance)
+    rec = analysis.recommend(done, space, tolerance, confirmation=confirmation)
     if rec is None:
         section.message = "No complete trial yet: nothing to recommend."
         return section, None
+    source = next(t for t in done if t.number == rec.source_trial)
+    values = analysis.param_values(source, space)
     rows = []
-    for param, (lo, hi) in rec.plateau.items():
+    for param in analysis.searched_params(space):
+        edge = rec.edge.get(param)
         rows.append(
             [
                 f"<b>{param}</b>",
-                html.escape(f"{analysis.format_value(param, lo)} … {analysis.format_value(param, hi)}"),
-                analysis.MIDDLE_SCALES[param],
-                html.escape(analysis.format_value(param, rec.centre[param])),
                 html.escape(analysis.format_value(param, float(getattr(rec.config, param)))),
+                html.escape(analysis.format_value(param, values[param])),
+                "–" if edge is None else html.escape(analysis.format_value(param, edge)),
+                "–"
+                if edge is None
+                else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
             ]
         )
+    title = "Keep the default" if rec.keep_default else "Recommended"
+    if rec.confirmed:
+        title += f" ({rec.confirmed} on new seeds)"
     section.body = (
+        f"<p><b>{html.escape(title)}</b></p>"
         f'<pre class="code">{html.escape(rec.code)}</pre>'
         f'<p class="text">{html.escape(rec.text)}</p>'
-        + _table(["setting", "plateau", "middle taken", "middle", "recommended"], rows, "numbers")
+        + _table(
+            [
+                "setting",
+                "recommended",
+                f"trial #{rec.source_trial}",
+                "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
+                "octaves to it",
+            ],
+            rows,
+            "numbers",
+        )
     )
     return section, rec.to_dict()
 
@@ -692,14 +711,12 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
 def build_report(
     snapshot: StudySnapshot,
     tolerance: float = analysis.DEFAULT_TOLERANCE,
-    tie_tolerance: float = analysis.DEFAULT_TIE_TOLERANCE,
 ) -> Report:
     """Builds every section (figures, tables, message boxes) and the JSON numbers of a snapshot.
 
     Args:
         snapshot: The study, read once.
         tolerance: The safe tolerance x as a fraction (0.01 = 1%).
-        tie_tolerance: Ties with the best, as a fraction (0.001 = 0.1%).
     """
     space = snapshot.settings.space
     trials = list(snapshot.trials)
@@ -725,7 +742,7 @@ def build_report(
     skipped, skipped_counts = _skipped_section(done)
     baselines, baseline_data = _baselines_section(done, space, best)
     safe, safe_data = _safe_section(done, space, tolerance)
-    recommendation, rec_data = _recommendation_section(done, space, tie_tolerance)
+    recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation)
     confirmation = _confirmation_section(snapshot)
     report.sections = [
         history,
@@ -754,7 +771,6 @@ def build_report(
         "n_complete": len(done),
         "ignored": {"RUNNING": states.get("RUNNING", 0), "WAITING": states.get("WAITING", 0)},
         "tolerance": tolerance,
-        "tie_tolerance": tie_tolerance,
         "n_good": n_good,
         "history": history_rows,
         "importances": importance_values,
@@ -831,7 +847,9 @@ def render_html(report: Report) -> str:
     if data.get("best"):
         lines.append(
             f"<p>best objective {data['best']['value']:.4f} (trial #{data['best']['number']}) · "
-            f"recommended: <code>{esc(rec['code'])}</code></p>"
+            + ("keep the default" if rec["keep_default"] else "recommended")
+            + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
+            + f": <code>{esc(rec['code'])}</code></p>"
         )
     lines.append(f"<p>generated {esc(report.generated)} by python -m search.report</p>")
     lines.append("</header><main>")
@@ -954,13 +972,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=analysis.DEFAULT_TOLERANCE * 100,
         help="safe: objective within PCT%% of the best, no non-finite value, no silent failure [1]",
     )
-    add(
-        "--tie-tolerance",
-        metavar="PCT",
-        type=_percent,
-        default=analysis.DEFAULT_TIE_TOLERANCE * 100,
-        help="a tie with the best (the plateau the recommendation is centred on): within PCT%% [0.1]",
-    )
     return p
 
 
@@ -985,7 +996,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # Reading the study failed: still bad input, nothing written.
         return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
-    report = build_report(snapshot, args.tolerance / 100, args.tie_tolerance / 100)
+    report = build_report(snapshot, args.tolerance / 100)
     text = report_json(report) if args.format == "json" else render_html(report)
     try:
         write_report(text, out)

@@ -11,6 +11,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from search import analysis
 from search.config import SpaceConfig
 from search.penalty import SILENT_FAILURES
 from search.space import scaler_config
@@ -36,6 +37,7 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
         "backoff_factor": cfg.backoff_factor,
         "growth_interval": cfg.growth_interval,
         "final_loss": attrs.get("final_loss"),
+        "eval_loss": attrs.get("eval_loss"),
         "final_loss_fp32": attrs.get("final_loss_fp32"),
         "skipped_steps": attrs.get("skipped_steps"),
         "learned": attrs.get("learned"),
@@ -53,12 +55,18 @@ def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
     for t in complete:
         by_device.setdefault(_device_kind(t), []).append(t)
 
-    best_by_device = {}
+    best_by_device, recommended = {}, {}
     for kind, group in sorted(by_device.items()):
         best = min(group, key=lambda t: t.value)
         row = trial_row(best, space)
         row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
         best_by_device[kind] = row
+        rec = analysis.recommend(group, space, device_type=kind)
+        if rec is not None:
+            data = rec.to_dict()
+            data["n_good"] = len(analysis.good_trials(group))
+            data["best_ties"] = len(analysis.good_trials(group, analysis.DEFAULT_TIE_TOLERANCE)) - 1
+            recommended[kind] = data
 
     baselines = {}
     for t in complete:
@@ -77,6 +85,7 @@ def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
         "study_name": study.study_name,
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
         "best": best_by_device,
+        "recommended": recommended,
         "baselines": dict(sorted(baselines.items())),
         "nonfinite_trials": sum(bool(t.user_attrs.get("nonfinite")) for t in complete),
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
@@ -114,14 +123,14 @@ def format_summary(data: dict[str, Any]) -> str:
 
     header = (
         f"  {'':8} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
-        f"{'final_loss':>10} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
+        f"{'eval_loss':>10} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
     )
 
     def line(label: str, row: dict[str, Any]) -> str:
         return (
             f"  {label:8} {row['number']:>4} {_scale(row['init_scale']):>10} "
             f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
-            f"{_num(row['final_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
+            f"{_num(row['eval_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
             f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"
         )
 
@@ -133,9 +142,10 @@ def format_summary(data: dict[str, Any]) -> str:
     for tag, row in data["baselines"].items():
         lines.append(line(tag, row))
     lines.append("")
-    for kind, row in data["best"].items():
-        prefix = "best" if len(data["best"]) == 1 else f"best on {kind}"
-        lines.append(f"  {prefix}: {row['gradscaler']}")
+    for kind, rec in data.get("recommended", {}).items():
+        where = "" if len(data["best"]) == 1 else f" on {kind}"
+        lines.append(f"  {'keep the default' if rec['keep_default'] else 'recommended'}{where}: {rec['code']}")
+        lines.append("    " + _recommendation_reason(rec, data["best"][kind]))
     default = data["baselines"].get("seed-1")
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
@@ -154,6 +164,22 @@ def format_summary(data: dict[str, Any]) -> str:
             f"{data['mean_trial_seconds']:.3f} s start to finish"
         )
     return "\n".join(lines)
+
+
+def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any]) -> str:
+    depth = rec["depth"]
+    margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
+    ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
+    if rec["keep_default"]:
+        why = f"seed-1 (#{rec['source_trial']}) is good here and {margin}"
+        if rec.get("confirmed"):
+            why += f"; confirmation on new seeds: {rec['confirmed']}"
+    else:
+        rounded = " (rounded)" if rec["code"] != best["gradscaler"] else ""
+        why = f"trial #{rec['source_trial']}{rounded}, the deepest of {rec['n_good']} good trials: {margin}"
+        if rec.get("confirmed"):
+            why += f"; {rec['confirmed']} on new seeds"
+    return f"({why}{'; ' + ties if ties else ''}; python -m search.report explains)"
 
 
 def write_best_json(data: dict[str, Any], path: str) -> None:

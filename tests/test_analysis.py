@@ -17,6 +17,7 @@ from search.analysis import (
     safe_ranges,
 )
 from search.config import DEFAULTS, ParamRange, SpaceConfig
+from search.trainer import ScalerConfig
 
 SPACE = DEFAULTS.space
 DISTS = {
@@ -175,71 +176,87 @@ def test_fixed_settings_and_no_good_trial():
     assert safe_ranges([], SPACE)[0].text == "init_scale: no completed trial yet."
 
 
-def _plateau_rows():
-    # A plateau of ties from 2^-8 to 2^19 (as on the seed task), the argmin at 2^17 by noise.
-    rows = [
-        {"exp": -8, "value": 0.42030, "growth": 1.5, "backoff": 0.3, "interval": 10},
-        {"exp": 19, "value": 0.42031, "growth": 4.0, "backoff": 0.7, "interval": 1000},
-        {"exp": 3, "value": 0.42029, "growth": 2.0, "backoff": 0.5, "interval": 100},
-        {"exp": 17, "value": 0.42027, "growth": 3.1, "backoff": 0.62, "interval": 700},  # The argmin.
-        {"exp": 16, "value": 0.42030, "growth": 2.0, "backoff": 0.5, "interval": 2000, "baseline": "seed-1"},
-        {"exp": 24, "value": 0.4717},  # Skips steps: off the plateau.
-        {"exp": -20, "value": 1.7, "failure": "underflow"},
-    ]
+def _line_rows(default_exp: float | None = None) -> list[dict]:
+    """Good trials from 2^-8 to 2^19 (the argmin near the top edge), bad ones beyond both edges."""
+    rows = [{"exp": e, "value": 0.4203 + 1e-5 * (e % 3)} for e in (-8, -5, -2, 1, 3, 5, 7, 9, 12, 15, 19)]
+    rows.append({"exp": 18.6, "value": 0.4201})  # The argmin, 0.4 octaves from the last good trial.
+    rows.append({"exp": 22, "value": 0.4717})  # Skips steps: more than 1% behind.
+    rows.append({"exp": -12, "value": 1.7, "failure": "underflow"})
+    if default_exp is not None:
+        rows.append({"exp": default_exp, "value": 0.4203, "baseline": "seed-1"})
     return rows
 
 
-def test_recommendation_is_the_middle_of_the_plateau_not_the_argmin():
-    trials = _study(_plateau_rows())
-    rec = recommend(trials, SPACE, tie_tolerance=0.001, device_type="cuda")
-    assert rec.from_plateau and rec.best_trial == 3
-    assert rec.plateau_trials == (0, 1, 2, 3, 4)
-    assert rec.plateau["init_scale"] == (2.0**-8, 2.0**19)
-    # Middle in log space: 2^((-8 + 19) / 2) = 2^5.5, rounded to a power of two.
-    assert rec.centre["init_scale"] == pytest.approx(2.0**5.5)
-    assert math.log2(rec.config.init_scale) in (5.0, 6.0)
-    # growth: sqrt(1.5 * 4) = 2.449 -> 2.4; backoff linear: (0.3 + 0.7) / 2 = 0.5;
-    # growth_interval: the plateau is 10 ... 2000, sqrt(10 * 2000) = 141.4 -> 140.
-    assert rec.centre["growth_factor"] == pytest.approx(math.sqrt(6.0))
-    assert rec.config.growth_factor == 2.4
-    assert rec.config.backoff_factor == 0.5
-    assert rec.centre["growth_interval"] == pytest.approx(math.sqrt(20000))
-    assert rec.config.growth_interval == 140
-    assert rec.config != (2.0**17, 3.1, 0.62, 700)
+def test_recommendation_is_the_deepest_good_trial_not_the_argmin():
+    trials = _study(_line_rows())
+    rec = recommend(trials, SPACE, device_type="cuda")
+    assert rec.best_trial == 11 and not rec.keep_default
+    # The nearest bad trials are 2^-12 and 2^22: the deepest good trial is the one nearest 2^5.
+    assert rec.source_trial == 5 and rec.depth == pytest.approx(17.0)  # 2^5: 17 octaves to either
+    assert rec.nearest_bad == 12 and rec.edge["init_scale"] == 2.0**22  # ties: the lower number
+    assert rec.config.init_scale == 2.0**5 and rec.config.growth_interval == 2000
+    assert len(rec.neighbours) == 12  # every good trial within 17 octaves
     assert rec.code == (
-        f'torch.amp.GradScaler("cuda", init_scale=2.0**{int(math.log2(rec.config.init_scale))}, '
-        "growth_factor=2.4, backoff_factor=0.5, growth_interval=140)"
+        'torch.amp.GradScaler("cuda", init_scale=2.0**5, growth_factor=2, backoff_factor=0.5, growth_interval=2000)'
     )
-    assert rec.default_ties and "keeping the default is just as good" in rec.text
-    assert "5 trials tie with the best" in rec.text and "middle of the plateau" in rec.text
-    assert rec.to_dict()["plateau"]["init_scale"] == [2.0**-8, 2.0**19]
+    assert "deepest inside that region" in rec.text and "has not run" in rec.text
 
 
-def test_no_plateau_recommends_the_best_trial():
-    trials = _study(
-        [
-            {"exp": 10, "value": 0.40, "growth": 3.0, "backoff": 0.4, "interval": 50},
-            {"exp": 12, "value": 0.45},
-            {"exp": 14, "value": 0.50},
-        ]
-    )
-    rec = recommend(trials, SPACE)
-    assert not rec.from_plateau and rec.best_trial == 0
-    assert (rec.config.init_scale, rec.config.growth_factor, rec.config.growth_interval) == (2.0**10, 3.0, 50)
-    assert "no plateau to centre on" in rec.text
-    assert recommend([], SPACE) is None
+def test_keep_the_default_when_it_is_good_and_deep_enough():
+    rec = recommend(_study(_line_rows(default_exp=16)), SPACE)
+    assert rec.keep_default and rec.config == ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+    assert rec.default_depth == pytest.approx(6.0) and rec.text.startswith("Keep the default")
 
 
-def test_rounding_stays_on_a_narrow_plateau():
-    rows = [
-        {"exp": 10, "value": 0.42, "backoff": 0.512},
-        {"exp": 11, "value": 0.42, "backoff": 0.514},
-        {"exp": 12, "value": 0.42, "backoff": 0.513},
-    ]
+def test_a_default_close_to_an_edge_is_not_kept():
+    rows = _line_rows(default_exp=16) + [{"exp": 17.2, "value": 0.52}]  # bad 1.2 octaves above it
     rec = recommend(_study(rows), SPACE)
-    # 0.513 rounds to 0.51, outside [0.512, 0.514]: the unrounded middle is kept.
-    assert rec.config.backoff_factor == pytest.approx(0.513)
-    assert rec.config.init_scale == 2.0**11
+    assert not rec.keep_default and rec.default_depth == pytest.approx(1.2)
+    assert "close to an edge" in rec.text and rec.config.init_scale == 2.0**3
+
+
+def test_a_lone_point_far_from_the_failures_needs_neighbours():
+    # One good trial far out in growth_interval (few neighbours) against a well-sampled line.
+    rows = _line_rows() + [{"exp": 4, "value": 0.4203, "interval": 1, "growth": 8.0}]
+    rows += [{"exp": e, "value": 0.9, "interval": 1, "growth": 8.0, "failure": "overflow_churn"} for e in (10, 20)]
+    rec = recommend(_study(rows), SPACE)
+    assert rec.source_trial != 14 and len(rec.neighbours) >= 3
+
+
+def test_rounding_keeps_the_depth():
+    rows = [{"exp": e, "value": 0.42, "backoff": 0.5 + 0.001 * i} for i, e in enumerate((0.3, 2.3, 4.3, 6.3))]
+    rows += [{"exp": -3.7, "value": 2.0, "failure": "underflow"}, {"exp": 8.7, "value": 0.9}]
+    rec = recommend(_study(rows), SPACE)
+    # 2^2.3 or 2^4.3 (6 and 4 octaves ... ): the power of two 2^2 / 2^4 keeps >= 90% of the depth.
+    assert math.log2(rec.config.init_scale).is_integer()
+    assert rec.config.backoff_factor == 0.5
+
+
+def test_confirmation_decides():
+    trials = _study(_line_rows(default_exp=17.5) + [{"exp": 18.4, "value": 0.9}])
+    rec = recommend(trials, SPACE)
+    assert not rec.keep_default and rec.confirmed is None
+    params = {"init_scale": rec.config.init_scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+
+    def confirmation(diff: float, significant: bool) -> dict:
+        entry = {"label": "recommended", "params": params, "mean_diff": diff, "sd_diff": 1e-4, "n": 5, "p": 0.001 if significant else 0.4, "significant": significant, "default_sd": 0.01}
+        return {"comparisons": [entry]}
+
+    overturned = recommend(trials, SPACE, confirmation=confirmation(+4.5e-4, True))
+    assert overturned.confirmed == "overturned" and overturned.keep_default
+    assert overturned.config == ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+    assert "default is significantly better" in overturned.text
+    confirmed = recommend(trials, SPACE, confirmation=confirmation(-3e-3, True))
+    assert confirmed.confirmed == "confirmed" and not confirmed.keep_default
+    assert confirmed.config == rec.config
+    same = recommend(trials, SPACE, confirmation=confirmation(-1e-5, False))
+    assert same.confirmed == "not better" and same.keep_default and "keep the default" in same.text
+
+
+def test_no_good_trial_and_no_trial():
+    rec = recommend(_study([{"exp": -20, "value": 1.7, "failure": "underflow"}]), SPACE)
+    assert rec.best_trial == 0 and "no trial is safe" in rec.text
+    assert recommend([], SPACE) is None
 
 
 def test_powers_of_two_space():

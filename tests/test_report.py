@@ -355,7 +355,7 @@ def test_too_few_trials_show_messages_instead_of_plots(study_dir, tmp_path):
     assert "at least 2 complete trials; the study has 1" in report.section("importances").message
     assert "at least 10 complete trials" in report.section("contour").message
     assert "seed-2, seed-3, seed-4, seed-5" in report.section("baselines").message
-    assert data["recommendation"]["from_plateau"] is False
+    assert data["recommendation"]["source_trial"] == 0 and data["recommendation"]["neighbours"] == [0]
     page = (tmp_path / "r.html").read_text()
     assert page.count('<div class="message" role="note">Not enough trials for this plot') == 3
     assert "4 waiting" in page
