@@ -9,8 +9,10 @@ study's task with new data and new initial weights. Every configuration is train
 with the study's recorded epochs, autocast dtype and penalty, through
 :func:`search.objective.run_trial`, so each value is the search's own objective. All
 configurations on one seed share that seed's data and weights (common random numbers), so the
-comparison of the best with the default is paired by seed: a one-sided paired t-test
-(``scipy.stats.ttest_rel``, best < default, alpha 0.05).
+comparison with the default is paired by seed: a two-sided paired t-test (``scipy.stats.ttest_rel``,
+alpha 0.05), so a default that is significantly better is said so too. Besides the top-k, the
+search's recommendation (:func:`search.analysis.recommend`) is run when it is not the default
+itself; ``search.report`` then lets these runs decide the recommendation.
 
 The runs are stored apart from the search, in a sibling study ``<study>.confirm`` of the same
 storage (direction minimize), so the search's sampler and best value never see them: one COMPLETE
@@ -52,6 +54,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
+from search import analysis
 from search.config import Settings
 from search.objective import run_trial
 from search.optimize import device_label, resolve_device
@@ -169,10 +172,32 @@ def select_candidates(
     notes = []
     if len(chosen) < top:
         notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
+    recommended = recommended_candidate(trials, settings)
+    if recommended is not None and all(
+        _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
+    ):
+        chosen.append(recommended)
     default, note = default_candidate(settings)
     if note:
         notes.append(note)
     return chosen + [default], notes
+
+
+def recommended_candidate(trials: Sequence[FrozenTrial], settings: Settings) -> Candidate | None:
+    """The search's recommendation (:func:`search.analysis.recommend`) as a candidate, unless it is the default."""
+    rec = analysis.recommend(trials, settings.space)
+    if rec is None or rec.keep_default:
+        return None
+    params: dict[str, Any] = {}
+    for name, dist in distributions(settings.space).items():
+        value: Any = math.log2(rec.config.init_scale) if name == POW2_NAME else getattr(rec.config, name)
+        params[name] = int(round(value)) if isinstance(dist, IntDistribution) else float(value)
+    return Candidate(
+        f"recommended (#{rec.source_trial})",
+        rec.source_trial,
+        params,
+        dict(distributions(settings.space)),
+    )
 
 
 def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
@@ -281,9 +306,9 @@ class _Paired:
     tie: bool
 
 
-def _comparison(seeds: list[int], stats: list[_Stats]) -> _Paired | None:
-    """The paired comparison of best-1 with the default (None if either is missing)."""
-    best = next((s for s in stats if s.candidate["label"].startswith("best-1 ")), None)
+def _comparison(seeds: list[int], stats: list[_Stats], label: str = "best-1 ") -> _Paired | None:
+    """The paired comparison of a config (best-1 unless ``label`` says) with the default, or None."""
+    best = next((s for s in stats if s.candidate["label"].startswith(label)), None)
     default = next((s for s in stats if s.candidate["label"] == DEFAULT_LABEL), None)
     if best is None or default is None:
         return None
@@ -299,7 +324,8 @@ def _comparison(seeds: list[int], stats: list[_Stats]) -> _Paired | None:
         "mean_diff": _finite(mean_diff),
         "t": _finite(t),
         "p": _finite(p),
-        "better_beyond_noise": bool(math.isfinite(p) and p < ALPHA),
+        "better_beyond_noise": bool(math.isfinite(p) and p < ALPHA and mean_diff < 0),
+        "worse_beyond_noise": bool(math.isfinite(p) and p < ALPHA and mean_diff > 0),
         "test": test,
     }
     same = _config_key(None, best.candidate["params"]) == _config_key(None, default.candidate["params"])
@@ -307,7 +333,10 @@ def _comparison(seeds: list[int], stats: list[_Stats]) -> _Paired | None:
 
 
 def paired_test(best: Sequence[float], default: Sequence[float]) -> tuple[float, float, str]:
-    """One-sided paired t-test of ``best < default`` over seeds (same order in both).
+    """Two-sided paired t-test of ``best`` against ``default`` over seeds (same order in both).
+
+    A significant result in either direction is reported as such: the best may be better than the
+    default beyond noise, or the default better than the best.
 
     Returns:
         ``(t, p, test)``: the t statistic and p-value (nan where undefined) and a description of
@@ -327,8 +356,8 @@ def paired_test(best: Sequence[float], default: Sequence[float]) -> tuple[float,
         # Nearly identical values: scipy warns of precision loss; a constant difference divides
         # by zero. The results stand (see above).
         warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.ttest_rel(a, b, alternative="less")
-    test = f"paired t-test over {n} seeds, one-sided (best < default), scipy.stats.ttest_rel, alpha {ALPHA:g}"
+        result = stats.ttest_rel(a, b)  # Two-sided: a default that is better is news too.
+    test = f"paired t-test over {n} seeds, two-sided, scipy.stats.ttest_rel, alpha {ALPHA:g}"
     return float(result.statistic), float(result.pvalue), test
 
 
@@ -350,7 +379,28 @@ def _as_data(seeds: list[int], stats: list[_Stats]) -> dict[str, Any]:
         )
     paired = _comparison(seeds, stats)
     comparison = paired.comparison if paired is not None else None
-    return {"seeds": list(seeds), "configs": configs, "comparison": comparison}
+    default = next((c for c in configs if c["label"] == DEFAULT_LABEL), None)
+    comparisons = []  # Every config against the default: what search.analysis.recommend reads.
+    for s in stats:
+        if s.candidate["label"] == DEFAULT_LABEL:
+            continue
+        one = _comparison(seeds, stats, s.candidate["label"])
+        if one is None:
+            continue
+        comparisons.append(
+            {
+                "label": s.candidate["label"],
+                "params": dict(s.candidate["params"]),
+                "n": one.n,
+                "mean_diff": one.comparison["mean_diff"],
+                "sd_diff": one.sd_diff,
+                "t": one.comparison["t"],
+                "p": one.comparison["p"],
+                "significant": one.comparison["better_beyond_noise"] or one.comparison["worse_beyond_noise"],
+                "default_sd": default["sd"] if default else None,
+            }
+        )
+    return {"seeds": list(seeds), "configs": configs, "comparison": comparison, "comparisons": comparisons}
 
 
 def summarize_confirmation(
@@ -435,9 +485,17 @@ def format_confirmation(
 
 
 def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
-    paired = _comparison(seeds, stats)
+    lines = _verdict_of(seeds, stats, "best-1 ")
+    recommended = next((s for s in stats if s.candidate["label"].startswith("recommended ")), None)
+    if recommended is not None:
+        lines += _verdict_of(seeds, stats, "recommended ")
+    return lines
+
+
+def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
+    paired = _comparison(seeds, stats, label)
     if paired is None:
-        return ["  verdict: nothing to compare (best-1 or the default is missing)"]
+        return [f"  verdict: nothing to compare ({label.strip()} or the default is missing)"]
     c = paired.comparison
     best, mean_diff, p, t = c["best_label"], c["mean_diff"], c["p"], c["t"]
     lines = []
@@ -448,9 +506,13 @@ def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
         )
     if mean_diff is None or paired.n < 2:
         return lines + [f"  verdict: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
+    default = next(s for s in stats if s.candidate["label"] == DEFAULT_LABEL)
+    _, spread = _mean_sd([default.values[x] for x in seeds if x in default.values])
     sd_text = f" ± {paired.sd_diff:.3g} (sd)" if paired.sd_diff is not None else ""
+    spread_text = f"; the default's seed-to-seed sd is {spread:.3g}" if math.isfinite(spread) else ""
     lines.append(
         f"  {best} minus the default, paired by seed: mean {mean_diff:+.4g}{sd_text} over {paired.n} seeds"
+        + spread_text
     )
     t_text = f"t = {t:.2f}, " if t is not None else ""
     if paired.tie:
@@ -460,15 +522,19 @@ def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
         )
     elif c["better_beyond_noise"]:
         lines.append(
-            f"  verdict: {best} is better beyond noise "
-            f"({t_text}p={p:.3g} < {ALPHA:g}, one-sided paired t-test)"
+            f"  verdict: {best} is better than the default beyond noise "
+            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test)"
+        )
+    elif c["worse_beyond_noise"]:
+        lines.append(
+            f"  verdict: the default is better than {best} beyond noise "
+            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test): keep the default"
         )
     else:
         p_text = f"p={p:.3g}" if p is not None else "p undefined"
-        worse = "; on these seeds the default is lower on average" if mean_diff > 0 else ""
         lines.append(
             f"  verdict: {best} is not distinguishable from the default "
-            f"({t_text}{p_text}, one-sided paired t-test{worse})"
+            f"({t_text}{p_text}, two-sided paired t-test)"
         )
     return lines
 

@@ -693,11 +693,12 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
             )
             if part
         )
-        verdict = (
-            f"{comparison.get('best_label')} is better than {comparison.get('default_label')} beyond noise"
-            if better
-            else f"{comparison.get('best_label')} is not better than {comparison.get('default_label')} beyond noise"
-        )
+        if better:
+            verdict = f"{comparison.get('best_label')} is better than {comparison.get('default_label')} beyond noise"
+        elif comparison.get("worse_beyond_noise"):
+            verdict = f"{comparison.get('default_label')} is better than {comparison.get('best_label')} beyond noise"
+        else:
+            verdict = f"{comparison.get('best_label')} and {comparison.get('default_label')} are not distinguishable"
         body += (
             f'<p class="verdict"><b>Verdict:</b> {html.escape(verdict)} ({html.escape(stats)}; '
             f"{html.escape(str(comparison.get('test', '')))}).</p>"

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from scipy import stats
 
 from conftest import cli_env, real_study, run_cli
-from search.confirm import DEFAULT_LABEL, main, paired_test, summarize_confirmation
+from search.confirm import DEFAULT_LABEL, main, paired_test, select_candidates, summarize_confirmation
 
 SIBLING = "seed-mlp.confirm"
 
@@ -126,7 +126,7 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
         assert config["source_trial"] == (labels[config["label"]].number if labels[config["label"]] else None)
         assert f"{config['mean']:.4f} ± {config['sd']:.4f}" in proc.stdout
     comparison = data["comparison"]
-    keys = {"best_label", "default_label", "mean_diff", "t", "p", "better_beyond_noise", "test"}
+    keys = {"best_label", "default_label", "mean_diff", "t", "p", "better_beyond_noise", "worse_beyond_noise", "test"}
     assert set(comparison) == keys
     assert comparison["best_label"] == f"best-1 (#{best1.number})"
     assert comparison["default_label"] == DEFAULT_LABEL
@@ -137,9 +137,11 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
         assert comparison["p"] == 1.0 and comparison["t"] is None and not comparison["better_beyond_noise"]
         assert "tie on every seed" in proc.stdout
     else:
-        expected = stats.ttest_rel(best_values, data["configs"][-1]["values"], alternative="less")
+        expected = stats.ttest_rel(best_values, data["configs"][-1]["values"])  # two-sided
         assert comparison["p"] == pytest.approx(expected.pvalue)
-        assert ("better beyond noise" in proc.stdout) == (expected.pvalue < 0.05)
+        significant = expected.pvalue < 0.05
+        assert comparison["better_beyond_noise"] == (significant and diffs.mean() < 0)
+        assert comparison["worse_beyond_noise"] == (significant and diffs.mean() > 0)
     assert "verdict:" in proc.stdout
 
     # Running it again runs nothing.
@@ -225,13 +227,16 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
     assert _fingerprint(url) == before
 
     trials = _trials(url, SIBLING)
-    assert len(trials) == 4
+    # best-1, the recommendation (the default has not run in the search, so it is not kept), the default.
+    configs = {t.user_attrs["config"] for t in trials}
+    assert len(trials) == 2 * len(configs) and len(configs) in (2, 3)
+    assert len(configs) == 2 or any(c.startswith("recommended (#") for c in configs)
     default = [t for t in trials if t.user_attrs["config"] == DEFAULT_LABEL]
     assert {t.user_attrs["data_seed"] for t in default} == {43, 44}
     assert all(t.params["init_scale"] == 2.0**16 for t in default)
     data = summarize_confirmation(url, "seed-mlp")
     json.dumps(data, allow_nan=False)
-    assert [c["n"] for c in data["configs"]] == [2, 2]
+    assert [c["n"] for c in data["configs"]] == [2] * len(configs)
     assert data["comparison"]["test"].startswith(("paired t-test over 2 seeds", "none:"))
 
 
@@ -318,12 +323,30 @@ def test_paired_test_matches_scipy_and_handles_ties():
     best = [0.40, 0.41, 0.43, 0.39, 0.42]
     default = [0.42, 0.43, 0.44, 0.41, 0.45]
     t, p, test = paired_test(best, default)
-    expected = stats.ttest_rel(best, default, alternative="less")
+    expected = stats.ttest_rel(best, default)
     assert (t, p) == pytest.approx((expected.statistic, expected.pvalue)) and p < 0.05
-    assert test.startswith("paired t-test over 5 seeds, one-sided")
+    assert test.startswith("paired t-test over 5 seeds, two-sided")
+    # Two-sided: the default being better is significant too, with the same p.
+    assert paired_test(default, best)[1] == pytest.approx(p) and paired_test(default, best)[0] == pytest.approx(-t)
     noisy = [0.43, 0.40, 0.46, 0.38, 0.45]
     assert paired_test(noisy, default)[1] > 0.05
     t, p, test = paired_test(default, default)
     assert math.isnan(t) and p == 1.0 and "tie" in test
     t, p, _ = paired_test([0.4], [0.5])
     assert math.isnan(t) and math.isnan(p)
+
+
+def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
+    from search.config import DEFAULTS
+    from search.confirm import recommended_candidate
+    from test_analysis import _line_rows, _study
+
+    settings = DEFAULTS
+    rec = recommended_candidate(_study(_line_rows()), settings)
+    assert rec is not None and rec.label == "recommended (#5)"
+    assert rec.params == {"init_scale": 2.0**5, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    chosen, _ = select_candidates(_study(_line_rows()), settings, top=12)  # #5 is among the top 12 already
+    assert not any(c.label.startswith("recommended") for c in chosen) and "best-12 (#5)" not in chosen
+    chosen, _ = select_candidates(_study(_line_rows()), settings, top=1)
+    assert [c.label for c in chosen] == ["best-1 (#11)", "recommended (#5)", DEFAULT_LABEL]
+    assert recommended_candidate(_study(_line_rows(default_exp=16)), settings) is None  # keep the default
