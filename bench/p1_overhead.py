@@ -18,7 +18,7 @@ from optuna.trial import FrozenTrial
 
 from search.config import DEFAULTS
 from search.config import with_run
-from search.optimize import make_sampler
+from search.sampling import make_sampler
 from search.runner import Runner
 from search.space import suggest
 from search.storage import enable_wal

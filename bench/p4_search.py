@@ -24,7 +24,7 @@ import torch
 
 from search.config import DEFAULTS
 from search.config import with_run
-from search.optimize import make_sampler
+from search.sampling import make_sampler
 from search.runner import Runner
 from search.study import prepare_study
 from search.tasks import build_problem

@@ -11,7 +11,7 @@ import torch
 
 from search.config import DEFAULTS
 from search.config import with_run
-from search.optimize import make_sampler
+from search.sampling import make_sampler
 from search.runner import Runner
 from search.storage import enable_wal
 from search.storage import open_storage

@@ -3,15 +3,19 @@
 The commands are ``python -m search.optimize`` (the search), ``search.transfer`` (move a study),
 ``search.dashboard`` (optuna-dashboard with curves), ``search.report`` and ``search.confirm``; this
 package's public API lets a script run the same pieces: build a task's :class:`Problem`, train it
-with a :class:`ScalerConfig`, judge the run, drive a study with :class:`Runner`, copy it with
+with a :class:`ScalerConfig`, judge the run, evaluate it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it with
 :func:`transfer_study` and publish its figures with :func:`publish`.
 """
 
+from search.analysis import Recommendation
+from search.analysis import recommend
 from search.config import DEFAULTS
 from search.config import ConfigError
 from search.config import PenaltyConfig
 from search.config import Settings
 from search.config import load_settings
+from search.evaluation import Evaluation
+from search.evaluation import evaluate
 from search.figures import curves_figure
 from search.penalty import Assessment
 from search.penalty import assess
@@ -31,10 +35,10 @@ from search.trainer import train
 from search.workers import plan_workers
 
 
-# The command modules (python -m search.transfer, search.dashboard, ...) are imported on first use:
-# importing them here would make ``python -m`` warn that the module was imported before it ran.
+# Imported on first use: search.transfer is a command (importing it here would make ``python -m``
+# warn that it was imported before it ran), and publishing pulls in plotly and optuna-dashboard.
 _LAZY = {
-    "publish": "search.dashboard",
+    "publish": "search.publishing",
     "TransferReport": "search.transfer",
     "transfer_study": "search.transfer",
 }
@@ -52,8 +56,10 @@ __all__ = [
     "Assessment",
     "ConfigError",
     "DEFAULTS",
+    "Evaluation",
     "PenaltyConfig",
     "Problem",
+    "Recommendation",
     "Runner",
     "SEED_BASELINES",
     "ScalerConfig",
@@ -63,6 +69,7 @@ __all__ = [
     "assess",
     "batch_plan",
     "curves_figure",
+    "evaluate",
     "format_summary",
     "load_settings",
     "mask_url",
@@ -70,6 +77,7 @@ __all__ = [
     "plan_workers",
     "prepare_study",
     "publish",
+    "recommend",
     "resolve_task",
     "summarize",
     "train",

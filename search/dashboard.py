@@ -13,7 +13,7 @@ What optuna-dashboard shows, through its own API (nothing is served by us):
   trial explorer (a menu over trials, each showing its two curves);
 * the study **note**: the seed baselines next to the best.
 
-:func:`publish` runs at the end of every ``search.optimize`` run and when this command starts, so
+:func:`search.publishing.publish` runs at the end of every ``search.optimize`` run and when this command starts, so
 ``optuna-dashboard sqlite:///study.db`` alone shows the same. Its storage cost is per run, not per
 trial: study system attrs of a few kB per figure, one note per new trial.
 """
@@ -21,209 +21,17 @@ trial: study system attrs of a few kB per figure, one note per new trial.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import optuna
-import plotly.graph_objects as go
-from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard import save_note, save_plotly_graph_object
-from optuna_dashboard._note import note_ver_key, split_body
 
-from search.config import SpaceConfig
-from search.figures import curves_figure, trial_curves
 from search.cli import OneLineParser, UsageError, fail, first_line
+from search.publishing import PublishReport, publish
 from search.storage import StorageError, mask_url, open_existing_storage, redact
-from search.study import BASELINE_ATTR, settings_of
-from search.summary import format_summary, summarize
 
 __all__ = ["PublishReport", "publish", "main"]
-
-CURVES_ID = "search-curves"
-EXPLORER_ID = "search-explorer"
-EXPLORER_MAX_TRIALS = 100  # Each trial adds ~1 kB to the study's system attrs, read on every page load.
-DEFAULT_LABEL = "seed-1"
-OUR_NOTE_VERSION = "search:study_note_version"  # The study note version this module wrote last.
-
-
-@dataclass(frozen=True)
-class PublishReport:
-    """What :func:`publish` wrote."""
-
-    figures: tuple[str, ...]
-    trial_notes: int
-    study_note: bool
-
-
-def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
-    attrs = trial.user_attrs
-    loss, scale, skipped = trial_curves(trial, space)
-    value = f"{trial.value:.4f}" if trial.value is not None else "-"
-    lines = [
-        f"**Trial {trial.number}**"
-        + (f" · baseline `{attrs[BASELINE_ATTR]}`" if BASELINE_ATTR in attrs else "")
-        + f" · objective {value} · failure `{attrs.get('failure', '-')}` · learned {attrs.get('learned', '-')}",
-        "",
-    ]
-    finite = [s for s in scale if s is not None and math.isfinite(s)]
-    if finite:
-        lines.append(
-            f"Loss scale: {_pow2(finite[0])} after epoch 1 → {_pow2(finite[-1])} at the end "
-            f"(min {_pow2(min(finite))}, max {_pow2(max(finite))})."
-        )
-    if skipped:
-        lines.append(
-            f"Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at epochs "
-            + ", ".join(str(e + 1) for e in skipped[:40])
-            + (" …" if len(skipped) > 40 else "")
-            + "."
-        )
-    else:
-        lines.append(f"Skipped steps: none of {len(scale)}.")
-    finite_loss = [v for v in loss if v is not None]
-    if finite_loss:
-        lines.append(f"Loss: {finite_loss[0]:.4f} at epoch 1 → {finite_loss[-1]:.4f} at the end.")
-    lines += [
-        "",
-        "The loss curve is this trial's *intermediate values*; the loss-scale curve is in the study's "
-        "**trial explorer** figure and in the user attr `scale_curve`.",
-    ]
-    return "\n".join(lines)
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else float(f"{value:.5g}")  # Keeps the figure's JSON small.
-
-
-def _pow2(value: float) -> str:
-    if value <= 0:
-        return f"{value:g}"
-    exponent = math.log2(value)
-    return f"2^{exponent:.0f}" if abs(exponent - round(exponent)) < 1e-9 else f"2^{exponent:.2f}"
-
-
-def _save_new_trial_note(study: optuna.Study, trial_id: int, body: str) -> None:
-    # What optuna_dashboard.save_note writes for a trial that has no note yet (version 1, the body
-    # in chunks), without its re-read of every study system attr per call, which made publishing
-    # N trials cost N full reads. tests/test_dashboard.py reads the notes back with get_note.
-    storage = study._storage
-    storage.set_study_system_attr(study._study_id, note_ver_key(trial_id), 1)
-    for key, chunk in split_body(body, trial_id).items():
-        storage.set_study_system_attr(study._study_id, key, chunk)
-
-
-def _study_note(study: optuna.Study, space: SpaceConfig) -> str:
-    data = summarize(study, space)
-    return (
-        "## Seed baselines vs the best\n\n"
-        "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured "
-        "fairly in this study, next to the best trial. Written by `search.optimize`/`search.dashboard`; "
-        "figures are under *Graphs* on this page.\n\n```\n" + format_summary(data) + "\n```\n"
-    )
-
-
-def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
-    """Best, the seed default and the worst finite trial (each once)."""
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    if not complete:
-        return []
-    named: list[tuple[str, FrozenTrial]] = []
-    best = min(complete, key=lambda t: t.value)
-    default = next((t for t in complete if t.user_attrs.get(BASELINE_ATTR) == DEFAULT_LABEL), None)
-    if default is not None and default.number == best.number:
-        named.append((f"best = seed-1 default (#{best.number})", best))
-    else:
-        named.append((f"best (#{best.number})", best))
-        if default is not None:
-            named.append((f"seed-1 default (#{default.number})", default))
-    finite = [t for t in complete if math.isfinite(t.value) and not t.user_attrs.get("nonfinite")]
-    if finite:
-        worst = max(finite, key=lambda t: t.value)
-        if worst.number not in {t.number for _, t in named}:
-            named.append((f"worst finite (#{worst.number})", worst))
-    return named
-
-
-def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
-    """Loss and scale curves of one trial at a time, chosen from a menu (best first).
-
-    The menu's buttons carry each trial's data (``restyle``), so the figure grows linearly with
-    the trials; beyond :data:`EXPLORER_MAX_TRIALS` only the best ones (and the baselines) are in it.
-    """
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
-    complete.sort(key=lambda t: (t.value, t.number))
-    baselines = [t for t in complete if BASELINE_ATTR in t.user_attrs]
-    chosen = complete[:EXPLORER_MAX_TRIALS]
-    chosen += [t for t in baselines if t not in chosen]
-    figure = curves_figure(_named_trials(trials)[:1], space, title="Trial explorer: pick a trial")
-    # Four traces from curves_figure: loss, scale, skipped on loss, skipped on scale.
-    while len(figure.data) < 4:
-        figure.add_trace(go.Scatter(x=[], y=[], mode="markers", marker={"symbol": "x", "size": 9}))
-    figure.data[2].update(xaxis="x", yaxis="y")
-    figure.data[3].update(xaxis="x2", yaxis="y2")
-    buttons = []
-    for t in chosen:
-        loss, scale, skipped = trial_curves(t, space)
-        loss = [_round(v) for v in loss]
-        epochs = list(range(1, len(loss) + 1))
-        tag = f" {t.user_attrs[BASELINE_ATTR]}" if BASELINE_ATTR in t.user_attrs else ""
-        label = f"#{t.number}{tag}: {t.value:.4f}, {len(skipped)} skipped"
-        buttons.append(
-            {
-                "label": label,
-                "method": "restyle",
-                "args": [
-                    {
-                        "x": [epochs, epochs, [e + 1 for e in skipped], [e + 1 for e in skipped]],
-                        "y": [
-                            loss,
-                            scale,
-                            [loss[e] if e < len(loss) else None for e in skipped],
-                            [scale[e] if e < len(scale) else None for e in skipped],
-                        ],
-                        "name": [f"#{t.number} loss", f"#{t.number} scale", "skipped", "skipped"],
-                    },
-                    [0, 1, 2, 3],
-                ],
-            }
-        )
-    figure.update_layout(
-        updatemenus=[{"buttons": buttons, "direction": "down", "x": 0, "xanchor": "left", "y": 1.15}],
-        showlegend=True,
-    )
-    return figure
-
-
-def publish(study: optuna.Study) -> PublishReport:
-    """Writes the figures and notes described in the module docstring to ``study``."""
-    space = settings_of(study).space
-    trials = study.get_trials(deepcopy=False)
-    named = _named_trials(trials)
-    figures: list[str] = []
-    if named:
-        curves = curves_figure(named, space, title="Best vs the seed default vs the worst finite trial")
-        figures.append(save_plotly_graph_object(study, curves, graph_object_id=CURVES_ID))
-        explorer = explorer_figure(trials, space)
-        figures.append(save_plotly_graph_object(study, explorer, graph_object_id=EXPLORER_ID))
-    system_attrs = study._storage.get_study_system_attrs(study._study_id)
-    notes = 0
-    for t in trials:
-        if t.state.is_finished() and note_ver_key(t._trial_id) not in system_attrs:
-            _save_new_trial_note(study, t._trial_id, _trial_note(t, space))
-            notes += 1
-    # The study note is refreshed while it is still the one we wrote; once a person edits it in
-    # the dashboard (its version moves on), it is left alone.
-    version = system_attrs.get("dashboard:note_ver", 0)
-    ours = system_attrs.get(OUR_NOTE_VERSION)
-    wrote_study_note = False
-    if named and (version == 0 or version == ours):
-        save_note(study, _study_note(study, space))
-        study._storage.set_study_system_attr(study._study_id, OUR_NOTE_VERSION, version + 1)
-        wrote_study_note = True
-    return PublishReport(tuple(figures), notes, wrote_study_note)
 
 
 def build_parser() -> argparse.ArgumentParser:

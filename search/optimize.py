@@ -7,27 +7,26 @@ died, 2 bad input (nothing written), 130/143 interrupted by SIGINT/SIGTERM.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 import math
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import optuna
 import sqlalchemy.exc
 import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search import dashboard
+from search import publishing
 from search.cli import OneLineParser, UsageError, fail, first_line
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
+from search.devices import device_label, process_token, resolve_device
+from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
 from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
@@ -120,62 +119,6 @@ def build_parser() -> argparse.ArgumentParser:
     # ArgumentDefaultsHelpFormatter would print "None" for flags whose defaults live in config.
     p.formatter_class = argparse.HelpFormatter
     return p
-
-
-def resolve_device(name: str) -> torch.device:
-    """Maps auto/cpu/cuda/cuda:N to a device that exists here."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise UsageError(f"--device {name}: CUDA is not available on this machine")
-        if device.index is not None and device.index >= torch.cuda.device_count():
-            raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
-    return device
-
-
-def device_label(device: torch.device) -> str:
-    """``cpu`` or ``cuda:N (GPU name)``, stored with every trial."""
-    if device.type != "cuda":
-        return device.type
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
-
-
-def process_token() -> str:
-    """Something unique to this process anywhere: host name and process id."""
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def sampler_seed(task_seed: int, n_existing: int, worker: int = 0, process: str = "") -> int:
-    """The sampler's seed, unique to each worker of each run.
-
-    Derived from ``--seed``, the number of trials already in the study (so a resume never
-    repeats earlier samples), the worker's index, and ``process`` (host name and pid: two hosts
-    or two runs on one host that start at the same moment on the same study still differ).
-    """
-    digest = hashlib.sha256(process.encode()).digest()
-    entropy = [task_seed, n_existing, worker, int.from_bytes(digest[:8], "little")]
-    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
-
-
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler for ``--sampler``."""
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    return optuna.samplers.TPESampler(seed=seed)
-
-
-def make_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner | None:
-    """The Optuna pruner for ``--pruner`` (None: no pruning, no per-epoch syncs)."""
-    if name == "median":
-        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=epochs // 3)
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=max(1, epochs // 10), max_resource=epochs)
-    return None
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -536,9 +479,9 @@ def _finish(
     study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
 ) -> int:
     if publish:
-        # Curves and notes for optuna-dashboard (search/dashboard.py): once per run, not per trial.
+        # Curves and notes for optuna-dashboard (search/publishing.py): once per run, not per trial.
         try:
-            dashboard.publish(study)
+            publishing.publish(study)
         except Exception as e:  # The results are stored; only their dashboard figures are missing.
             _note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
     data = summarize(study, settings.space)

@@ -100,7 +100,7 @@ class StudySnapshot:
         storage: Its storage URL, password masked.
         trials: All its trials, by number (any state).
         settings: The settings the study recorded (its space, epochs, penalty, ...).
-        confirmation: :func:`search.confirm.summarize_confirmation` of the study, or None.
+        confirmation: :func:`search.confirmations.summarize_confirmation` of the study, or None.
         confirmation_note: Why there is no confirmation (no sibling study, module missing, ...).
     """
 
@@ -160,7 +160,7 @@ def _read_confirmation(
     storage: optuna.storages.BaseStorage, study_name: str
 ) -> tuple[dict[str, Any] | None, str]:
     try:
-        from search.confirm import summarize_confirmation  # Lazily: another module, maybe absent.
+        from search.confirmations import summarize_confirmation  # Lazily: another module, maybe absent.
     except ImportError:
         return None, "search.confirm is not available"
     try:

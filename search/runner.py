@@ -30,8 +30,6 @@ import datetime
 import signal
 import threading
 import logging
-import os
-import socket
 import time
 import uuid
 import warnings
@@ -44,6 +42,7 @@ import torch
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import Settings
+from search.devices import process_token
 from search.objective import TrialOutcome, run_trial
 from search.retry import with_retry
 from search.space import suggest
@@ -57,7 +56,7 @@ __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
-WORKER = f"{socket.gethostname()}:{os.getpid()}"  # Which process ran a trial (user attr "worker").
+WORKER = process_token()  # Which process ran a trial (user attr "worker").
 
 
 class Interrupted(BaseException):

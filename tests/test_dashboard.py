@@ -15,7 +15,7 @@ from optuna_dashboard import get_note
 from optuna_dashboard import save_note
 import pytest
 
-from search import dashboard
+from search import publishing
 from search.storage import open_storage
 from conftest import cli_env
 from conftest import real_study
@@ -34,7 +34,7 @@ def _study(cwd: pathlib.Path) -> optuna.Study:
 def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
     study = _study(study_dir)
     attrs = study._storage.get_study_system_attrs(study._study_id)
-    for graph in (dashboard.CURVES_ID, dashboard.EXPLORER_ID):
+    for graph in (publishing.CURVES_ID, publishing.EXPLORER_ID):
         assert any(key.startswith(f"dashboard:plot_data:{graph}:") for key in attrs), graph
     note = get_note(study)
     assert "Seed baselines vs the best" in note and "seed-5" in note and "best" in note
@@ -50,16 +50,16 @@ def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
 
 def test_curves_figure_marks_the_skipped_steps(study_dir):
     study = _study(study_dir)
-    space = dashboard.settings_of(study).space
-    named = dashboard._named_trials(study.get_trials())
+    space = publishing.settings_of(study).space
+    named = publishing._named_trials(study.get_trials())
     labels = [label for label, _ in named]
     assert labels[0].startswith("best") and any("seed-1 default" in label for label in labels)
     seed3 = next(t for t in study.get_trials() if t.user_attrs.get("baseline") == "seed-3")
-    figure = dashboard.curves_figure([("seed-3", seed3)], space)
+    figure = publishing.curves_figure([("seed-3", seed3)], space)
     marks = [trace for trace in figure.data if trace.mode == "markers"]
     assert [list(m.x) for m in marks] == [[1, 2, 3, 4, 5], [1, 2, 3, 4, 5]]
     assert figure.layout.yaxis2.type == "log"
-    explorer = dashboard.explorer_figure(study.get_trials(), space)
+    explorer = publishing.explorer_figure(study.get_trials(), space)
     buttons = explorer.layout.updatemenus[0].buttons
     assert len(buttons) == 12 and buttons[0].label.startswith(f"#{study.best_trial.number}")
 
@@ -68,14 +68,14 @@ def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_p
     db = tmp_path / "study.db"
     db.write_bytes((study_dir / "study.db").read_bytes())
     study = _study(tmp_path)
-    again = dashboard.publish(study)
+    again = publishing.publish(study)
     assert again.trial_notes == 0 and again.study_note  # Still our note: refreshed.
     save_note(study, "my own words")
-    assert not dashboard.publish(study).study_note
+    assert not publishing.publish(study).study_note
     assert get_note(study) == "my own words"
     first = study.trials[0]
     save_note(optuna.Trial(study, first._trial_id), "trial note by a person")
-    dashboard.publish(study)
+    publishing.publish(study)
     assert get_note(optuna.Trial(study, first._trial_id)) == "trial note by a person"
 
 
@@ -124,8 +124,8 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir):
         (summary,) = studies["study_summaries"]
         detail = _get(f"{base}/api/studies/{summary['study_id']}?after=0")
         graphs = {g["id"] for g in detail["plotly_graph_objects"]}
-        assert {dashboard.CURVES_ID, dashboard.EXPLORER_ID} <= graphs
-        curves = next(g for g in detail["plotly_graph_objects"] if g["id"] == dashboard.CURVES_ID)
+        assert {publishing.CURVES_ID, publishing.EXPLORER_ID} <= graphs
+        curves = next(g for g in detail["plotly_graph_objects"] if g["id"] == publishing.CURVES_ID)
         assert "Best vs the seed default" in curves["graph_object"]
         assert "Seed baselines vs the best" in detail["note"]["body"]
         trials = detail["trials"]

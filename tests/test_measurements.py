@@ -86,17 +86,18 @@ def test_skip_counts_are_exact_for_sampled_non_power_of_two_scales():
 
 
 @pytest.mark.parametrize(
-    "cfg",
+    "cfg, failure, skips",
     [
-        ScalerConfig(2.0**16, 2.0, 0.5, 2000),  # PyTorch's default: underflows on deep-mlp
-        ScalerConfig(3.1e5, 1.7, 0.37, 2000),  # just inside the learning window
-        ScalerConfig(7.3e7, 2.3, 0.61, 9),  # skips while it backs off, then grows again
-        ScalerConfig(4.4e4, 3.1, 0.45, 6),  # escapes underflow by growing
+        (ScalerConfig(2.0**16, 2.0, 0.5, 2000), "underflow", False),  # PyTorch's default on deep-mlp
+        (ScalerConfig(3.1e5, 1.7, 0.37, 2000), "none", False),  # just inside the learning window
+        (ScalerConfig(7.3e7, 2.3, 0.61, 9), "none", True),  # skips while it backs off, then grows again
+        (ScalerConfig(4.4e4, 3.1, 0.45, 6), "none", True),  # escapes underflow by growing
     ],
 )
-def test_deep_mlp_mini_batches_match_the_plain_loop(cfg):
+def test_deep_mlp_mini_batches_match_the_plain_loop(cfg, failure, skips):
     problem = build_deep(42)
-    _compare(problem, cfg, 48, plain_fp32_zero_fraction(problem, 48))
+    attrs, plain = _compare(problem, cfg, 48, plain_fp32_zero_fraction(problem, 48))
+    assert (attrs["failure"], attrs["skipped_steps"] > 0) == (plain.failure, plain.skipped > 0) == (failure, skips)
 
 
 def test_deep_mlp_default_underflows_and_a_larger_scale_learns():
@@ -111,7 +112,9 @@ def test_deep_mlp_default_underflows_and_a_larger_scale_learns():
 @pytest.mark.parametrize("init_scale", [3.3e-7, 2.9e2, 6.1e4, 1.9e9, 5.5e13])
 def test_example_user_task_with_accumulation_and_clipping(init_scale):
     problem = examples.noisy_regression.build(42)
-    _compare(problem, ScalerConfig(init_scale, 2.7, 0.3, 5), 32, plain_fp32_zero_fraction(problem, 32))
+    attrs, plain = _compare(problem, ScalerConfig(init_scale, 2.7, 0.3, 5), 32, plain_fp32_zero_fraction(problem, 32))
+    assert attrs["evaluation"] == "final_weights" and len(attrs["scale_curve"]) == len(plain.scales) == 32
+    assert attrs["skipped_steps"] == plain.skipped and attrs["failure"] == plain.failure
 
 
 def test_zero_gradients_are_counted_before_clipping():

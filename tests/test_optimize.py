@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 import pytest
 
 from search.optimize import main
-from search.optimize import sampler_seed
+from search.sampling import sampler_seed
 from tasks_for_tests import MID_TRIAL_FLAG
 from conftest import cli_env
 from conftest import load

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import pathlib
 import re
 import shutil
@@ -176,28 +175,12 @@ def test_cli_html_and_json_carry_the_same_numbers(study_dir, tmp_path):
 
 
 def _chromium() -> str:
-    """Chromium's path; installs Debian's package if it is missing (as root), else fails loudly."""
+    """Chromium's path. The browser is a set-up step (README, .ci/run), never installed by the suite."""
     for name in ("chromium", "chromium-browser", "google-chrome"):
         path = shutil.which(name)
         if path:
             return path
-    if os.geteuid() != 0:
-        pytest.fail("chromium is not installed and this user cannot install it (apt-get install -y chromium)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    attempts = []
-    for command in (
-        ["apt-get", "install", "-y", "chromium"],
-        ["apt-get", "update"],
-        ["apt-get", "install", "-y", "chromium"],
-    ):
-        try:
-            done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-        except (OSError, subprocess.TimeoutExpired) as e:
-            pytest.fail(f"could not install chromium: {' '.join(command)}: {e}")
-        attempts.append(f"{' '.join(command)} -> {done.returncode}: {done.stderr.strip()[-300:]}")
-        if shutil.which("chromium"):
-            return shutil.which("chromium")
-    pytest.fail("chromium is absent and could not be installed: " + " | ".join(attempts))
+    pytest.fail("chromium is not installed; set-up step: apt-get install -y chromium")
 
 
 def screenshot(page: pathlib.Path, png: pathlib.Path, width: int = 1400, height: int = 1200) -> None:

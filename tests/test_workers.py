@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 import pytest
 import sqlalchemy
 
-from search.optimize import sampler_seed
+from search.sampling import sampler_seed
 from search.workers import DevicePlanError
 from search.workers import plan_workers
 from search.workers import threads_per_worker

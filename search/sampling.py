@@ -1,0 +1,40 @@
+"""Samplers and pruners for ``--sampler``/``--pruner``, and the per-worker sampler seed."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import optuna
+
+__all__ = ["make_pruner", "make_sampler", "sampler_seed"]
+
+
+def sampler_seed(task_seed: int, n_existing: int, worker: int = 0, process: str = "") -> int:
+    """The sampler's seed, unique to each worker of each run.
+
+    Derived from ``--seed``, the number of trials already in the study (so a resume never
+    repeats earlier samples), the worker's index, and ``process`` (host name and pid: two hosts
+    or two runs on one host that start at the same moment on the same study still differ).
+    """
+    digest = hashlib.sha256(process.encode()).digest()
+    entropy = [task_seed, n_existing, worker, int.from_bytes(digest[:8], "little")]
+    return int(np.random.SeedSequence(entropy).generate_state(1)[0])
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler for ``--sampler``."""
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def make_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner | None:
+    """The Optuna pruner for ``--pruner`` (None: no pruning, no per-epoch syncs)."""
+    if name == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=epochs // 3)
+    if name == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=max(1, epochs // 10), max_resource=epochs)
+    return None
