@@ -25,9 +25,9 @@ trial's *depth* is its distance in that space to the nearest trial that is not g
 churned, underflowed, diverged, or more than ``tolerance`` from the best): how far one can move
 from it, in any combination of the four settings, before the study saw something go wrong. The
 recommendation is the deepest good trial among those with at least :data:`MIN_SUPPORT` good
-trials within their depth (so it is judged on the trials around it, not on one lucky point),
-rounded to values people write (``init_scale`` to a power of two, the others to two significant
-digits) where the rounded point keeps at least 90% of the depth. When PyTorch's default (baseline
+trials within their depth (so it is judged on the trials around it, not on one lucky point), with
+that trial's own values (a rounded neighbour would be a setting no trial measured; on a rough
+objective such as deep-mlp's it can land well outside the tolerance). When PyTorch's default (baseline
 ``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep the
 default". When confirmation runs on new seeds exist (``search.confirm``), they decide: a default
 that is significantly better than the recommended setting overturns it, and a recommended setting
@@ -59,6 +59,7 @@ __all__ = [
     "completed",
     "confirmation_verdict",
     "coordinates",
+    "format_range",
     "format_value",
     "good_trials",
     "is_safe",
@@ -136,7 +137,7 @@ class Recommendation:
 
     Attributes:
         config: The recommended settings (PyTorch's default when ``keep_default``).
-        source_trial: The measured trial it comes from (rounded), or the default's trial.
+        source_trial: The measured trial whose values it is, or the default's trial.
         depth: Distance from ``source_trial`` to the nearest trial that is not good, in searched
             ranges (see the module docstring); ``inf`` when every trial is good.
         nearest_bad: That nearest trial's number, or None.
@@ -148,6 +149,13 @@ class Recommendation:
         best_trial: Number of the trial with the lowest objective.
         confirmed: ``"confirmed"``, ``"overturned"``, ``"not better"`` (from confirmation runs), or
             None when there are none for this setting.
+        together: Per searched setting, ``(low, high)``: ranges that are safe *together* (no
+            failure), in any combination, unlike the per-setting safe ranges, which each assume the
+            others stay where the good trials were: the box inscribed in the ball around ``config``
+            that holds no failed trial, cut to the span of the failure-free trials in that ball
+            (``MIN_SUPPORT`` at least; empty otherwise), so no end is extrapolated into space the
+            study did not sample. It promises no failure, not an objective within the tolerance.
+        together_trials: Numbers of the trials inside that box (all failure-free).
         device_type: The device type of the ``GradScaler`` line.
         reasons: The explanation, sentence by sentence.
     """
@@ -165,6 +173,8 @@ class Recommendation:
     confirmed: str | None
     device_type: str
     reasons: tuple[str, ...] = field(default=())
+    together: dict[str, tuple[float, float]] = field(default_factory=dict)
+    together_trials: tuple[int, ...] = field(default=())
 
     @property
     def code(self) -> str:
@@ -194,6 +204,8 @@ class Recommendation:
             "default_depth": self.default_depth,
             "best_trial": self.best_trial,
             "confirmed": self.confirmed,
+            "together": {p: list(r) for p, r in self.together.items()},
+            "together_trials": list(self.together_trials),
             "text": self.text,
         }
 
@@ -399,18 +411,6 @@ def _depth(point: dict[str, float], bad: list[tuple[int, dict[str, float]]]) -> 
     return distance, number
 
 
-def _round_nicely(param: str, value: float, space: SpaceConfig) -> float:
-    """A value people write: a power of two for init_scale, two significant digits otherwise."""
-    p: ParamRange = getattr(space, param)
-    if param == "init_scale":
-        candidate = 2.0 ** round(math.log2(value))
-    elif param == "growth_interval":
-        candidate = float(round(float(f"{value:.2g}"))) if value >= 1 else 1.0
-    else:
-        candidate = float(f"{value:.2g}")
-    return candidate if p.low <= candidate <= p.high else value
-
-
 def _device_type(trial: FrozenTrial) -> str:
     kind = str(trial.user_attrs.get("device", "cuda")).split(":")[0].split(" ")[0]
     return kind or "cuda"
@@ -423,6 +423,39 @@ def _as_config(values: dict[str, float]) -> ScalerConfig:
         backoff_factor=values["backoff_factor"],
         growth_interval=max(1, round(values["growth_interval"])),
     )
+
+
+def _span(
+    numbers: Iterable[int], values: dict[int, dict[str, float]], params: Sequence[str]
+) -> dict[str, tuple[float, float]]:
+    """Per setting, the smallest and largest value among the given trials."""
+    numbers = list(numbers)
+    return {p: (min(values[n][p] for n in numbers), max(values[n][p] for n in numbers)) for p in params}
+
+
+def _box(
+    centre: dict[str, float], depth: float, space: SpaceConfig
+) -> dict[str, tuple[float, float]]:
+    """The ranges that are safe together around ``centre``: the box inscribed in its ball of ``depth``.
+
+    A point of the box is at most ``depth`` octaves (log2 distance, all searched settings
+    combined) from ``centre``, so a box around a point whose nearest bad trial is ``depth`` away
+    holds no bad trial, whatever combination of its ranges is picked: half-width ``depth / sqrt(k)``
+    octaves in each of the ``k`` searched settings (a hair less, so a bad trial on the ball is outside).
+    """
+    params = searched_params(space)
+    half = depth / math.sqrt(len(params)) * (1 - 1e-9) if math.isfinite(depth) else math.inf
+    out = {}
+    for p in params:
+        r: ParamRange = getattr(space, p)
+        low = max(float(r.low), centre[p] * 2.0**-half) if math.isfinite(half) else float(r.low)
+        high = min(float(r.high), centre[p] * 2.0**half) if math.isfinite(half) else float(r.high)
+        if p == "growth_interval":  # Whole steps inside the box; at least the centre itself.
+            low, high = float(math.ceil(low)), float(math.floor(high))
+            if low > high:
+                low = high = float(round(centre[p]))
+        out[p] = (low, high)
+    return out
 
 
 def _depth_text(depth: float) -> str:
@@ -519,11 +552,6 @@ def recommend(
     else:
         source = deepest
         chosen = dict(values[deepest.number])
-        for p in params:  # Round where the rounded point stays (nearly) as deep.
-            trial_point = dict(chosen)
-            trial_point[p] = _round_nicely(p, chosen[p], space)
-            if not bad or _depth(coordinates(trial_point, space), bad)[0] >= 0.9 * depth:
-                chosen = trial_point
         if len(neighbours) < MIN_SUPPORT:
             reasons.append(
                 f"Only {len(neighbours)} good trial{'s' if len(neighbours) != 1 else ''} around any good "
@@ -549,8 +577,10 @@ def recommend(
                 f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: a trial that "
                 f"is not good lies {default_depth:.2f} octaves from it (less than {DEFAULT_MARGIN:g})."
             )
-        if any(chosen[p] != values[deepest.number][p] for p in params):
-            reasons.append("The values are rounded to what people write where that keeps 90% of the depth.")
+        reasons.append(
+            f"The values are trial #{deepest.number}'s own, as measured (a rounded neighbour would be a setting "
+            "no trial ran; the line is written with the digits that reproduce it)."
+        )
     if nearest is not None:
         reasons.append(
             f"The nearest trial that is not good is #{nearest} ("
@@ -577,6 +607,45 @@ def recommend(
                 reasons.append(
                     "The default failed or fell behind in the search, so the recommendation stands, unconfirmed."
                 )
+    # Ranges that are safe together: around the setting given, inside its distance to the nearest
+    # *failed* trial and inside the span of the failure-free trials around it (measured, not
+    # extrapolated). Only failure is claimed for every combination: within-tolerance is not, since
+    # on a rough objective (deep-mlp) an unsampled corner can learn fine and still land 2x off the best.
+    around = default if keep_default else source
+    together: dict[str, tuple[float, float]] = {}
+    inside: tuple[int, ...] = ()
+    if around is not None and around.number in good_ids and params:
+        failed = [(t.number, where[t.number]) for t in done if not is_safe(t)]
+        centre = {p: float(getattr(config, p)) for p in PARAM_NAMES}
+        centre_depth = _depth(coordinates(centre, space), failed)[0]
+        safe_near = [
+            t.number
+            for t in done
+            if is_safe(t) and (not failed or _distance(where[t.number], where[around.number]) <= centre_depth)
+        ]
+        if len(safe_near) >= MIN_SUPPORT:
+            seen = _span(safe_near, values, params)
+            ball = _box(centre, centre_depth, space)
+            together = {p: (max(ball[p][0], seen[p][0]), min(ball[p][1], seen[p][1])) for p in params}
+            inside = tuple(
+                t.number for t in done if all(lo <= values[t.number][p] <= hi for p, (lo, hi) in together.items())
+            )
+            objectives = [t.value for t in done if t.number in inside]
+            reasons.append(
+                "Ranges that are safe together, in any combination ("
+                + ", ".join(f"{p} {format_range(p, lo, hi)}" for p, (lo, hi) in together.items())
+                + f"): every combination is within {_depth_text(centre_depth)} of the "
+                f"{'default' if keep_default else 'recommended'} setting, where no trial failed (non-finite, "
+                f"overflow churn, underflow, frozen), and each end lies among the {len(safe_near)} failure-free "
+                f"trials there. {len(inside)} trial{'s' if len(inside) != 1 else ''} lie inside, objective "
+                f"{min(objectives):.4g} to {max(objectives):.4g}: the ranges promise no failure, not every "
+                f"combination within {pct} of the best."
+            )
+        else:
+            reasons.append(
+                f"No ranges that are safe together: fewer than {MIN_SUPPORT} failure-free trials around the "
+                "setting, too few to say how far it can move."
+            )
     return Recommendation(
         config=config,
         source_trial=source.number,
@@ -591,7 +660,15 @@ def recommend(
         confirmed=confirmed,
         device_type=device,
         reasons=tuple(reasons),
+        together=together,
+        together_trials=inside,
     )
+
+
+def format_range(param: str, low: float, high: float) -> str:
+    """A range as people read it: ``2^14..2^18``, or one value when both ends read the same."""
+    lo, hi = format_value(param, low), format_value(param, high)
+    return lo if lo == hi else f"{lo}..{hi}"
 
 
 def confirmation_verdict(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import html
+import inspect
 import json
 import math
 import os
@@ -268,7 +269,7 @@ def _history_section(
 
 
 def _importance_section(
-    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, n_good: int
+    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig
 ) -> tuple[Section, dict[str, float] | None, float | None]:
     section = Section("importances", SECTION_TITLES["importances"])
     params = list(distributions(space))
@@ -282,24 +283,24 @@ def _importance_section(
         reason = "importances need a searched setting that varies between complete trials; none does."
     elif len({t.value for t in done}) < 2:
         reason = "importances need trials with different objectives; every complete trial has the same."
-    quantile = min(0.9, max(0.1, n_good / len(done))) if done else 0.1
+    # optuna-dashboard's own evaluator (PED-ANOVA, Optuna's default quantile, every searched
+    # setting): the report and the dashboard then show the same bars for the same study.
+    evaluator = PedAnovaImportanceEvaluator()
+    quantile = float(inspect.signature(PedAnovaImportanceEvaluator).parameters["target_quantile"].default)
     section.intro = (
-        "PED-ANOVA (Optuna's PedAnovaImportanceEvaluator; needs no scikit-learn): how much each setting "
-        f"decides whether a trial reaches the best {quantile:.0%} of the study, which is the share of "
-        "trials within the safe tolerance of the best (clipped to 10-90%). So the bars answer: which "
-        "setting decides whether a run is safe?"
+        "PED-ANOVA (Optuna's PedAnovaImportanceEvaluator with its defaults, the evaluator "
+        "optuna-dashboard uses, so both pages show the same bars): how much each setting decides "
+        f"whether a trial reaches the best {quantile:.0%} of the study. A setting that does not vary "
+        "between complete trials gets no bar."
     )
     if reason:
         section.message = "Not enough trials for this plot: " + reason
         return section, None, quantile
-    evaluator = PedAnovaImportanceEvaluator(target_quantile=quantile)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        importances = optuna.importance.get_param_importances(study, evaluator=evaluator, params=varying)
-        figure = optuna.visualization.plot_param_importances(
-            study, evaluator=PedAnovaImportanceEvaluator(target_quantile=quantile), params=varying
-        )
-    figure.update_layout(title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA)")
+        importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
+    figure.update_layout(title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA, as in optuna-dashboard)")
     section.figure = figure
     if len(done) < 20:
         section.message = (
@@ -570,7 +571,8 @@ def _safe_section(
         f"A trial is good when its objective is within x = {pct} of the best objective "
         f"(objective ≤ best + {pct} · |best|; --tolerance), and it had no non-finite value and no silent "
         "failure (failure code none). A setting's safe range runs from its smallest to its largest value "
-        "among the good trials. Bad trials inside that range are listed: when every other setting of such "
+        "among the good trials, one setting at a time: a combination of values each inside its range can "
+        "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
         "a trial is inside its own safe range too, the safe set is not an interval (not a box), and the "
         "stretch around the best trial without such a trial is given.",
     )
@@ -609,9 +611,13 @@ def _recommendation_section(
         f"Not the argmin, which among near-equal trials is noise: the good trials (within {pct} of the best "
         "objective, --tolerance, without failure) form a region; each is scored by its depth, the distance in "
         "octaves (log2 of the four settings combined) to the nearest trial that is not good, and the deepest "
-        f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended (rounded to values "
-        "people write where that keeps 90% of the depth). PyTorch's default is kept when it is good and at least "
-        f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide.",
+        f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended with its own measured "
+        "values (a rounded neighbour would be a setting no trial ran). PyTorch's default is kept when it is good and at least "
+        f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
+        "The last column gives ranges that are safe together: any combination of them is nearer the recommended "
+        "setting than the nearest trial that failed, and inside the span of the failure-free trials there. They "
+        "promise no failure in any combination, not every combination within the tolerance of the best (the safe "
+        "ranges above hold one setting at a time).",
     )
     rec = analysis.recommend(done, space, tolerance, confirmation=confirmation)
     if rec is None:
@@ -631,6 +637,7 @@ def _recommendation_section(
                 "–"
                 if edge is None
                 else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
+                html.escape(analysis.format_range(param, *rec.together[param])) if rec.together else "–",
             ]
         )
     title = "Keep the default" if rec.keep_default else "Recommended"
@@ -647,6 +654,7 @@ def _recommendation_section(
                 f"trial #{rec.source_trial}",
                 "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
                 "octaves to it",
+                "safe together with the others (no failure)",
             ],
             rows,
             "numbers",
@@ -733,7 +741,7 @@ def build_report(
     try:
         study = _in_memory_study(trials)
         history, history_rows = _history_section(study, done, snapshot.settings.penalty)
-        importances, importance_values, quantile = _importance_section(study, done, space, n_good)
+        importances, importance_values, quantile = _importance_section(study, done, space)
         slices = _slice_section(study, done, space)
         contour = _contour_section(study, done, space)
         parallel = _parallel_section(study, done, space)

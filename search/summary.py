@@ -146,6 +146,9 @@ def format_summary(data: dict[str, Any]) -> str:
         where = "" if len(data["best"]) == 1 else f" on {kind}"
         lines.append(f"  {'keep the default' if rec['keep_default'] else 'recommended'}{where}: {rec['code']}")
         lines.append("    " + _recommendation_reason(rec, data["best"][kind]))
+        if rec.get("together"):
+            box = ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in rec["together"].items())
+            lines.append(f"    safe together (no failure), in any combination: {box}")
     default = data["baselines"].get("seed-1")
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):

@@ -17,6 +17,7 @@ from search.analysis import (
     safe_ranges,
 )
 from search.config import DEFAULTS, ParamRange, SpaceConfig
+from search.space import scaler_config
 from search.trainer import ScalerConfig
 
 SPACE = DEFAULTS.space
@@ -223,13 +224,16 @@ def test_a_lone_point_far_from_the_failures_needs_neighbours():
     assert rec.source_trial != 14 and len(rec.neighbours) >= 3
 
 
-def test_rounding_keeps_the_depth():
+def test_the_recommendation_is_a_measured_trial_exactly():
     rows = [{"exp": e, "value": 0.42, "backoff": 0.5 + 0.001 * i} for i, e in enumerate((0.3, 2.3, 4.3, 6.3))]
     rows += [{"exp": -3.7, "value": 2.0, "failure": "underflow"}, {"exp": 8.7, "value": 0.9}]
-    rec = recommend(_study(rows), SPACE)
-    # 2^2.3 or 2^4.3 (6 and 4 octaves ... ): the power of two 2^2 / 2^4 keeps >= 90% of the depth.
-    assert math.log2(rec.config.init_scale).is_integer()
-    assert rec.config.backoff_factor == 0.5
+    trials = _study(rows)
+    rec = recommend(trials, SPACE)
+    # Not rounded to 2^2 / 0.5: a rounded neighbour is a setting no trial ran.
+    source = next(t for t in trials if t.number == rec.source_trial)
+    assert rec.config == scaler_config(source.params, SPACE)
+    assert not math.log2(rec.config.init_scale).is_integer() and rec.config.backoff_factor != 0.5
+    assert f"trial #{source.number}'s own, as measured" in rec.text
 
 
 def test_confirmation_decides():
@@ -251,6 +255,53 @@ def test_confirmation_decides():
     assert confirmed.config == rec.config
     same = recommend(trials, SPACE, confirmation=confirmation(-1e-5, False))
     assert same.confirmed == "not better" and same.keep_default and "keep the default" in same.text
+
+
+def test_ranges_that_hold_together_exclude_a_bad_combination():
+    # growth x2 is fine at interval 2000 and interval 2 is fine at growth x1.1, but x2 with
+    # interval 2 churns: both per-setting ranges contain it, the ranges that are safe together must not.
+    rows = [
+        {"exp": e, "value": 0.42, "growth": g, "interval": i}
+        for e in (0, 2, 4, 6)
+        for g, i in ((2.0, 2000), (2.0, 500), (1.1, 2), (1.1, 20), (1.5, 200))
+    ]
+    rows.append({"exp": 3, "value": 0.9, "growth": 2.0, "interval": 2, "failure": "overflow_churn"})
+    trials = _study(rows)
+    ranges = {r.param: r for r in safe_ranges(trials, SPACE)}
+    assert ranges["growth_interval"].holes == (20,) and ranges["growth_factor"].holes == (20,)
+    rec = recommend(trials, SPACE)
+    box = rec.together
+    assert set(box) == {"init_scale", "growth_factor", "backoff_factor", "growth_interval"}
+    bad = {"init_scale": 2.0**3, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2}
+    assert not all(lo <= bad[p] <= hi for p, (lo, hi) in box.items())
+    for p, (lo, hi) in box.items():  # the recommended setting is inside its own box
+        assert lo <= getattr(rec.config, p) <= hi
+    assert 20 not in rec.together_trials and rec.together_trials
+    assert "Ranges that are safe together, in any combination" in rec.text
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_no_failed_trial_inside_the_ranges_that_are_safe_together(seed):
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(40):
+        exp, growth = rng.uniform(-20, 32), 2 ** rng.uniform(0.02, 2.99)
+        backoff, interval = rng.uniform(0.05, 0.95), int(2 ** rng.uniform(0, 10.9))
+        # A made-up task: bad below 2^-5, above 2^25 and where fast growth meets short intervals.
+        good = -5 < exp < 25 and not (growth > 1.8 and interval < 8)
+        row = {"exp": exp, "value": 0.42 if good else 1.9, "growth": growth, "backoff": backoff, "interval": interval}
+        rows.append(row if good else {**row, "failure": "underflow" if exp < 0 else "overflow_churn"})
+    trials = _study(rows)
+    rec = recommend(trials, SPACE)
+    values = {t.number: (2.0 ** rows[t.number]["exp"], rows[t.number]["growth"], rows[t.number]["backoff"], rows[t.number]["interval"]) for t in trials}
+    order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+    for number, point in values.items():
+        inside = all(rec.together[p][0] <= v <= rec.together[p][1] for p, v in zip(order, point))
+        assert inside == (number in rec.together_trials)
+        if inside:
+            assert "failure" not in rows[number], (number, point, rec.together)
 
 
 def test_no_good_trial_and_no_trial():

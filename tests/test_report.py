@@ -553,3 +553,87 @@ def test_storage_is_opened_read_only(study_dir):
         storage.get_study_system_attrs(study_id),
         len(storage.get_all_trials(study_id)),
     ) == before
+
+
+def test_importances_are_the_dashboards(study_dir):
+    """The report's bars are the numbers optuna-dashboard's own API serves for the same study."""
+    import io
+    import wsgiref.util
+
+    import optuna_dashboard
+
+    url = _sqlite(study_dir / "study.db")
+    report = build_report(load_snapshot(url))
+    storage = open_storage(url)
+    study_id = storage.get_study_id_from_name(NAME)
+    environ: dict = {"REQUEST_METHOD": "GET", "PATH_INFO": f"/api/studies/{study_id}/param_importances"}
+    wsgiref.util.setup_testing_defaults(environ)
+    environ["wsgi.input"] = io.BytesIO()
+    status: list[str] = []
+    body = b"".join(optuna_dashboard.wsgi(storage)(environ, lambda s, h, *a: status.append(s)))
+    assert status[0].startswith("200"), status
+    served = json.loads(body)["param_importances"][0]
+    assert {row["name"]: row["importance"] for row in served} == pytest.approx(report.data["importances"])
+    assert len(report.data["importances"]) == 4
+
+
+@pytest.fixture(scope="module")
+def deep_mlp_study(tmp_path_factory) -> pathlib.Path:
+    """A real 40-trial deep-mlp search (the default underflows there; 2^19..2^20 is the good region)."""
+    directory = tmp_path_factory.mktemp("deep")
+    proc = run_cli(["--task", "deep-mlp", "--trials", "40", "--quiet"], directory, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return directory
+
+
+def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
+    """The report's recommendation, its ranges that are safe together and init_scale's safe edge, spot-checked
+    with the independent plain loop (tests/plain_loop.py) just inside and just outside.
+
+    At the default 1% tolerance a 40-trial deep-mlp study has one or two good trials (good settings
+    scatter by +-40% around 0.01), too few for ranges; a user of such a task asks with --tolerance 50 (learning runs reach 0.008-0.015).
+    """
+    import itertools
+
+    from plain_loop import plain_fp32_zero_fraction, plain_run
+    from search.tasks.deep_mlp import build
+
+    snapshot = load_snapshot(_sqlite(deep_mlp_study / "study.db"))
+    tight = build_report(snapshot).data["recommendation"]
+    assert tight["together"] or "No ranges that are safe together" in tight["text"]
+    tolerance = 0.5
+    data = build_report(snapshot, tolerance).data
+    rec, best = data["recommendation"], min(row["value"] for row in data["history"])
+    problem = build(42)
+    per_epoch = -(-len(problem.inputs) // problem.batch_size)  # micro-batches; no accumulation here
+    assert problem.accumulation_steps == 1
+    steps = problem.epochs * per_epoch
+    zeros = plain_fp32_zero_fraction(problem, steps)
+    limit = best + tolerance * abs(best)  # good = no failure and within the tolerance of the best
+
+    def plain(init_scale, growth, backoff, interval):
+        return plain_run(problem, init_scale, growth, backoff, int(interval), steps, fp32_zeros=zeros)
+
+    assert not rec["keep_default"]  # the default underflows on deep-mlp
+    order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+    chosen = plain(*(rec[p] for p in order))
+    assert chosen.failure == "none" and chosen.objective <= limit, (rec["code"], chosen.objective, best)
+    # Just inside: the corners of the ranges that are safe together (every setting at one of its ends).
+    assert set(rec["together"]) == set(order), rec["text"]
+    box = [rec["together"][p] for p in order]
+    for corner in itertools.product(*box):  # promised: no failure (not every corner within the tolerance)
+        run = plain(*corner)
+        assert run.failure == "none" and run.learned, (corner, run.failure, run.objective, best)
+    # Just outside: the nearest trial that is not good is not good in the plain loop either.
+    edge = plain(*(rec["edge"][p] for p in order))
+    assert edge.failure != "none" or edge.objective > limit, (rec["edge"], edge.objective)
+    # init_scale's safe range: its low end, with the others at the recommended values, learns and is
+    # good; the bad trial nearest below it (the study's evidence for the edge) is bad in the plain loop.
+    low = next(r for r in data["safe_ranges"] if r["param"] == "init_scale")["low"]
+    at_low = plain(low, *(rec[p] for p in order[1:]))
+    assert at_low.failure == "none" and at_low.objective <= limit, (low, at_low.failure, at_low.objective)
+    below = [t for t in snapshot.trials if t.value is not None and t.params["init_scale"] < low]
+    assert below, "the study sampled nothing below the safe range"
+    nearest = max(below, key=lambda t: t.params["init_scale"])
+    run = plain(*(nearest.params[p] for p in order))
+    assert run.failure != "none" or run.objective > limit, (nearest.params, run.failure, run.objective)

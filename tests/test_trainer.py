@@ -103,6 +103,25 @@ def test_gradscaler_line():
     )
 
 
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        ScalerConfig(812458.9183600853, 2.9040976774470755, 0.32688828838302414, 1000),
+        ScalerConfig(8.056740244482309e-05, 1.05, 0.3, 7),
+        ScalerConfig(7022299.065740859, 1.0560670935705447, 0.367, 214),
+    ],
+)
+def test_gradscaler_line_reproduces_the_setting(cfg):
+    """Pasting the line builds a GradScaler with the measured scale (float32) and factors, exactly."""
+    line = cfg.as_code("cpu")
+    scaler = eval(line, {"torch": torch})
+    held = scaler.scale(torch.ones((), dtype=torch.float32)).item()  # the float32 scale it multiplies by
+    assert held == torch.tensor(cfg.init_scale, dtype=torch.float32).item()
+    assert scaler.get_growth_factor() == cfg.growth_factor and scaler.get_backoff_factor() == cfg.backoff_factor
+    assert scaler.get_growth_interval() == cfg.growth_interval
+    assert len(line) < 150, line  # still short where short values reproduce it
+
+
 # -- mini-batches, accumulation, clipping -------------------------------------------------------
 
 
