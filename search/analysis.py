@@ -36,6 +36,7 @@ that is not significantly better than a good default is not worth a change.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -57,6 +58,8 @@ __all__ = [
     "SafeRange",
     "best_trial",
     "completed",
+    "box_corners",
+    "check_boxes",
     "confirmation_verdict",
     "coordinates",
     "format_range",
@@ -149,13 +152,19 @@ class Recommendation:
         best_trial: Number of the trial with the lowest objective.
         confirmed: ``"confirmed"``, ``"overturned"``, ``"not better"`` (from confirmation runs), or
             None when there are none for this setting.
-        together: Per searched setting, ``(low, high)``: ranges that are safe *together* (no
-            failure), in any combination, unlike the per-setting safe ranges, which each assume the
-            others stay where the good trials were: the box inscribed in the ball around ``config``
-            that holds no failed trial, cut to the span of the failure-free trials in that ball
-            (``MIN_SUPPORT`` at least; empty otherwise), so no end is extrapolated into space the
-            study did not sample. It promises no failure, not an objective within the tolerance.
-        together_trials: Numbers of the trials inside that box (all failure-free).
+        candidate: Per searched setting, ``(low, high)``: the candidate for ranges that are safe
+            *together*, in any combination (the per-setting safe ranges each assume the others stay
+            where the good trials were): the box inscribed in the ball around ``config`` that holds
+            no failed trial, cut to the span of the failure-free trials in that ball (``MIN_SUPPORT``
+            at least; empty otherwise). Sampled trials cannot vouch for its corners (a thin failing
+            slab, say a high scale with a backoff near 1, is easily missed), so it is only a candidate
+            until its corners are trained (:func:`check_boxes`, run by ``search.confirm``).
+        together: The box that *is* safe together: the first of :func:`check_boxes` whose every
+            corner trained without failure; empty until such a check exists.
+        together_check: ``"checked"`` (``together`` holds), ``"unchecked"`` (corners not all run
+            yet), ``"refuted"`` (every box tried had a failing corner) or ``"none"`` (no candidate).
+        together_failed: The failing corners seen, as ``{"point": {...}, "failure": code}``.
+        together_trials: Numbers of the study's trials inside ``together`` (or the candidate).
         device_type: The device type of the ``GradScaler`` line.
         reasons: The explanation, sentence by sentence.
     """
@@ -173,7 +182,10 @@ class Recommendation:
     confirmed: str | None
     device_type: str
     reasons: tuple[str, ...] = field(default=())
+    candidate: dict[str, tuple[float, float]] = field(default_factory=dict)
     together: dict[str, tuple[float, float]] = field(default_factory=dict)
+    together_check: str = "none"
+    together_failed: tuple[dict[str, Any], ...] = field(default=())
     together_trials: tuple[int, ...] = field(default=())
 
     @property
@@ -204,7 +216,10 @@ class Recommendation:
             "default_depth": self.default_depth,
             "best_trial": self.best_trial,
             "confirmed": self.confirmed,
+            "candidate": {p: list(r) for p, r in self.candidate.items()},
             "together": {p: list(r) for p, r in self.together.items()},
+            "together_check": self.together_check,
+            "together_failed": [dict(f) for f in self.together_failed],
             "together_trials": list(self.together_trials),
             "text": self.text,
         }
@@ -458,6 +473,114 @@ def _box(
     return out
 
 
+CHECK_ROUNDS = 3  # After the candidate box, this many halvings (in octaves) of it are tried.
+
+
+def check_boxes(candidate: dict[str, tuple[float, float]], config: ScalerConfig) -> list[dict[str, tuple[float, float]]]:
+    """The boxes whose corners ``search.confirm`` trains, in order: the candidate, then halved.
+
+    Each halving halves every range's distance to ``config``, in octaves (``growth_interval`` to
+    whole steps inside). The first box whose every corner trains without failure is the one
+    :func:`recommend` states as safe together.
+    """
+    centre = {p: float(getattr(config, p)) for p in candidate}
+    boxes = []
+    for k in range(CHECK_ROUNDS + 1):
+        f = 0.5**k
+        box = {}
+        for p, (lo, hi) in candidate.items():
+            c = centre[p]
+            low, high = c * (lo / c) ** f, c * (hi / c) ** f
+            if p == "growth_interval":
+                low, high = float(math.ceil(low - 1e-9)), float(math.floor(high + 1e-9))
+                if low > high:
+                    low = high = c
+            box[p] = (lo if k == 0 else low, hi if k == 0 else high)
+        boxes.append(box)
+    return boxes
+
+
+def box_corners(box: dict[str, tuple[float, float]], config: ScalerConfig) -> list[dict[str, float]]:
+    """The corners of ``box``: every searched setting at one of its ends, the others at ``config``'s."""
+    names = list(box)
+    corners = []
+    for ends in itertools.product(*(sorted({box[p][0], box[p][1]}) for p in names)):
+        point = {p: float(getattr(config, p)) for p in PARAM_NAMES}
+        point.update(zip(names, ends))
+        corners.append(point)
+    return corners
+
+
+def _same_point(a: dict[str, float], b: dict[str, float]) -> bool:
+    return all(math.isclose(a[p], b[p], rel_tol=1e-9) for p in PARAM_NAMES)
+
+
+def _judge(
+    candidate: dict[str, tuple[float, float]], config: ScalerConfig, corners_run: Sequence[dict[str, Any]]
+) -> tuple[str, dict[str, tuple[float, float]], list[dict[str, Any]]]:
+    """(check, the box that holds, failing corners) from the corner runs of :func:`check_boxes`."""
+    if not candidate:
+        return "none", {}, []
+    failed: list[dict[str, Any]] = []
+    for box in check_boxes(candidate, config):
+        results = []
+        for point in box_corners(box, config):
+            run = next((r for r in corners_run if _same_point(r["point"], point)), None)
+            results.append(run)
+        bad = [r for r in results if r is not None and r["failure"] != "none"]
+        for r in bad:
+            if not any(_same_point(f["point"], r["point"]) for f in failed):
+                failed.append({"point": dict(r["point"]), "failure": r["failure"]})
+        if bad:
+            continue  # Refuted: the next, smaller box.
+        if any(r is None for r in results):
+            return "unchecked", {}, failed
+        return "checked", box, failed
+    return "refuted", {}, failed
+
+
+def _point_text(point: dict[str, float], names: Iterable[str]) -> str:
+    return ", ".join(f"{p} {format_value(p, point[p])}" for p in names)
+
+
+def _together_text(
+    check: str,
+    candidate: dict[str, tuple[float, float]],
+    together: dict[str, tuple[float, float]],
+    failed: list[dict[str, Any]],
+    config: ScalerConfig,
+) -> str:
+    def ranges(box: dict[str, tuple[float, float]]) -> str:
+        return ", ".join(f"{p} {format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
+
+    n = len(box_corners(candidate, config))
+    failing = ""
+    if failed:
+        first = failed[0]
+        failing = (
+            f" {len(failed)} corner{'s' if len(failed) != 1 else ''} of larger boxes failed (e.g. "
+            f"{_point_text(first['point'], candidate)}: {first['failure']})."
+        )
+    if check == "checked":
+        return (
+            f"Ranges that are safe together, in any combination ({ranges(together)}): checked, all "
+            f"{len(box_corners(together, config))} corners trained without failure on the search's data "
+            "(search.confirm). Churn grows with the scale, the growth factor and the backoff factor and with "
+            "shorter intervals, underflow the other way round, so a box whose corners are safe holds neither "
+            "inside." + failing
+        )
+    if check == "refuted":
+        return (
+            f"No ranges that are safe together: every box tried around the setting had a corner that failed "
+            f"(search.confirm).{failing} The safe ranges hold one setting at a time, around the good trials."
+        )
+    return (
+        f"Ranges that may be safe together (a candidate, not checked: {ranges(candidate)}): no trial inside "
+        f"failed, but sampled trials cannot vouch for every combination; python -m search.confirm trains its "
+        f"{n} corners." + failing
+    )
+
+
 def _depth_text(depth: float) -> str:
     return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"
 
@@ -607,13 +730,10 @@ def recommend(
                 reasons.append(
                     "The default failed or fell behind in the search, so the recommendation stands, unconfirmed."
                 )
-    # Ranges that are safe together: around the setting given, inside its distance to the nearest
-    # *failed* trial and inside the span of the failure-free trials around it (measured, not
-    # extrapolated). Only failure is claimed for every combination: within-tolerance is not, since
-    # on a rough objective (deep-mlp) an unsampled corner can learn fine and still land 2x off the best.
+    # Ranges that are safe together: a candidate from the trials around the setting given, then
+    # what training its corners said (search.confirm), which alone can vouch for a combination.
     around = default if keep_default else source
-    together: dict[str, tuple[float, float]] = {}
-    inside: tuple[int, ...] = ()
+    candidate: dict[str, tuple[float, float]] = {}
     if around is not None and around.number in good_ids and params:
         failed = [(t.number, where[t.number]) for t in done if not is_safe(t)]
         centre = {p: float(getattr(config, p)) for p in PARAM_NAMES}
@@ -626,26 +746,20 @@ def recommend(
         if len(safe_near) >= MIN_SUPPORT:
             seen = _span(safe_near, values, params)
             ball = _box(centre, centre_depth, space)
-            together = {p: (max(ball[p][0], seen[p][0]), min(ball[p][1], seen[p][1])) for p in params}
-            inside = tuple(
-                t.number for t in done if all(lo <= values[t.number][p] <= hi for p, (lo, hi) in together.items())
-            )
-            objectives = [t.value for t in done if t.number in inside]
-            reasons.append(
-                "Ranges that are safe together, in any combination ("
-                + ", ".join(f"{p} {format_range(p, lo, hi)}" for p, (lo, hi) in together.items())
-                + f"): every combination is within {_depth_text(centre_depth)} of the "
-                f"{'default' if keep_default else 'recommended'} setting, where no trial failed (non-finite, "
-                f"overflow churn, underflow, frozen), and each end lies among the {len(safe_near)} failure-free "
-                f"trials there. {len(inside)} trial{'s' if len(inside) != 1 else ''} lie inside, objective "
-                f"{min(objectives):.4g} to {max(objectives):.4g}: the ranges promise no failure, not every "
-                f"combination within {pct} of the best."
-            )
+            candidate = {p: (max(ball[p][0], seen[p][0]), min(ball[p][1], seen[p][1])) for p in params}
         else:
             reasons.append(
                 f"No ranges that are safe together: fewer than {MIN_SUPPORT} failure-free trials around the "
                 "setting, too few to say how far it can move."
             )
+    corners_run = (confirmation or {}).get("corners", [])
+    check, together, failed_corners = _judge(candidate, config, corners_run)
+    box = together or candidate
+    inside = tuple(
+        t.number for t in done if box and all(lo <= values[t.number][p] <= hi for p, (lo, hi) in box.items())
+    )
+    if candidate:
+        reasons.append(_together_text(check, candidate, together, failed_corners, config))
     return Recommendation(
         config=config,
         source_trial=source.number,
@@ -660,7 +774,10 @@ def recommend(
         confirmed=confirmed,
         device_type=device,
         reasons=tuple(reasons),
+        candidate=candidate,
         together=together,
+        together_check=check,
+        together_failed=tuple(failed_corners),
         together_trials=inside,
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import NoReturn
 
@@ -56,3 +57,14 @@ def choose_study(storage: optuna.storages.BaseStorage, url: str, name: str | Non
             + ", ".join(repr(n) for n in searches)
         )
     return searches[0]
+
+
+def percent(text: str) -> float:
+    """argparse type of ``--tolerance``: a percentage in [0, 100)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
+    if not math.isfinite(value) or not 0 <= value < 100:
+        raise argparse.ArgumentTypeError(f"must be a percentage in [0, 100), got {text}")
+    return value

@@ -55,15 +55,17 @@ from tqdm import tqdm
 from search import analysis
 from search.config import Settings
 from search.objective import run_trial
+from search.trainer import ScalerConfig
 from search.devices import device_label, resolve_device
 from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
-from search.cli import OneLineParser, UsageError, choose_study, fail, first_line
+from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, percent
 from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 from search.trial_writer import TrialWriter
 from search.confirmations import (  # The read side, shared with search.report; re-exported here.
     ALPHA,
+    CORNER,
     DEFAULT_LABEL,
     SUFFIX,
     collect_runs,
@@ -133,7 +135,7 @@ class Candidate:
 
 
 def select_candidates(
-    trials: Sequence[FrozenTrial], settings: Settings, top: int
+    trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = analysis.DEFAULT_TOLERANCE
 ) -> tuple[list[Candidate], list[str]]:
     """The top-``top`` configurations of a study and the default, with notes for the user.
 
@@ -164,7 +166,7 @@ def select_candidates(
     notes = []
     if len(chosen) < top:
         notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
-    recommended = recommended_candidate(trials, settings)
+    recommended = recommended_candidate(trials, settings, tolerance)
     if recommended is not None and all(
         _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
     ):
@@ -175,9 +177,11 @@ def select_candidates(
     return chosen + [default], notes
 
 
-def recommended_candidate(trials: Sequence[FrozenTrial], settings: Settings) -> Candidate | None:
+def recommended_candidate(
+    trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = analysis.DEFAULT_TOLERANCE
+) -> Candidate | None:
     """The search's recommendation (:func:`search.analysis.recommend`) as a candidate, unless it is the default."""
-    rec = analysis.recommend(trials, settings.space)
+    rec = analysis.recommend(trials, settings.space, tolerance)
     if rec is None or rec.keep_default:
         return None
     params: dict[str, Any] = {}
@@ -249,7 +253,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="data/initialisation seeds: study seed + 1 ... + K (K >= 2) [5]",
     )
     add("--device", default="auto", help="auto, cpu, cuda or cuda:N; auto = cuda if available [auto]")
-    add("--json", metavar="PATH", default=None, help="write the summary (summarize_confirmation) as JSON")
+    add(
+        "--tolerance",
+        type=percent,
+        default=analysis.DEFAULT_TOLERANCE * 100,
+        metavar="PCT",
+        help="good: objective within PCT%% of the best, as search.report's --tolerance; picks the "
+        "recommendation to confirm and the ranges to check [1]",
+    )
+    add(
+        "--no-corners",
+        action="store_true",
+        help="do not train the corners of the ranges that may be safe together (up to 16 runs a box, "
+        "on the search's own data)",
+    )
+    add("--json", metavar="PATH", default=None, help="write the confirmation's numbers as JSON")
     add("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -269,6 +287,7 @@ class _Plan:
     pending: dict[int, list[Candidate]]  # seed -> configurations not run on it yet
     first_problem: Problem | None
     baselines: dict[int, str]
+    trials: list[FrozenTrial] = field(default_factory=list)
 
 
 def _plan(args: argparse.Namespace) -> _Plan:
@@ -303,7 +322,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     n_complete = sum(t.state == TrialState.COMPLETE for t in trials)
     if n_complete == 0:
         raise ConfirmError(f"study {name!r} has no COMPLETE trials to confirm")
-    candidates, notes = select_candidates(trials, settings, args.top)
+    candidates, notes = select_candidates(trials, settings, args.top, args.tolerance / 100)
     baselines = {
         t.number: str(t.user_attrs[BASELINE_ATTR]) for t in trials if BASELINE_ATTR in t.user_attrs
     }
@@ -349,7 +368,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
             raise ConfirmError(str(e))
     return _Plan(
         storage, name, n_complete, settings, seeds, candidates, notes, device, pending, first_problem,
-        baselines,
+        baselines, list(trials),
     )
 
 
@@ -469,6 +488,8 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                 )
                 done += 1
                 bar.update(1)
+        if not args.no_corners:
+            done += _check_corners(plan, writer, label, amp_dtype, args)
     finally:
         bar.close()
         for s, handler in previous.items():
@@ -477,7 +498,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
 
     collected = collect_runs(storage, plan.study_name)
     assert collected is not None
-    seeds, stats = collected
+    seeds, stats, corners = collected
     print(
         f"Confirmation of study {plan.study_name!r} ({plan.n_complete} complete trials) in {mask_url(url)}"
     )
@@ -493,12 +514,78 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
         print(f"  this run: nothing to run, all {stored} runs are already in study {sibling.study_name!r}")
     print()
     print(format_confirmation(seeds, stats, settings, plan.baselines))
+    data = confirmation_data(seeds, stats, corners)
+    rec = analysis.recommend(plan.trials, settings.space, args.tolerance / 100, confirmation=data)
+    if rec is not None and rec.together_check != "none":
+        print()
+        print("  " + _together_sentence(rec))
     if args.json:
-        data = confirmation_data(seeds, stats)
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2, allow_nan=False)
             f.write("\n")
     return 0
+
+
+def _together_sentence(rec: analysis.Recommendation) -> str:
+    """The recommendation's sentence on the ranges that are safe together."""
+    return next(r for r in rec.reasons if "safe together" in r)
+
+
+def _check_corners(
+    plan: _Plan, writer: TrialWriter, label: str, amp_dtype: torch.dtype, args: argparse.Namespace
+) -> int:
+    """Trains the corners of :func:`search.analysis.check_boxes` on the search's own data, box by box,
+    until a box has no failing corner; returns the number of runs made. Runs already stored are reused."""
+    settings = plan.settings
+    collected = collect_runs(plan.storage, plan.study_name)
+    assert collected is not None
+    seeds, stats, corners = collected
+    rec = analysis.recommend(
+        plan.trials, settings.space, args.tolerance / 100, confirmation=confirmation_data(seeds, stats, corners)
+    )
+    if rec is None or not rec.candidate:
+        return 0
+    problem: Problem | None = None
+    made = 0
+    for box in analysis.check_boxes(rec.candidate, rec.config):
+        points = analysis.box_corners(box, rec.config)
+        missing = [p for p in points if not any(_same(c["point"], p) for c in corners)]
+        if missing and problem is None:
+            task = resolve_task(settings.run.task)
+            problem = build_problem(task, settings.run.task, settings.run.seed).to(plan.device)
+        for point in tqdm(missing, desc="corners", unit="run", disable=args.quiet, file=sys.stderr, leave=False):
+            cfg = ScalerConfig(point["init_scale"], point["growth_factor"], point["backoff_factor"], round(point["growth_interval"]))
+            assert problem is not None
+            outcome = run_trial(
+                problem, cfg, epochs=settings.run.epochs, steps=settings.run.steps or None, amp_dtype=amp_dtype,
+                penalty=settings.penalty, device_label=label,
+            )
+            values = {"init_scale": cfg.init_scale, "growth_factor": cfg.growth_factor,
+                      "backoff_factor": cfg.backoff_factor, "growth_interval": cfg.growth_interval}
+            attrs = {"config": "corner", "check": CORNER, "point": point, "data_seed": settings.run.seed, **outcome.user_attrs}
+            writer.add(
+                optuna.trial.create_trial(
+                    state=TrialState.COMPLETE,
+                    value=outcome.value,
+                    params=values,
+                    distributions={
+                        name: IntDistribution(int(v), int(v)) if name == "growth_interval" else FloatDistribution(v, v)
+                        for name, v in values.items()
+                    },
+                    user_attrs=attrs,
+                    intermediate_values=outcome.intermediate_values,
+                )
+            )
+            failure = "nonfinite" if outcome.user_attrs.get("nonfinite") else outcome.user_attrs.get("failure", "none")
+            corners.append({"point": point, "failure": failure, "value": outcome.value})
+            made += 1
+        if all(c["failure"] == "none" for c in corners if any(_same(c["point"], p) for p in points)):
+            break
+    return made
+
+
+def _same(a: dict[str, float], b: dict[str, float]) -> bool:
+    return all(math.isclose(a[k], b[k], rel_tol=1e-9) for k in b)
 
 
 def _open_sibling(plan: _Plan, args: argparse.Namespace) -> optuna.Study:

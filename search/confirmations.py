@@ -27,6 +27,7 @@ from search.storage import StorageError, open_existing_storage
 
 __all__ = [
     "ALPHA",
+    "CORNER",
     "DEFAULT_LABEL",
     "SUFFIX",
     "collect_runs",
@@ -94,8 +95,14 @@ def _open_existing(url: str) -> optuna.storages.RDBStorage | None:
         raise
 
 
-def collect_runs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple[list[int], list[_Stats]] | None:
-    """The latest confirmation's seeds and each configuration's runs, or None without a sibling study."""
+CORNER = "corner"  # user attr ``check`` of a corner run (search.analysis.check_boxes)
+
+
+def collect_runs(
+    storage: optuna.storages.BaseStorage, study_name: str
+) -> tuple[list[int], list[_Stats], list[dict[str, Any]]] | None:
+    """The latest confirmation's seeds, each configuration's runs and the corner runs, or None
+    without a sibling study. A corner run is ``{"point", "failure", "value", "data_seed"}``."""
     sibling_name = confirm_study_name(study_name)
     try:
         study_id = storage.get_study_id_from_name(sibling_name)
@@ -105,7 +112,18 @@ def collect_runs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple
     seeds = [int(s) for s in attrs.get("seeds", [])]
     configs = list(attrs.get("configs", []))
     runs: dict[tuple[str, int], FrozenTrial] = {}
+    corners = []
     for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get("check") == CORNER:
+            corners.append(
+                {
+                    "point": dict(t.user_attrs["point"]),
+                    "failure": "nonfinite" if t.user_attrs.get("nonfinite") else t.user_attrs.get("failure", "none"),
+                    "value": t.value,
+                    "data_seed": t.user_attrs.get("data_seed"),
+                }
+            )
+            continue
         seed = t.user_attrs.get("data_seed")
         if seed is not None and t.value is not None:
             runs.setdefault((config_key(t.user_attrs.get("source_trial"), t.params), int(seed)), t)
@@ -120,7 +138,7 @@ def collect_runs(storage: optuna.storages.BaseStorage, study_name: str) -> tuple
                 final_losses={s: t.user_attrs.get("final_loss") for s, t in found.items()},
             )
         )
-    return seeds, stats
+    return seeds, stats, corners
 
 
 @dataclass(frozen=True)
@@ -189,7 +207,9 @@ def paired_test(best: Sequence[float], default: Sequence[float]) -> tuple[float,
     return float(result.statistic), float(result.pvalue), test
 
 
-def confirmation_data(seeds: list[int], stats: list[_Stats]) -> dict[str, Any]:
+def confirmation_data(
+    seeds: list[int], stats: list[_Stats], corners: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """:func:`collect_runs`'s result as plain data (see :func:`summarize_confirmation`)."""
     configs = []
     for s in stats:
@@ -229,7 +249,13 @@ def confirmation_data(seeds: list[int], stats: list[_Stats]) -> dict[str, Any]:
                 "default_sd": default["sd"] if default else None,
             }
         )
-    return {"seeds": list(seeds), "configs": configs, "comparison": comparison, "comparisons": comparisons}
+    return {
+        "seeds": list(seeds),
+        "configs": configs,
+        "comparison": comparison,
+        "comparisons": comparisons,
+        "corners": [dict(c) for c in corners],
+    }
 
 
 def summarize_confirmation(
@@ -246,7 +272,9 @@ def summarize_confirmation(
         None when there is no confirmation of ``study_name``; otherwise ``{"seeds": [...],
         "configs": [{"label", "source_trial", "params", "n", "mean", "sd", "values"}, ...],
         "comparison": {"best_label", "default_label", "mean_diff", "t", "p",
-        "better_beyond_noise", "test"}}``. ``sd`` is the sample standard deviation (ddof=1);
+        "better_beyond_noise", "test"}, "comparisons": [...], "corners": [{"point", "failure", "value",
+        "data_seed"}, ...]}``; ``corners`` are the corner runs of the ranges safe together
+        (:func:`search.analysis.check_boxes`). ``sd`` is the sample standard deviation (ddof=1);
         undefined numbers (nan, inf) are None. ``values`` follow the order of ``seeds``, leaving
         out seeds not run yet. ``comparison`` is None if best-1 or the default is missing.
     """

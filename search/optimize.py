@@ -25,6 +25,7 @@ from tqdm import tqdm
 from search import publishing
 from search.cli import OneLineParser, UsageError, fail, first_line
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
+from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
@@ -484,7 +485,7 @@ def _finish(
             publishing.publish(study)
         except Exception as e:  # The results are stored; only their dashboard figures are missing.
             _note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
-    data = summarize(study, settings.space)
+    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name))
     data["storage"] = mask_url(settings.run.storage)
     print(headline)
     print(format_summary(data))

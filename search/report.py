@@ -48,7 +48,7 @@ from search import analysis
 from search.config import PenaltyConfig, Settings, SpaceConfig
 from search.figures import curves_figure
 from search.space import POW2_NAME, distributions
-from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line
+from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line, percent
 from search.storage import StorageError, mask_url, open_existing_storage, redact
 from search.study import BASELINE_ATTR, settings_of
 from search.summary import trial_row
@@ -614,10 +614,11 @@ def _recommendation_section(
         f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended with its own measured "
         "values (a rounded neighbour would be a setting no trial ran). PyTorch's default is kept when it is good and at least "
         f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
-        "The last column gives ranges that are safe together: any combination of them is nearer the recommended "
-        "setting than the nearest trial that failed, and inside the span of the failure-free trials there. They "
-        "promise no failure in any combination, not every combination within the tolerance of the best (the safe "
-        "ranges above hold one setting at a time).",
+        "The last column gives ranges that are safe together, in any combination (the safe ranges above hold one "
+        "setting at a time). The candidate is the box around the setting that no failed trial comes near, inside the "
+        "span of the failure-free trials there; sampled trials cannot vouch for its corners, so it is stated as safe "
+        "only once search.confirm has trained all of them without failure (else it is halved and tried again). "
+        "It promises no failure, not every combination within the tolerance of the best.",
     )
     rec = analysis.recommend(done, space, tolerance, confirmation=confirmation)
     if rec is None:
@@ -637,7 +638,7 @@ def _recommendation_section(
                 "–"
                 if edge is None
                 else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
-                html.escape(analysis.format_range(param, *rec.together[param])) if rec.together else "–",
+                _together_cell(rec, param),
             ]
         )
     title = "Keep the default" if rec.keep_default else "Recommended"
@@ -654,13 +655,24 @@ def _recommendation_section(
                 f"trial #{rec.source_trial}",
                 "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
                 "octaves to it",
-                "safe together with the others (no failure)",
+                {
+                    "checked": "safe together (corners trained)",
+                    "unchecked": "candidate, not checked (run search.confirm)",
+                    "refuted": "safe together: refuted by its corners",
+                }.get(rec.together_check, "safe together"),
             ],
             rows,
             "numbers",
         )
     )
     return section, rec.to_dict()
+
+
+def _together_cell(rec: analysis.Recommendation, param: str) -> str:
+    box = rec.together if rec.together_check == "checked" else rec.candidate
+    if rec.together_check == "refuted" or param not in box:
+        return "–"
+    return html.escape(analysis.format_range(param, *box[param]))
 
 
 def _confirmation_section(snapshot: StudySnapshot) -> Section:
@@ -713,6 +725,16 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
         )
     else:
         body += '<p class="verdict"><b>Verdict:</b> nothing to compare yet (the best or the default has no runs).</p>'
+    corners = data.get("corners", [])
+    if corners:
+        failed = Counter(c["failure"] for c in corners if c["failure"] != "none")
+        seeds_used = sorted({c.get("data_seed") for c in corners if c.get("data_seed") is not None})
+        body += (
+            f"<p>Corner runs of the ranges that may be safe together (10. Recommended setting): {len(corners)} "
+            f"on the search's own data (seed {', '.join(map(str, seeds_used)) or '?'}), "
+            + (", ".join(f"{n} {code}" for code, n in failed.items()) if failed else "none failed")
+            + ".</p>"
+        )
     section.body = body
     return section
 
@@ -940,16 +962,6 @@ def write_report(text: str, path: str) -> None:
 # -- the command --------------------------------------------------------------------------------
 
 
-def _percent(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}")
-    if not math.isfinite(value) or not 0 <= value < 100:
-        raise argparse.ArgumentTypeError(f"must be a percentage in [0, 100), got {text}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
@@ -977,7 +989,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--tolerance",
         metavar="PCT",
-        type=_percent,
+        type=percent,
         default=analysis.DEFAULT_TOLERANCE * 100,
         help="safe: objective within PCT%% of the best, no non-finite value, no silent failure [1]",
     )

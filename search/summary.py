@@ -46,8 +46,17 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
     }
 
 
-def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
-    """Collects the summary of ``study`` as plain data (what ``--best-out`` writes)."""
+def summarize(
+    study: optuna.Study, space: SpaceConfig, confirmation: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Collects the summary of ``study`` as plain data (what ``--best-out`` writes).
+
+    Args:
+        study: The search study.
+        space: Its search space.
+        confirmation: :func:`search.confirmations.summarize_confirmation` of the study, if any:
+            the recommendation then reads its runs (as the report's does).
+    """
     trials = study.get_trials(deepcopy=False)
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
@@ -61,7 +70,7 @@ def summarize(study: optuna.Study, space: SpaceConfig) -> dict[str, Any]:
         row = trial_row(best, space)
         row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
         best_by_device[kind] = row
-        rec = analysis.recommend(group, space, device_type=kind)
+        rec = analysis.recommend(group, space, device_type=kind, confirmation=confirmation)
         if rec is not None:
             data = rec.to_dict()
             data["n_good"] = len(analysis.good_trials(group))
@@ -146,9 +155,9 @@ def format_summary(data: dict[str, Any]) -> str:
         where = "" if len(data["best"]) == 1 else f" on {kind}"
         lines.append(f"  {'keep the default' if rec['keep_default'] else 'recommended'}{where}: {rec['code']}")
         lines.append("    " + _recommendation_reason(rec, data["best"][kind]))
-        if rec.get("together"):
-            box = ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in rec["together"].items())
-            lines.append(f"    safe together (no failure), in any combination: {box}")
+        together = _together_line(rec)
+        if together:
+            lines.append("    " + together)
     default = data["baselines"].get("seed-1")
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
@@ -169,6 +178,21 @@ def format_summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _together_line(rec: dict[str, Any]) -> str:
+    """The ranges that are safe together, stated only once their corners were trained."""
+    def ranges(box: dict[str, Any]) -> str:
+        return ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
+
+    check = rec.get("together_check", "none")
+    if check == "checked":
+        return f"safe together, in any combination (all corners trained without failure): {ranges(rec['together'])}"
+    if check == "refuted":
+        return "no ranges safe together: every box tried had a corner that failed (search.confirm)"
+    if check == "unchecked":
+        return "ranges safe together: not checked yet; python -m search.confirm trains their corners"
+    return ""
+
+
 def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any]) -> str:
     depth = rec["depth"]
     margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
@@ -178,8 +202,7 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any]) -> str:
         if rec.get("confirmed"):
             why += f"; confirmation on new seeds: {rec['confirmed']}"
     else:
-        rounded = " (rounded)" if rec["code"] != best["gradscaler"] else ""
-        why = f"trial #{rec['source_trial']}{rounded}, the deepest of {rec['n_good']} good trials: {margin}"
+        why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
         if rec.get("confirmed"):
             why += f"; {rec['confirmed']} on new seeds"
     return f"({why}{'; ' + ties if ties else ''}; python -m search.report explains)"

@@ -10,6 +10,8 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from search.analysis import (
+    box_corners,
+    check_boxes,
     best_trial,
     format_value,
     good_trials,
@@ -257,7 +259,7 @@ def test_confirmation_decides():
     assert same.confirmed == "not better" and same.keep_default and "keep the default" in same.text
 
 
-def test_ranges_that_hold_together_exclude_a_bad_combination():
+def _combination_study():
     # growth x2 is fine at interval 2000 and interval 2 is fine at growth x1.1, but x2 with
     # interval 2 churns: both per-setting ranges contain it, the ranges that are safe together must not.
     rows = [
@@ -266,22 +268,60 @@ def test_ranges_that_hold_together_exclude_a_bad_combination():
         for g, i in ((2.0, 2000), (2.0, 500), (1.1, 2), (1.1, 20), (1.5, 200))
     ]
     rows.append({"exp": 3, "value": 0.9, "growth": 2.0, "interval": 2, "failure": "overflow_churn"})
-    trials = _study(rows)
+    return _study(rows)
+
+
+def test_the_candidate_for_ranges_safe_together_excludes_a_bad_combination():
+    trials = _combination_study()
     ranges = {r.param: r for r in safe_ranges(trials, SPACE)}
     assert ranges["growth_interval"].holes == (20,) and ranges["growth_factor"].holes == (20,)
     rec = recommend(trials, SPACE)
-    box = rec.together
+    box = rec.candidate
     assert set(box) == {"init_scale", "growth_factor", "backoff_factor", "growth_interval"}
     bad = {"init_scale": 2.0**3, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2}
     assert not all(lo <= bad[p] <= hi for p, (lo, hi) in box.items())
     for p, (lo, hi) in box.items():  # the recommended setting is inside its own box
         assert lo <= getattr(rec.config, p) <= hi
     assert 20 not in rec.together_trials and rec.together_trials
-    assert "Ranges that are safe together, in any combination" in rec.text
+    # Not claimed until its corners are trained: sampled trials cannot vouch for every combination.
+    assert rec.together_check == "unchecked" and rec.together == {}
+    n = len(box_corners(rec.candidate, rec.config))
+    assert n == 8  # backoff_factor is 0.5 in every trial: one end
+    assert "a candidate, not checked" in rec.text and f"search.confirm trains its {n} corners" in rec.text
+
+
+def _corner_runs(boxes_failing: dict[int, str], rec) -> list[dict]:
+    """Corner runs for every check box, where box k's first corner fails with the given code."""
+    runs = []
+    for k, box in enumerate(check_boxes(rec.candidate, rec.config)):
+        for i, point in enumerate(box_corners(box, rec.config)):
+            runs.append({"point": point, "failure": boxes_failing.get(k, "none") if i == 0 else "none", "value": 0.42})
+    return runs
+
+
+def test_checked_corners_decide_the_ranges_safe_together():
+    trials = _combination_study()
+    rec = recommend(trials, SPACE)
+    boxes = check_boxes(rec.candidate, rec.config)
+    assert len(boxes) == 4 and boxes[0] == rec.candidate
+    for small, large in zip(boxes[1:], boxes):  # each box inside the one before, around the setting
+        for p, (lo, hi) in small.items():
+            assert large[p][0] <= lo <= getattr(rec.config, p) <= hi <= large[p][1]
+    held = recommend(trials, SPACE, confirmation={"corners": _corner_runs({}, rec)})
+    assert held.together_check == "checked" and held.together == rec.candidate and not held.together_failed
+    assert "checked, all 8 corners trained without failure" in held.text
+    shrunk = recommend(trials, SPACE, confirmation={"corners": _corner_runs({0: "overflow_churn"}, rec)})
+    assert shrunk.together_check == "checked" and shrunk.together == boxes[1]
+    assert shrunk.together_failed[0]["failure"] == "overflow_churn" and "1 corner of larger boxes failed" in shrunk.text
+    refuted = recommend(trials, SPACE, confirmation={"corners": _corner_runs({k: "underflow" for k in range(4)}, rec)})
+    assert refuted.together_check == "refuted" and refuted.together == {} and len(refuted.together_failed) == 4
+    assert "No ranges that are safe together" in refuted.text
+    partial = recommend(trials, SPACE, confirmation={"corners": _corner_runs({}, rec)[:5]})
+    assert partial.together_check == "unchecked" and partial.together == {}
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_no_failed_trial_inside_the_ranges_that_are_safe_together(seed):
+def test_no_failed_trial_inside_the_candidate(seed):
     import random
 
     rng = random.Random(seed)
@@ -298,10 +338,10 @@ def test_no_failed_trial_inside_the_ranges_that_are_safe_together(seed):
     values = {t.number: (2.0 ** rows[t.number]["exp"], rows[t.number]["growth"], rows[t.number]["backoff"], rows[t.number]["interval"]) for t in trials}
     order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
     for number, point in values.items():
-        inside = all(rec.together[p][0] <= v <= rec.together[p][1] for p, v in zip(order, point))
+        inside = all(rec.candidate[p][0] <= v <= rec.candidate[p][1] for p, v in zip(order, point))
         assert inside == (number in rec.together_trials)
         if inside:
-            assert "failure" not in rows[number], (number, point, rec.together)
+            assert "failure" not in rows[number], (number, point, rec.candidate)
 
 
 def test_no_good_trial_and_no_trial():

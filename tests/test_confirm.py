@@ -76,8 +76,15 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
 
     sibling = optuna.load_study(storage=url, study_name=SIBLING)
     assert sibling.direction == optuna.study.StudyDirection.MINIMIZE
-    trials = sibling.get_trials(deepcopy=False)
-    assert len(trials) == 9 and all(t.state == TrialState.COMPLETE for t in trials)
+    every = sibling.get_trials(deepcopy=False)
+    assert all(t.state == TrialState.COMPLETE for t in every)
+    trials = [t for t in every if t.user_attrs.get("check") != "corner"]
+    corners = [t for t in every if t.user_attrs.get("check") == "corner"]
+    assert len(trials) == 9
+    # The corners of the ranges that may be safe together, on the search's own data (seed 42).
+    assert corners and all(t.user_attrs["data_seed"] == 42 for t in corners)
+    points = [tuple(sorted(t.user_attrs["point"].items())) for t in corners]
+    assert len(points) == len(set(points)) and len(points) % 16 == 0
     assert sibling.user_attrs["source_study"] == "seed-mlp"
     assert sibling.user_attrs["seeds"] == [43, 44, 45]
     assert sibling.user_attrs["top"] == 2 and sibling.user_attrs["epochs"] == 30
@@ -148,12 +155,12 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
     again = run_confirm(["--top", "2", "--seeds", "3", "--quiet"], study_dir)
     assert again.returncode == 0, again.stderr
     assert "nothing to run" in again.stdout
-    assert len(_trials(url, SIBLING)) == 9
+    assert len(_trials(url, SIBLING)) == 9 + len(corners)  # corners are not trained twice either
 
     # One more seed adds exactly that seed's runs, one per configuration.
     more = run_confirm(["--top", "2", "--seeds", "4", "--quiet"], study_dir)
     assert more.returncode == 0, more.stderr
-    trials = _trials(url, SIBLING)
+    trials = [t for t in _trials(url, SIBLING) if t.user_attrs.get("check") != "corner"]
     assert len(trials) == 12
     assert sorted(t.user_attrs["config"] for t in trials if t.user_attrs["data_seed"] == 46) == sorted(labels)
     assert summarize_confirmation(url, "seed-mlp")["seeds"] == [43, 44, 45, 46]
@@ -202,8 +209,10 @@ def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
     resumed = run_confirm(["--top", "2", "--seeds", "20", "--quiet"], study_dir)
     assert resumed.returncode == 0, resumed.stderr
     trials = _trials(url, SIBLING)
-    pairs = [(t.user_attrs["config"], t.user_attrs["data_seed"]) for t in trials]
+    pairs = [(t.user_attrs["config"], t.user_attrs["data_seed"]) for t in trials if t.user_attrs.get("check") != "corner"]
     assert len(pairs) == 60 == len(set(pairs))
+    points = [tuple(sorted(t.user_attrs["point"].items())) for t in trials if t.user_attrs.get("check") == "corner"]
+    assert points and len(points) == len(set(points))  # a resumed check never trains a corner twice
 
 
 # -- PostgreSQL, with a password that is never printed ----------------------------------------
@@ -350,3 +359,64 @@ def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
     chosen, _ = select_candidates(_study(_line_rows()), settings, top=1)
     assert [c.label for c in chosen] == ["best-1 (#11)", "recommended (#5)", DEFAULT_LABEL]
     assert recommended_candidate(_study(_line_rows(default_exp=16)), settings) is None  # keep the default
+
+
+# -- ranges that are safe together, against the plain loop ----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory) -> pathlib.Path:
+    """README's default run (100 seed-mlp trials), confirmed with search.confirm's defaults."""
+    directory = real_study(tmp_path_factory, "default-run", 100)
+    proc = run_confirm(["--quiet"], directory)
+    assert proc.returncode == 0, proc.stderr
+    return directory
+
+
+def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
+    """The issue's bar: after confirmation, a default run either keeps the default or recommends a
+    setting that is not worse than the default on new seeds."""
+    from search.analysis import recommend
+    from search.study import settings_of
+
+    url = f"sqlite:///{default_run / 'study.db'}"
+    search = optuna.load_study(storage=url, study_name="seed-mlp")
+    data = summarize_confirmation(url, "seed-mlp")
+    rec = recommend(search.get_trials(), settings_of(search).space, confirmation=data)
+    if not rec.keep_default:
+        entry = next(c for c in data["comparisons"] if c["label"].startswith("recommended"))
+        assert not (entry["significant"] and entry["mean_diff"] > 0), entry
+
+
+def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
+    """The checked box's corners and random points inside it train without failure in the independent
+    plain loop; every corner search.confirm saw fail fails there too."""
+    from plain_loop import plain_fp32_zero_fraction, plain_run
+    from search.analysis import recommend
+    from search.study import settings_of
+    from search.tasks.seed_mlp import build
+
+    url = f"sqlite:///{default_run / 'study.db'}"
+    search = optuna.load_study(storage=url, study_name="seed-mlp")
+    rec = recommend(search.get_trials(), settings_of(search).space, confirmation=summarize_confirmation(url, "seed-mlp"))
+    assert rec.together_check == "checked", rec.text
+    problem = build(42)
+    zeros = plain_fp32_zero_fraction(problem, 30)
+    order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+
+    def plain(point: dict) -> str:
+        return plain_run(problem, *(point[p] for p in order[:3]), int(round(point["growth_interval"])), 30, fp32_zeros=zeros).failure
+
+    from search.analysis import box_corners
+
+    rng = np.random.default_rng(7)
+    inside = []
+    for _ in range(12):  # log-uniform inside the box
+        point = {p: float(getattr(rec.config, p)) for p in order}
+        for p, (lo, hi) in rec.together.items():
+            point[p] = float(2 ** rng.uniform(math.log2(lo), math.log2(hi)))
+        inside.append(point)
+    for point in box_corners(rec.together, rec.config) + inside:
+        assert plain(point) == "none", point
+    for failed in rec.together_failed:
+        assert plain(failed["point"]) == failed["failure"], failed
