@@ -21,16 +21,11 @@ import time
 import optuna
 import torch
 
-from bench.p1_overhead import plain_optuna_per_trial
-from bench.p1_overhead import plain_same_values_per_trial
-from bench.p1_overhead import service_overhead_per_trial
+from bench.p1_overhead import plain_optuna_per_trial, plain_same_values_per_trial, service_overhead_per_trial
 from bench.p2_trainer import trainer_ratio
 from bench.p3_workers import workers_throughput
-from bench.p4_search import SAMPLERS
-from bench.p4_search import median_label
-from bench.p4_search import search_efficiency
-from bench.scaling import per_trial_vs_steps
-from bench.scaling import per_trial_vs_study_size
+from bench.p4_search import SAMPLERS, median_label, search_efficiency
+from bench.scaling import per_trial_vs_steps, per_trial_vs_study_size
 
 PARTS = ("P1", "P2", "P3", "P4", "S")
 

@@ -16,13 +16,11 @@ import optuna
 import torch
 from optuna.trial import FrozenTrial
 
-from search.config import DEFAULTS
-from search.config import with_run
-from search.sampling import make_sampler
+from search.config import DEFAULTS, with_run
 from search.runner import Runner
+from search.sampling import make_sampler
 from search.space import suggest
-from search.storage import enable_wal
-from search.storage import open_storage
+from search.storage import enable_wal, open_storage
 from search.study import prepare_study
 from search.tasks.seed_mlp import build
 

@@ -13,8 +13,7 @@ import time
 import torch
 
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig
-from search.trainer import train
+from search.trainer import ScalerConfig, train
 
 
 def seed_loop(

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 import optuna
 import torch
 
-from search.config import DEFAULTS
-from search.config import with_run
-from search.sampling import make_sampler
+from search.config import DEFAULTS, with_run
 from search.runner import Runner
+from search.sampling import make_sampler
 from search.study import prepare_study
-from search.tasks import build_problem
-from search.tasks import resolve_task
+from search.tasks import build_problem, resolve_task
 
 SAMPLERS = ("random", "tpe", "cmaes")
 

@@ -9,12 +9,10 @@ import time
 import optuna
 import torch
 
-from search.config import DEFAULTS
-from search.config import with_run
-from search.sampling import make_sampler
+from search.config import DEFAULTS, with_run
 from search.runner import Runner
-from search.storage import enable_wal
-from search.storage import open_storage
+from search.sampling import make_sampler
+from search.storage import enable_wal, open_storage
 from search.study import prepare_study
 from search.tasks.seed_mlp import build
 

@@ -7,33 +7,19 @@ with a :class:`ScalerConfig`, judge the run, evaluate it and :func:`recommend` a
 :func:`transfer_study` and publish its figures with :func:`publish`.
 """
 
-from search.analysis import Recommendation
-from search.analysis import recommend
-from search.config import DEFAULTS
-from search.config import ConfigError
-from search.config import PenaltyConfig
-from search.config import Settings
-from search.config import load_settings
-from search.evaluation import Evaluation
-from search.evaluation import evaluate
+from search.analysis import Recommendation, recommend
+from search.config import DEFAULTS, ConfigError, PenaltyConfig, Settings, load_settings
+from search.evaluation import Evaluation, evaluate
 from search.figures import curves_figure
-from search.penalty import Assessment
-from search.penalty import assess
+from search.penalty import Assessment, assess
 from search.runner import Runner
 from search.space import SEED_BASELINES
-from search.storage import mask_url
-from search.storage import open_storage
+from search.storage import mask_url, open_storage
 from search.study import prepare_study
-from search.summary import format_summary
-from search.summary import summarize
-from search.tasks import Problem
-from search.tasks import resolve_task
-from search.trainer import ScalerConfig
-from search.trainer import TrainResult
-from search.trainer import batch_plan
-from search.trainer import train
+from search.summary import format_summary, summarize
+from search.tasks import Problem, resolve_task
+from search.trainer import ScalerConfig, TrainResult, batch_plan, train
 from search.workers import plan_workers
-
 
 # Imported on first use: search.transfer is a command (importing it here would make ``python -m``
 # warn that it was imported before it ran), and publishing pulls in plotly and optuna-dashboard.

@@ -46,7 +46,8 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import ParamRange, SpaceConfig
-from search.space import PARAM_NAMES, SEED_BASELINES, scaler_config
+from search.record import FAILURE, default_trial, device_kind
+from search.space import PARAM_NAMES, SEED_BASELINES, format_scale, scaler_config
 from search.trainer import ScalerConfig
 
 __all__ = [
@@ -272,8 +273,7 @@ def param_values(trial: FrozenTrial, space: SpaceConfig) -> dict[str, float]:
 def format_value(param: str, value: float) -> str:
     """A setting as people read it: ``2^7.74`` for init_scale, ``1.93``, ``0.469``, ``662``."""
     if param == "init_scale":
-        exponent = math.log2(value)
-        return f"2^{round(exponent)}" if abs(exponent - round(exponent)) < 5e-3 else f"2^{exponent:.2f}"
+        return format_scale(value)
     if param == "growth_interval":
         return str(round(value))
     return f"{value:.3g}"
@@ -424,11 +424,6 @@ def _depth(point: dict[str, float], bad: list[tuple[int, dict[str, float]]]) -> 
         return math.inf, None
     distance, number = min((_distance(point, where), n) for n, where in bad)
     return distance, number
-
-
-def _device_type(trial: FrozenTrial) -> str:
-    kind = str(trial.user_attrs.get("device", "cuda")).split(":")[0].split(" ")[0]
-    return kind or "cuda"
 
 
 def _as_config(values: dict[str, float]) -> ScalerConfig:
@@ -609,7 +604,7 @@ def recommend(
     best = best_trial(done)
     if best is None:
         return None
-    device = device_type or _device_type(best)
+    device = device_type or device_kind(best, default="cuda")
     good = good_trials(done, tolerance)
     good_ids = {t.number for t in good}
     values = {t.number: param_values(t, space) for t in done}
@@ -617,7 +612,7 @@ def recommend(
     bad = [(t.number, where[t.number]) for t in done if t.number not in good_ids]
     params = searched_params(space)
     pct = f"{tolerance * 100:g}%"
-    default = next((t for t in done if t.user_attrs.get("baseline") == "seed-1"), None)
+    default = default_trial(done)
 
     def edge_of(number: int | None) -> dict[str, float | None]:
         return {p: (values[number][p] if number is not None else None) for p in params}
@@ -637,7 +632,7 @@ def recommend(
             confirmed=None,
             device_type=device,
             reasons=(
-                f"The best trial (#{best.number}) failed ({best.user_attrs.get('failure')}) and no trial is "
+                f"The best trial (#{best.number}) failed ({best.user_attrs.get(FAILURE)}) and no trial is "
                 "safe: it is shown only as the best found; look at the safe ranges before using anything.",
             ),
         )
@@ -693,7 +688,7 @@ def recommend(
         elif default_depth is None:
             reasons.append(
                 f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, "
-                f"failure {default.user_attrs.get('failure', '-')}."
+                f"failure {default.user_attrs.get(FAILURE, '-')}."
             )
         else:
             reasons.append(

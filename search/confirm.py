@@ -23,8 +23,13 @@ The sibling's user attrs record ``source_study``, ``seeds``, ``top``, ``epochs``
 device kind of its runs) and ``configs``; ``seeds`` and ``configs`` are those of the latest
 confirmation, which is what :func:`summarize_confirmation` reports. A (configuration, seed) pair
 already stored is never run again, so an interrupted confirmation resumes and a larger
-``--top``/``--seeds`` adds only what is missing; trials are written finished
-(``study.add_trial``), so nothing is ever left RUNNING.
+``--top``/``--seeds`` adds only what is missing; each run is written finished, with its curve, in
+one transaction (:class:`search.trial_writer.TrialWriter`), so nothing is ever left RUNNING.
+
+Then the corners of the ranges that may be safe together (:func:`search.analysis.check_boxes`)
+are trained on the search's own data, box by box until one has no failing corner, and stored in
+the same sibling study with user attrs ``check`` = ``"corner"`` and ``point`` (``--no-corners``
+skips them).
 
 Exit codes: 0 done, 1 a storage or training failure during the runs, 2 bad input (one line on
 stderr, nothing written), 130/143 interrupted by SIGINT/SIGTERM (finished runs are kept).
@@ -53,30 +58,42 @@ from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
 from search import analysis
-from search.config import Settings
-from search.objective import run_trial
-from search.trainer import ScalerConfig
-from search.devices import device_label, resolve_device
-from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
 from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, percent
-from search.storage import StorageError, mask_url, open_existing_storage, redact
-from search.study import BASELINE_ATTR, settings_of
-from search.tasks import Problem, TaskError, build_problem, resolve_task
-from search.trial_writer import TrialWriter
+from search.config import Settings
 from search.confirmations import (  # The read side, shared with search.report; re-exported here.
     ALPHA,
-    CORNER,
     DEFAULT_LABEL,
     SUFFIX,
     collect_runs,
-    config_key as _config_key,
-    confirmation_data,
     confirm_study_name,
+    confirmation_data,
     confirmation_seeds,
     format_confirmation,
     paired_test,
     summarize_confirmation,
 )
+from search.confirmations import (
+    config_key as _config_key,
+)
+from search.devices import device_label, resolve_device
+from search.objective import run_trial
+from search.record import (
+    CHECK,
+    CORNER,
+    DATA_SEED,
+    DEFAULT_BASELINE,
+    FAILURE,
+    NONFINITE,
+    POINT,
+    SOURCE_TRIAL,
+    baseline_of,
+)
+from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
+from search.storage import StorageError, mask_url, open_existing_storage, redact
+from search.study import settings_of
+from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.trainer import ScalerConfig
+from search.trial_writer import TrialWriter
 
 __all__ = [
     "ALPHA",
@@ -158,7 +175,7 @@ def select_candidates(
                 source_trial=trial.number,
                 params=dict(trial.params),
                 distributions=dict(trial.distributions),
-                baseline=trial.user_attrs.get(BASELINE_ATTR),
+                baseline=baseline_of(trial),
             )
         )
         if len(chosen) == top:
@@ -226,7 +243,7 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
             f"the default's {', '.join(outside)} lies outside the study's search space; "
             "it is run all the same"
         )
-    return Candidate(DEFAULT_LABEL, None, params, dists, "seed-1"), note
+    return Candidate(DEFAULT_LABEL, None, params, dists, DEFAULT_BASELINE), note
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -324,7 +341,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
         raise ConfirmError(f"study {name!r} has no COMPLETE trials to confirm")
     candidates, notes = select_candidates(trials, settings, args.top, args.tolerance / 100)
     baselines = {
-        t.number: str(t.user_attrs[BASELINE_ATTR]) for t in trials if BASELINE_ATTR in t.user_attrs
+        t.number: tag for t in trials if (tag := baseline_of(t)) is not None
     }
     seeds = confirmation_seeds(settings.run.seed, args.seeds)
 
@@ -346,9 +363,9 @@ def _plan(args: argparse.Namespace) -> _Plan:
                 f"{settings.run.epochs}; delete {sibling_name!r} to confirm again"
             )
         for t in storage.get_all_trials(sibling_id, deepcopy=False, states=(TrialState.COMPLETE,)):
-            seed = t.user_attrs.get("data_seed")
+            seed = t.user_attrs.get(DATA_SEED)
             if seed is not None:
-                done.add((_config_key(t.user_attrs.get("source_trial"), t.params), int(seed)))
+                done.add((_config_key(t.user_attrs.get(SOURCE_TRIAL), t.params), int(seed)))
         kind = attrs.get("device")
         pending_any = any((c.key, s) not in done for s in seeds for c in candidates)
         if pending_any and kind is not None and kind != device.type:
@@ -473,7 +490,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                 attrs = {
                     "config": candidate.label,
                     "source_trial": candidate.source_trial,
-                    "data_seed": seed,
+                    DATA_SEED: seed,
                     **outcome.user_attrs,
                 }
                 writer.add(
@@ -562,7 +579,7 @@ def _check_corners(
             )
             values = {"init_scale": cfg.init_scale, "growth_factor": cfg.growth_factor,
                       "backoff_factor": cfg.backoff_factor, "growth_interval": cfg.growth_interval}
-            attrs = {"config": "corner", "check": CORNER, "point": point, "data_seed": settings.run.seed, **outcome.user_attrs}
+            attrs = {"config": CORNER, CHECK: CORNER, POINT: point, DATA_SEED: settings.run.seed, **outcome.user_attrs}
             writer.add(
                 optuna.trial.create_trial(
                     state=TrialState.COMPLETE,
@@ -576,7 +593,7 @@ def _check_corners(
                     intermediate_values=outcome.intermediate_values,
                 )
             )
-            failure = "nonfinite" if outcome.user_attrs.get("nonfinite") else outcome.user_attrs.get("failure", "none")
+            failure = "nonfinite" if outcome.user_attrs.get(NONFINITE) else outcome.user_attrs.get(FAILURE, "none")
             corners.append({"point": point, "failure": failure, "value": outcome.value})
             made += 1
         if all(c["failure"] == "none" for c in corners if any(_same(c["point"], p) for p in points)):

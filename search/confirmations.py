@@ -22,12 +22,12 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.cli import CONFIRM_SUFFIX
 from search.config import Settings
-from search.space import scaler_config
+from search.record import CHECK, CORNER, DATA_SEED, FINAL_LOSS, POINT, SOURCE_TRIAL, failure_of
+from search.space import format_scale, scaler_config
 from search.storage import StorageError, open_existing_storage
 
 __all__ = [
     "ALPHA",
-    "CORNER",
     "DEFAULT_LABEL",
     "SUFFIX",
     "collect_runs",
@@ -95,9 +95,6 @@ def _open_existing(url: str) -> optuna.storages.RDBStorage | None:
         raise
 
 
-CORNER = "corner"  # user attr ``check`` of a corner run (search.analysis.check_boxes)
-
-
 def collect_runs(
     storage: optuna.storages.BaseStorage, study_name: str
 ) -> tuple[list[int], list[_Stats], list[dict[str, Any]]] | None:
@@ -114,19 +111,19 @@ def collect_runs(
     runs: dict[tuple[str, int], FrozenTrial] = {}
     corners = []
     for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
-        if t.user_attrs.get("check") == CORNER:
+        if t.user_attrs.get(CHECK) == CORNER:
             corners.append(
                 {
-                    "point": dict(t.user_attrs["point"]),
-                    "failure": "nonfinite" if t.user_attrs.get("nonfinite") else t.user_attrs.get("failure", "none"),
+                    "point": dict(t.user_attrs[POINT]),
+                    "failure": failure_of(t),
                     "value": t.value,
-                    "data_seed": t.user_attrs.get("data_seed"),
+                    "data_seed": t.user_attrs.get(DATA_SEED),
                 }
             )
             continue
-        seed = t.user_attrs.get("data_seed")
+        seed = t.user_attrs.get(DATA_SEED)
         if seed is not None and t.value is not None:
-            runs.setdefault((config_key(t.user_attrs.get("source_trial"), t.params), int(seed)), t)
+            runs.setdefault((config_key(t.user_attrs.get(SOURCE_TRIAL), t.params), int(seed)), t)
     stats = []
     for config in configs:
         key = config_key(config["source_trial"], config["params"])
@@ -135,7 +132,7 @@ def collect_runs(
             _Stats(
                 candidate=config,
                 values={s: float(t.value) for s, t in found.items()},
-                final_losses={s: t.user_attrs.get("final_loss") for s, t in found.items()},
+                final_losses={s: t.user_attrs.get(FINAL_LOSS) for s, t in found.items()},
             )
         )
     return seeds, stats, corners
@@ -295,13 +292,6 @@ def summarize_confirmation(
 # -- the table ----------------------------------------------------------------------------------
 
 
-def _scale(value: float) -> str:
-    exponent = math.log2(value) if value > 0 else math.nan
-    if not math.isfinite(exponent):
-        return f"{value:g}"
-    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"
-
-
 def _pm(mean: float, sd: float, fmt: str = ".4f") -> str:
     if not math.isfinite(mean):
         return "-"
@@ -332,7 +322,7 @@ def format_confirmation(
         if len(finite_losses) < len(losses):
             loss_text += f" ({len(losses) - len(finite_losses)} nan)"
         lines.append(
-            f"  {c['label']:<{label_width}} {source:>12} {_scale(cfg.init_scale):>10} "
+            f"  {c['label']:<{label_width}} {source:>12} {format_scale(cfg.init_scale):>10} "
             f"{cfg.growth_factor:>7.3g} {cfg.backoff_factor:>7.3g} {cfg.growth_interval:>8} "
             f"{len(values):>3} {_pm(*_mean_sd(values)):>21} {loss_text:>21}"
         )

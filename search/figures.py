@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
 from search.config import SpaceConfig
+from search.record import LOSS_CURVE, SCALE_CURVE
 from search.space import scaler_config
 
 __all__ = ["curves_figure", "skipped_epochs", "trial_curves"]
@@ -36,8 +37,8 @@ def skipped_epochs(scale_curve: Sequence[float | None], init_scale: float) -> li
 
 def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:
     """(loss curve, scale curve, skipped epochs) of a stored trial; non-finite values are None."""
-    loss = list(trial.user_attrs.get("loss_curve") or [])
-    scale = list(trial.user_attrs.get("scale_curve") or [])
+    loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
+    scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
     init_scale = scaler_config(trial.params, space).init_scale if trial.params else math.nan
     return loss, scale, skipped_epochs(scale, init_scale)
 

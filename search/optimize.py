@@ -27,8 +27,9 @@ from search.cli import OneLineParser, UsageError, fail, first_line
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
+from search.record import DEVICE, FINISHED
+from search.runner import Interrupted, Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
-from search.runner import FINISHED, Interrupted, Runner, TooManyFailures
 from search.space import growth_note
 from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
@@ -398,7 +399,7 @@ def _nothing_to_do(
 
 
 def _warn_mixed_devices(existing: list[optuna.trial.FrozenTrial], device: torch.device) -> None:
-    kinds = {str(t.user_attrs.get("device", "")).split(":")[0].split(" ")[0] for t in existing}
+    kinds = {str(t.user_attrs.get(DEVICE, "")).split(":")[0].split(" ")[0] for t in existing}
     kinds.discard("")
     if kinds and kinds != {device.type}:
         _note(

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from search.config import PenaltyConfig
 from search.trainer import TrainResult
 
-__all__ = ["FAILURE_CODES", "SILENT_FAILURES", "Assessment", "assess"]
+__all__ = ["SILENT_FAILURES", "Assessment", "assess"]
 
-FAILURE_CODES = ("none", "nonfinite", "overflow_churn", "underflow", "frozen")
 SILENT_FAILURES = ("overflow_churn", "underflow", "frozen")
 
 

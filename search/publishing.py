@@ -31,7 +31,9 @@ from optuna_dashboard._note import note_ver_key, split_body
 
 from search.config import SpaceConfig
 from search.figures import curves_figure, trial_curves
-from search.study import BASELINE_ATTR, settings_of
+from search.record import BASELINE, baseline_of, showcase
+from search.space import format_scale
+from search.study import settings_of
 from search.summary import format_summary, summarize
 
 __all__ = ["CURVES_ID", "EXPLORER_ID", "PublishReport", "explorer_figure", "publish"]
@@ -39,7 +41,6 @@ __all__ = ["CURVES_ID", "EXPLORER_ID", "PublishReport", "explorer_figure", "publ
 CURVES_ID = "search-curves"
 EXPLORER_ID = "search-explorer"
 EXPLORER_MAX_TRIALS = 100  # Each trial adds ~1 kB to the study's system attrs, read on every page load.
-DEFAULT_LABEL = "seed-1"
 OUR_NOTE_VERSION = "search:study_note_version"  # The study note version this module wrote last.
 
 
@@ -58,15 +59,15 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
     value = f"{trial.value:.4f}" if trial.value is not None else "-"
     lines = [
         f"**Trial {trial.number}**"
-        + (f" · baseline `{attrs[BASELINE_ATTR]}`" if BASELINE_ATTR in attrs else "")
+        + (f" · baseline `{attrs[BASELINE]}`" if BASELINE in attrs else "")
         + f" · objective {value} · failure `{attrs.get('failure', '-')}` · learned {attrs.get('learned', '-')}",
         "",
     ]
     finite = [s for s in scale if s is not None and math.isfinite(s)]
     if finite:
         lines.append(
-            f"Loss scale: {_pow2(finite[0])} after epoch 1 → {_pow2(finite[-1])} at the end "
-            f"(min {_pow2(min(finite))}, max {_pow2(max(finite))})."
+            f"Loss scale: {format_scale(finite[0])} after epoch 1 → {format_scale(finite[-1])} at the end "
+            f"(min {format_scale(min(finite))}, max {format_scale(max(finite))})."
         )
     if skipped:
         lines.append(
@@ -90,13 +91,6 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.5g}")  # Keeps the figure's JSON small.
-
-
-def _pow2(value: float) -> str:
-    if value <= 0:
-        return f"{value:g}"
-    exponent = math.log2(value)
-    return f"2^{exponent:.0f}" if abs(exponent - round(exponent)) < 1e-9 else f"2^{exponent:.2f}"
 
 
 def _save_new_trial_note(study: optuna.Study, trial_id: int, body: str) -> None:
@@ -125,19 +119,17 @@ def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
     if not complete:
         return []
     named: list[tuple[str, FrozenTrial]] = []
-    best = min(complete, key=lambda t: t.value)
-    default = next((t for t in complete if t.user_attrs.get(BASELINE_ATTR) == DEFAULT_LABEL), None)
+    shown = showcase(complete)
+    best, default, worst = shown.best, shown.default, shown.worst_finite
+    assert best is not None
     if default is not None and default.number == best.number:
         named.append((f"best = seed-1 default (#{best.number})", best))
     else:
         named.append((f"best (#{best.number})", best))
         if default is not None:
             named.append((f"seed-1 default (#{default.number})", default))
-    finite = [t for t in complete if math.isfinite(t.value) and not t.user_attrs.get("nonfinite")]
-    if finite:
-        worst = max(finite, key=lambda t: t.value)
-        if worst.number not in {t.number for _, t in named}:
-            named.append((f"worst finite (#{worst.number})", worst))
+    if worst is not None and worst.number not in {t.number for _, t in named}:
+        named.append((f"worst finite (#{worst.number})", worst))
     return named
 
 
@@ -149,7 +141,7 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
     """
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     complete.sort(key=lambda t: (t.value, t.number))
-    baselines = [t for t in complete if BASELINE_ATTR in t.user_attrs]
+    baselines = [t for t in complete if baseline_of(t) is not None]
     chosen = complete[:EXPLORER_MAX_TRIALS]
     chosen += [t for t in baselines if t not in chosen]
     figure = curves_figure(_named_trials(trials)[:1], space, title="Trial explorer: pick a trial")
@@ -163,7 +155,7 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
         loss, scale, skipped = trial_curves(t, space)
         loss = [_round(v) for v in loss]
         epochs = list(range(1, len(loss) + 1))
-        tag = f" {t.user_attrs[BASELINE_ATTR]}" if BASELINE_ATTR in t.user_attrs else ""
+        tag = f" {baseline_of(t)}" if baseline_of(t) is not None else ""
         label = f"#{t.number}{tag}: {t.value:.4f}, {len(skipped)} skipped"
         buttons.append(
             {

@@ -45,12 +45,14 @@ from optuna.importance import PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from search import analysis
-from search.config import PenaltyConfig, Settings, SpaceConfig
-from search.figures import curves_figure
-from search.space import POW2_NAME, distributions
 from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line, percent
+from search.config import PenaltyConfig, Settings, SpaceConfig
+from search.confirmations import summarize_confirmation
+from search.figures import curves_figure
+from search.record import FAILURE, LOSS_CURVE, SKIPPED_STEPS, baseline_of, showcase
+from search.space import POW2_NAME, distributions
 from search.storage import StorageError, mask_url, open_existing_storage, redact
-from search.study import BASELINE_ATTR, settings_of
+from search.study import settings_of
 from search.summary import trial_row
 
 __all__ = [
@@ -160,10 +162,6 @@ class Report:
 def _read_confirmation(
     storage: optuna.storages.BaseStorage, study_name: str
 ) -> tuple[dict[str, Any] | None, str]:
-    try:
-        from search.confirmations import summarize_confirmation  # Lazily: another module, maybe absent.
-    except ImportError:
-        return None, "search.confirm is not available"
     try:
         data = summarize_confirmation(storage, study_name)
     except Exception as e:  # The report stands without it; say why.
@@ -398,7 +396,7 @@ def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: Space
 
 
 def _has_curves(trial: FrozenTrial) -> bool:
-    return bool(trial.user_attrs.get("loss_curve"))
+    return bool(trial.user_attrs.get(LOSS_CURVE))
 
 
 def _curves_section(
@@ -411,15 +409,9 @@ def _curves_section(
         "trial, the seed's default (seed-1, PyTorch's GradScaler defaults) and the worst trial that "
         "stayed finite; x marks a step GradScaler skipped (inf/NaN gradients).",
     )
-    default = next((t for t in done if t.user_attrs.get(BASELINE_ATTR) == "seed-1"), None)
-    finite = [
-        t
-        for t in done
-        if not t.user_attrs.get("nonfinite", False)
-        and _has_curves(t)
-        and all(v is not None for v in t.user_attrs.get("loss_curve", []))
-    ]
-    worst = max(finite, key=lambda t: (t.value, -t.number)) if finite else None
+    shown = showcase(done)
+    default = shown.default
+    worst = shown.worst_finite if shown.worst_finite is not None and _has_curves(shown.worst_finite) else None
     chosen: dict[str, int | None] = {
         "best": best.number if best else None,
         "default": default.number if default else None,
@@ -431,7 +423,7 @@ def _curves_section(
     if default is not None and _has_curves(default):
         named.append((f"seed-1 default #{default.number}", default))
     if worst is not None and all(worst.number != t.number for _, t in named):
-        named.append((f"worst finite #{worst.number} ({worst.user_attrs.get('failure', '-')})", worst))
+        named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
     notes = []
     if default is None:
         notes.append("the seed's default (seed-1) has no complete trial yet")
@@ -455,7 +447,7 @@ def _skipped_section(done: list[FrozenTrial]) -> tuple[Section, dict[str, int]]:
         "gradients hold inf/NaN and backs the scale off).",
     )
     counts = Counter(
-        int(t.user_attrs.get("skipped_steps") or 0) for t in done if "skipped_steps" in t.user_attrs
+        int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if "skipped_steps" in t.user_attrs
     )
     data = {str(k): counts[k] for k in sorted(counts)}
     if not counts:
@@ -510,7 +502,7 @@ def _baselines_section(
     )
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
-        tag = t.user_attrs.get(BASELINE_ATTR)
+        tag = baseline_of(t)
         if tag is not None and tag not in baselines:
             baselines[str(tag)] = trial_row(t, space)
     baselines = dict(sorted(baselines.items()))

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import signal
 import threading
-import logging
 import time
 import uuid
 import warnings
@@ -44,16 +44,17 @@ from optuna.trial import FrozenTrial, TrialState
 from search.config import Settings
 from search.devices import process_token
 from search.objective import TrialOutcome, run_trial
+from search.record import BASELINE, DEVICE, FAIL_REASON, FINISHED, baseline_of
+from search.record import WORKER as WORKER_ATTR
 from search.retry import with_retry
 from search.space import suggest
-from search.study import BASELINE_ATTR, waiting_baseline
+from search.study import waiting_baseline
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
 from search.trial_writer import TrialWriter
 
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
 WORKER = process_token()  # Which process ran a trial (user attr "worker").
@@ -296,7 +297,7 @@ class Runner:
             deadline=deadline,
             should_prune=should_prune,
         )
-        outcome.user_attrs["worker"] = WORKER
+        outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome
 
     def _failure_attrs(self, error: BaseException) -> dict[str, Any]:
@@ -308,7 +309,7 @@ class Runner:
                 torch.cuda.empty_cache()
         self.stats.failed += 1
         self.stats.fail_reasons.append(reason)
-        return {"fail_reason": reason, "device": self.device_label, "worker": WORKER}
+        return {FAIL_REASON: reason, DEVICE: self.device_label, WORKER_ATTR: WORKER}
 
     def _run_sampled(self, trials: list[FrozenTrial]) -> None:
         started = datetime.datetime.now()
@@ -443,7 +444,7 @@ class Runner:
             with heartbeat(self.study, trial._trial_id):
                 duplicate = self._duplicate_of(trial)
                 if duplicate is not None:
-                    self._finish(trial, TrialState.FAIL, None, {"fail_reason": duplicate})
+                    self._finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
                     return True
                 scaler_config = suggest(trial, self.settings.space)
                 outcome = self._train(trial, scaler_config)
@@ -468,14 +469,14 @@ class Runner:
     def _duplicate_of(self, trial: optuna.Trial) -> str | None:
         # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
         # callback can race with a resume that re-enqueues the same failed baseline.
-        tag = trial.user_attrs.get(BASELINE_ATTR)
+        tag = baseline_of(trial)
         if tag is None:
             return None
         others = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
         for other in others:
             if (
                 other.number != trial.number
-                and other.user_attrs.get(BASELINE_ATTR) == tag
+                and baseline_of(other) == tag
                 and (other.state in FINISHED or other.state == TrialState.RUNNING)
             ):
                 return f"duplicate of baseline {tag} (trial {other.number}); not run"
@@ -515,14 +516,14 @@ class Runner:
 
     def _requeue_baseline(self, trial: optuna.Trial) -> None:
         # A failed baseline runs again, so every study ends with the seed's full table.
-        tag = trial.user_attrs.get(BASELINE_ATTR)
+        tag = baseline_of(trial)
         if tag is None:
             return
 
         def requeue() -> None:
             stored = self.study._storage.get_trial(trial._trial_id)
             params = stored.system_attrs.get("fixed_params") or stored.params
-            self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE_ATTR)
+            self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE)
 
         self._storage_call(requeue, "re-queuing a baseline")
 

@@ -9,16 +9,17 @@ import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from search.config import ParamRange, SpaceConfig
+from search.record import DEFAULT_BASELINE
 from search.trainer import ScalerConfig
 
-__all__ = ["SEED_BASELINES", "baseline_trials", "distributions", "scaler_config", "suggest"]
+__all__ = ["SEED_BASELINES", "baseline_trials", "distributions", "format_scale", "scaler_config", "suggest"]
 
 PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 POW2_NAME = "init_scale_log2"
 
 # The seed script's table, with PyTorch's default growth_interval, which the seed left implicit.
 SEED_BASELINES: tuple[tuple[str, ScalerConfig], ...] = (
-    ("seed-1", ScalerConfig(2.0**16, 2.0, 0.5, 2000)),  # PyTorch's default
+    (DEFAULT_BASELINE, ScalerConfig(2.0**16, 2.0, 0.5, 2000)),  # PyTorch's default
     ("seed-2", ScalerConfig(2.0**8, 2.0, 0.5, 2000)),  # low init_scale
     ("seed-3", ScalerConfig(2.0**24, 2.0, 0.5, 2000)),  # high init_scale
     ("seed-4", ScalerConfig(2.0**16, 1.5, 0.5, 2000)),  # slow growth
@@ -107,3 +108,11 @@ def growth_note(space: SpaceConfig, epochs: int) -> str | None:
             "never grows, so growth_factor cannot matter"
         )
     return None
+
+
+def format_scale(value: float) -> str:
+    """A loss scale as people read it: ``2^16`` for an exact power of two, else ``2^16.37``."""
+    exponent = math.log2(value) if value > 0 else math.nan
+    if not math.isfinite(exponent):
+        return f"{value:g}"
+    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"

@@ -10,10 +10,10 @@ import optuna
 import sqlalchemy
 import sqlalchemy.orm
 from optuna.storages._rdb import models
-from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from search.config import Settings, settings_from_dict
+from search.record import BASELINE, FINISHED
 from search.retry import with_retry
 from search.space import baseline_trials
 from search.trial_writer import TrialWriter
@@ -37,8 +37,6 @@ RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penal
 # counted before clipping on unskipped steps, the objective is the evaluation loss
 # (search.evaluation). Trials of two versions are not comparable, so a resume must match.
 MEASUREMENT_VERSION = 2
-BASELINE_ATTR = "baseline"
-FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
 
 
 class IncompatibleStudyError(ValueError):
@@ -50,7 +48,6 @@ class StudyHandle:
     """An opened study and what opening it found."""
 
     study: optuna.Study
-    created: bool
     notes: tuple[str, ...]
 
 
@@ -151,21 +148,18 @@ def prepare_study(
 ) -> StudyHandle:
     """Creates the study (recording settings, enqueuing the baselines once) or loads it."""
     name = settings.study_name
-    created = False
     try:
         study = optuna.create_study(
             storage=storage, study_name=name, direction="minimize", sampler=sampler, pruner=pruner
         )
-        created = True
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
     notes: list[str] = []
     if "task" not in study.user_attrs:
         for key, value in recorded_settings(settings, fingerprint).items():
             study.set_user_attr(key, value)
-        created = True
     notes += _enqueue_missing_baselines(study, settings)
-    return StudyHandle(study, created, tuple(notes))
+    return StudyHandle(study, tuple(notes))
 
 
 def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> tuple[int, float | None]:
@@ -180,7 +174,7 @@ def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> t
             return 0, None
         count = (
             session.query(sqlalchemy.func.count(trial.trial_id))
-            .filter(trial.study_id == study.study_id, trial.state.in_(FINISHED_STATES))
+            .filter(trial.study_id == study.study_id, trial.state.in_(FINISHED))
             .scalar()
         )
         best = (
@@ -196,7 +190,7 @@ def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> t
 def waiting_baseline(tag: str, params: dict[str, Any]) -> FrozenTrial:
     """A baseline as ``study.enqueue_trial`` would store it: WAITING, with fixed params."""
     return optuna.trial.create_trial(
-        state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={BASELINE_ATTR: tag}
+        state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={BASELINE: tag}
     )
 
 
@@ -210,5 +204,5 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     """
     baselines, notes = baseline_trials(settings.space)
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
-    with_retry(lambda: TrialWriter(study).enqueue_once(waiting, BASELINE_ATTR), what="enqueuing baselines")
+    with_retry(lambda: TrialWriter(study).enqueue_once(waiting, BASELINE), what="enqueuing baselines")
     return notes

@@ -14,14 +14,18 @@ from optuna.trial import FrozenTrial, TrialState
 from search import analysis
 from search.config import SpaceConfig
 from search.penalty import SILENT_FAILURES
-from search.space import scaler_config
-from search.study import BASELINE_ATTR
+from search.record import (
+    DEFAULT_BASELINE,
+    FAIL_REASON,
+    FAILURE,
+    NONFINITE,
+    TRAIN_SECONDS,
+    baseline_of,
+    device_kind,
+)
+from search.space import format_scale, scaler_config
 
 __all__ = ["format_summary", "summarize", "trial_row", "write_best_json"]
-
-
-def _device_kind(trial: FrozenTrial) -> str:
-    return str(trial.user_attrs.get("device", "unknown")).split(":")[0].split(" ")[0]
 
 
 def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
@@ -30,7 +34,7 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
     attrs = trial.user_attrs
     return {
         "number": trial.number,
-        "baseline": attrs.get(BASELINE_ATTR),
+        "baseline": baseline_of(trial),
         "value": trial.value,
         "init_scale": cfg.init_scale,
         "growth_factor": cfg.growth_factor,
@@ -62,7 +66,7 @@ def summarize(
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     by_device: dict[str, list[FrozenTrial]] = {}
     for t in complete:
-        by_device.setdefault(_device_kind(t), []).append(t)
+        by_device.setdefault(device_kind(t), []).append(t)
 
     best_by_device, recommended = {}, {}
     for kind, group in sorted(by_device.items()):
@@ -79,12 +83,12 @@ def summarize(
 
     baselines = {}
     for t in complete:
-        tag = t.user_attrs.get(BASELINE_ATTR)
+        tag = baseline_of(t)
         if tag is not None and tag not in baselines:
             baselines[tag] = trial_row(t, space)
 
-    failures = Counter(t.user_attrs.get("failure", "none") for t in complete)
-    train_seconds = [t.user_attrs["train_seconds"] for t in complete if "train_seconds" in t.user_attrs]
+    failures = Counter(t.user_attrs.get(FAILURE, "none") for t in complete)
+    train_seconds = [t.user_attrs[TRAIN_SECONDS] for t in complete if "train_seconds" in t.user_attrs]
     wall = [
         (t.datetime_complete - t.datetime_start).total_seconds()
         for t in complete
@@ -96,10 +100,10 @@ def summarize(
         "best": best_by_device,
         "recommended": recommended,
         "baselines": dict(sorted(baselines.items())),
-        "nonfinite_trials": sum(bool(t.user_attrs.get("nonfinite")) for t in complete),
+        "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
         "fail_reasons": dict(
-            Counter(t.user_attrs.get("fail_reason", "unknown") for t in trials if t.state == TrialState.FAIL)
+            Counter(t.user_attrs.get(FAIL_REASON, "unknown") for t in trials if t.state == TrialState.FAIL)
         ),
         "mean_train_seconds": statistics.fmean(train_seconds) if train_seconds else None,
         "mean_trial_seconds": statistics.fmean(wall) if wall else None,
@@ -114,11 +118,6 @@ def _num(value: Any, fmt: str = ".4f") -> str:
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     return format(value, fmt)
-
-
-def _scale(value: float) -> str:
-    exponent = math.log2(value)
-    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"
 
 
 def format_summary(data: dict[str, Any]) -> str:
@@ -137,7 +136,7 @@ def format_summary(data: dict[str, Any]) -> str:
 
     def line(label: str, row: dict[str, Any]) -> str:
         return (
-            f"  {label:8} {row['number']:>4} {_scale(row['init_scale']):>10} "
+            f"  {label:8} {row['number']:>4} {format_scale(row['init_scale']):>10} "
             f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
             f"{_num(row['eval_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
             f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"
@@ -158,7 +157,7 @@ def format_summary(data: dict[str, Any]) -> str:
         together = _together_line(rec)
         if together:
             lines.append("    " + together)
-    default = data["baselines"].get("seed-1")
+    default = data["baselines"].get(DEFAULT_BASELINE)
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
             lines.append(

@@ -42,6 +42,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
 from search.cli import OneLineParser, UsageError, choose_study, fail, first_line
+from search.record import FAIL_REASON
 from search.storage import StorageError, mask_url, open_existing_storage, open_storage, redact, sqlite_path
 
 __all__ = [
@@ -286,7 +287,7 @@ def _read(source: optuna.storages.RDBStorage, name: str) -> _Snapshot:
     for trial in trials:
         if trial.state == TrialState.RUNNING:
             trial.state = TrialState.FAIL
-            trial.user_attrs = {**trial.user_attrs, "fail_reason": RUNNING_FAIL_REASON}
+            trial.user_attrs = {**trial.user_attrs, FAIL_REASON: RUNNING_FAIL_REASON}
             trial.datetime_complete = now
             converted.append(trial.number)
     plain = {k: v for k, v in system_attrs.items() if not _is_id_keyed(k, v)}

@@ -12,19 +12,17 @@ that both paths store identical trials on SQLite, PostgreSQL and MariaDB.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import contextlib
 import datetime
 import json
+from collections.abc import Iterator
 
 import optuna
+import sqlalchemy.orm
 from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
-from optuna.trial import FrozenTrial
-from optuna.trial import TrialState
-import sqlalchemy.orm
-
+from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["TrialWriter"]
 

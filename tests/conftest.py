@@ -12,7 +12,6 @@ import optuna
 import pytest
 import sqlalchemy
 
-
 TESTS = pathlib.Path(__file__).parent
 ROOT = TESTS.parent
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -10,9 +10,9 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from search.analysis import (
+    best_trial,
     box_corners,
     check_boxes,
-    best_trial,
     format_value,
     good_trials,
     recommend,

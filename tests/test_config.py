@@ -2,10 +2,8 @@ import tomllib
 
 import pytest
 
-from search.config import DEFAULTS
-from search.config import ConfigError
-from search.config import load_settings
-from search.config import settings_from_dict
+from search.config import DEFAULTS, ConfigError, load_settings, settings_from_dict
+
 from conftest import ROOT
 
 

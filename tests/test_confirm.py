@@ -20,8 +20,9 @@ import torch
 from optuna.trial import TrialState
 from scipy import stats
 
-from conftest import cli_env, real_study, run_cli
 from search.confirm import DEFAULT_LABEL, main, paired_test, select_candidates, summarize_confirmation
+
+from conftest import cli_env, real_study, run_cli
 
 SIBLING = "seed-mlp.confirm"
 
@@ -346,9 +347,10 @@ def test_paired_test_matches_scipy_and_handles_ties():
 
 
 def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
+    from test_analysis import _line_rows, _study
+
     from search.config import DEFAULTS
     from search.confirm import recommended_candidate
-    from test_analysis import _line_rows, _study
 
     settings = DEFAULTS
     rec = recommended_candidate(_study(_line_rows()), settings)
@@ -391,10 +393,11 @@ def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
 def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
     """The checked box's corners and random points inside it train without failure in the independent
     plain loop; every corner search.confirm saw fail fails there too."""
-    from plain_loop import plain_fp32_zero_fraction, plain_run
     from search.analysis import recommend
     from search.study import settings_of
     from search.tasks.seed_mlp import build
+
+    from plain_loop import plain_fp32_zero_fraction, plain_run
 
     url = f"sqlite:///{default_run / 'study.db'}"
     search = optuna.load_study(storage=url, study_name="seed-mlp")

@@ -16,13 +16,14 @@ import optuna
 import pytest
 import torch
 
-from conftest import run_cli
-from plain_loop import plain_fp32_zero_fraction, plain_run
 from search.config import PenaltyConfig
 from search.objective import run_trial
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 from search.trainer import ScalerConfig, train
+
+from conftest import run_cli
+from plain_loop import plain_fp32_zero_fraction, plain_run
 
 pytestmark = pytest.mark.cuda
 

@@ -11,14 +11,13 @@ import time
 import urllib.request
 
 import optuna
-from optuna_dashboard import get_note
-from optuna_dashboard import save_note
 import pytest
+from optuna_dashboard import get_note, save_note
 
 from search import publishing
 from search.storage import open_storage
-from conftest import cli_env
-from conftest import real_study
+
+from conftest import cli_env, real_study
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,10 @@ import ast
 import optuna
 from optuna.trial import TrialState
 
-from search.trainer import batch_plan
 from examples.noisy_regression import build
-from conftest import ROOT
-from conftest import load
-from conftest import run_cli
+from search.trainer import batch_plan
+
+from conftest import ROOT, load, run_cli
 
 
 def test_the_example_uses_only_the_public_interface():

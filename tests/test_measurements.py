@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 import torch
 
-from plain_loop import plain_fp32_zero_fraction, plain_run
+import examples.noisy_regression
 from search.config import PenaltyConfig
 from search.objective import run_trial
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 from search.trainer import ScalerConfig, train
-from tasks_for_tests import exploding, sensor_outliers, sensor_validation, still
 
-import examples.noisy_regression
+from plain_loop import plain_fp32_zero_fraction, plain_run
+from tasks_for_tests import exploding, sensor_outliers, sensor_validation, still
 
 
 def _service(problem, cfg: ScalerConfig, steps: int) -> tuple[float, dict]:

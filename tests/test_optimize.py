@@ -12,17 +12,14 @@ import sys
 import time
 
 import optuna
-from optuna.trial import TrialState
 import pytest
+from optuna.trial import TrialState
 
 from search.optimize import main
 from search.sampling import sampler_seed
-from tasks_for_tests import MID_TRIAL_FLAG
-from conftest import cli_env
-from conftest import load
-from conftest import start_cli
-from conftest import run_cli
 
+from conftest import cli_env, load, run_cli, start_cli
+from tasks_for_tests import MID_TRIAL_FLAG
 
 REQUIRED_ATTRS = {
     "final_loss",

@@ -5,11 +5,9 @@ import pytest
 from search.config import PenaltyConfig
 from search.penalty import assess
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig
-from search.trainer import TrainResult
-from search.trainer import train
-from tasks_for_tests import exploding
+from search.trainer import ScalerConfig, TrainResult, train
 
+from tasks_for_tests import exploding
 
 PENALTY = PenaltyConfig()
 

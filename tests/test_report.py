@@ -14,12 +14,13 @@ import zlib
 
 import optuna
 import pytest
-from conftest import real_study, run_cli, start_cli
 from optuna.trial import TrialState
 
 from search import confirm
 from search.report import SECTION_TITLES, build_report, load_snapshot, main, render_html
 from search.storage import open_storage
+
+from conftest import real_study, run_cli, start_cli
 
 NAME = "seed-mlp"
 FIGURES = ("history", "importances", "slices", "contour", "parallel", "curves", "skipped")
@@ -601,8 +602,9 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
 
     import numpy as np
 
-    from plain_loop import plain_fp32_zero_fraction, plain_run
     from search.tasks.deep_mlp import build
+
+    from plain_loop import plain_fp32_zero_fraction, plain_run
 
     snapshot = load_snapshot(_sqlite(deep_mlp_study / "study.db"))
     tolerance = 0.5

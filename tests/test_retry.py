@@ -11,8 +11,7 @@ import optuna
 import pytest
 import sqlalchemy
 
-from search.retry import is_transient
-from search.retry import with_retry
+from search.retry import is_transient, with_retry
 
 
 def connection_error() -> sqlalchemy.exc.OperationalError:

@@ -1,15 +1,8 @@
 import optuna
 import pytest
 
-from search.config import DEFAULTS
-from search.config import ParamRange
-from search.config import SpaceConfig
-from search.space import SEED_BASELINES
-from search.space import baseline_trials
-from search.space import distributions
-from search.space import growth_note
-from search.space import scaler_config
-from search.space import suggest
+from search.config import DEFAULTS, ParamRange, SpaceConfig
+from search.space import SEED_BASELINES, baseline_trials, distributions, growth_note, scaler_config, suggest
 
 
 def test_default_space_searches_all_four_including_growth_interval():

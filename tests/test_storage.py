@@ -1,13 +1,11 @@
 import os
 
+import optuna
 import pytest
 from optuna.trial import TrialState
-import optuna
 
-from search.storage import StorageError
-from search.storage import mask_url
-from search.storage import open_storage
-from search.storage import redact
+from search.storage import StorageError, mask_url, open_storage, redact
+
 from conftest import run_cli
 
 

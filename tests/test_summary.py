@@ -1,11 +1,8 @@
 import optuna
-from optuna.distributions import FloatDistribution
-from optuna.distributions import IntDistribution
+from optuna.distributions import FloatDistribution, IntDistribution
 
 from search.config import DEFAULTS
-from search.summary import format_summary
-from search.summary import summarize
-
+from search.summary import format_summary, summarize
 
 DISTS = {
     "init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True),

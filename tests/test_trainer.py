@@ -4,11 +4,9 @@ import pytest
 import torch
 
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig
-from search.trainer import TrialTimeout
-from search.trainer import train
-from tasks_for_tests import exploding
+from search.trainer import ScalerConfig, TrialTimeout, train
 
+from tasks_for_tests import exploding
 
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 

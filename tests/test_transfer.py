@@ -14,12 +14,13 @@ import optuna
 import optuna_dashboard
 import plotly.graph_objects as go
 import pytest
-from conftest import run_cli
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.trial import TrialState
 
 from search.storage import open_storage
 from search.transfer import RUNNING_FAIL_REASON, main, transfer_study
+
+from conftest import run_cli
 
 NAME = "seed-mlp"
 BASELINES = {f"seed-{i}" for i in range(1, 6)}

@@ -5,10 +5,9 @@ from __future__ import annotations
 import datetime
 
 import optuna
-from optuna.distributions import FloatDistribution
-from optuna.distributions import IntDistribution
-from optuna.trial import TrialState
 import pytest
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.trial import TrialState
 
 from search.storage import open_storage
 from search.trial_writer import TrialWriter

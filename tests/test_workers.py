@@ -6,25 +6,21 @@ Real processes on real SQLite files, PostgreSQL and MariaDB databases (throwaway
 from __future__ import annotations
 
 import collections
+import os
 import pathlib
 import signal
-import os
 import time
 
 import optuna
-from optuna.trial import TrialState
 import pytest
 import sqlalchemy
+from optuna.trial import TrialState
 
 from search.sampling import sampler_seed
-from search.workers import DevicePlanError
-from search.workers import plan_workers
-from search.workers import threads_per_worker
-from tasks_for_tests import MID_TRIAL_FLAG
-from conftest import POSTGRES_ADMIN
-from conftest import run_cli
-from conftest import start_cli
+from search.workers import DevicePlanError, plan_workers, threads_per_worker
 
+from conftest import POSTGRES_ADMIN, run_cli, start_cli
+from tasks_for_tests import MID_TRIAL_FLAG
 
 SLOW = "tasks_for_tests:slow"
 TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]

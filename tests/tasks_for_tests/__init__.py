@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 import os
 import pathlib
 import time
+from dataclasses import replace
 
 import torch
 from torch import nn
