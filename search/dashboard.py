@@ -4,7 +4,7 @@ What optuna-dashboard shows, through its own API (nothing is served by us):
 
 * each trial's **loss curve**: the trial's intermediate values (written with the trial, in the
   same transaction, by the trial loop), plotted on the trial's page;
-* each trial's **note** (``save_note``): its loss scale from start to end, the epochs whose step
+* each trial's **note** (``save_note``): its loss scale from start to end, the steps
   GradScaler skipped, its failure code; written only where the trial has no note yet, so a note
   a person edited in the dashboard is never overwritten;
 * on the study page, plotly figures (``save_plotly_graph_object``, which takes a study, under fixed

@@ -480,13 +480,14 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
 def _finish(
     study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
 ) -> int:
+    trials = study.get_trials(deepcopy=False)  # Read once: the summary and publishing share it.
+    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
     if publish:
         # Curves and notes for optuna-dashboard (search/publishing.py): once per run, not per trial.
         try:
-            publishing.publish(study)
+            publishing.publish(study, trials, data)
         except Exception as e:  # The results are stored; only their dashboard figures are missing.
             _note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
-    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name))
     data["storage"] = mask_url(settings.run.storage)
     print(headline)
     print(format_summary(data))

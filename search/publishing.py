@@ -4,7 +4,7 @@ What optuna-dashboard shows, through its own API (nothing is served by us):
 
 * each trial's **loss curve**: the trial's intermediate values (written with the trial, in the
   same transaction, by the trial loop), plotted on the trial's page;
-* each trial's **note** (``save_note``): its loss scale from start to end, the epochs whose step
+* each trial's **note** (``save_note``): its loss scale from start to end, the steps
   GradScaler skipped, its failure code; written only where the trial has no note yet, so a note
   a person edited in the dashboard is never overwritten;
 * on the study page, plotly figures (``save_plotly_graph_object``, which takes a study, under fixed
@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial, TrialState
-from optuna_dashboard import save_note, save_plotly_graph_object
-from optuna_dashboard._note import note_ver_key, split_body
+from optuna_dashboard._custom_plot_data import SYSTEM_ATTR_PLOT_DATA, split_plot_data
+from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
 
 from search.config import SpaceConfig
 from search.figures import curves_figure, trial_curves
@@ -35,6 +36,7 @@ from search.record import BASELINE, baseline_of, showcase
 from search.space import format_scale
 from search.study import settings_of
 from search.summary import format_summary, summarize
+from search.trial_writer import TrialWriter
 
 __all__ = ["CURVES_ID", "EXPLORER_ID", "PublishReport", "explorer_figure", "publish"]
 
@@ -66,12 +68,12 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
     finite = [s for s in scale if s is not None and math.isfinite(s)]
     if finite:
         lines.append(
-            f"Loss scale: {format_scale(finite[0])} after epoch 1 → {format_scale(finite[-1])} at the end "
+            f"Loss scale: {format_scale(finite[0])} after step 1 → {format_scale(finite[-1])} at the end "
             f"(min {format_scale(min(finite))}, max {format_scale(max(finite))})."
         )
     if skipped:
         lines.append(
-            f"Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at epochs "
+            f"Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at step{'s' if len(skipped) > 1 else ''} "
             + ", ".join(str(e + 1) for e in skipped[:40])
             + (" …" if len(skipped) > 40 else "")
             + "."
@@ -80,7 +82,7 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
         lines.append(f"Skipped steps: none of {len(scale)}.")
     finite_loss = [v for v in loss if v is not None]
     if finite_loss:
-        lines.append(f"Loss: {finite_loss[0]:.4f} at epoch 1 → {finite_loss[-1]:.4f} at the end.")
+        lines.append(f"Loss: {finite_loss[0]:.4f} at step 1 → {finite_loss[-1]:.4f} at the end.")
     lines += [
         "",
         "The loss curve is this trial's *intermediate values*; the loss-scale curve is in the study's "
@@ -93,18 +95,27 @@ def _round(value: float | None) -> float | None:
     return None if value is None else float(f"{value:.5g}")  # Keeps the figure's JSON small.
 
 
-def _save_new_trial_note(study: optuna.Study, trial_id: int, body: str) -> None:
-    # What optuna_dashboard.save_note writes for a trial that has no note yet (version 1, the body
-    # in chunks), without its re-read of every study system attr per call, which made publishing
-    # N trials cost N full reads. tests/test_dashboard.py reads the notes back with get_note.
-    storage = study._storage
-    storage.set_study_system_attr(study._study_id, note_ver_key(trial_id), 1)
-    for key, chunk in split_body(body, trial_id).items():
-        storage.set_study_system_attr(study._study_id, key, chunk)
+def _chunks(prefix: str, text: str, split: dict[str, str], system_attrs: dict[str, Any]) -> dict[str, str]:
+    """optuna-dashboard's chunks of ``text`` under ``prefix``, and "" for stale chunks past its end.
+
+    The same attrs as ``save_note`` / ``save_plotly_graph_object`` write one by one.
+    """
+    old = sum(1 for key in system_attrs if key.startswith(prefix))
+    return {**split, **{f"{prefix}{i}": "" for i in range(len(split), old)}}
 
 
-def _study_note(study: optuna.Study, space: SpaceConfig) -> str:
-    data = summarize(study, space)
+def _figure_attrs(graph_object_id: str, figure: go.Figure, system_attrs: dict[str, Any]) -> dict[str, str]:
+    prefix = SYSTEM_ATTR_PLOT_DATA + graph_object_id + ":"
+    text = figure.to_json()
+    return _chunks(prefix, text, split_plot_data(text, prefix), system_attrs)
+
+
+def _note_attrs(trial_id: int | None, version: int, body: str, system_attrs: dict[str, Any]) -> dict[str, Any]:
+    prefix = note_str_key_prefix(trial_id)
+    return {note_ver_key(trial_id): version, **_chunks(prefix, body, split_body(body, trial_id), system_attrs)}
+
+
+def _study_note(data: dict[str, Any]) -> str:
     return (
         "## Seed baselines vs the best\n\n"
         "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured "
@@ -183,30 +194,44 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
     return figure
 
 
-def publish(study: optuna.Study) -> PublishReport:
-    """Writes the figures and notes described in the module docstring to ``study``."""
+def publish(
+    study: optuna.Study, trials: list[FrozenTrial] | None = None, summary: dict[str, Any] | None = None
+) -> PublishReport:
+    """Writes the figures and notes described in the module docstring to ``study``.
+
+    Everything is written in one transaction (one per attr would be a hundred for the figures).
+
+    Args:
+        study: The study.
+        trials: Its trials, when the caller has read them already (read here otherwise).
+        summary: :func:`search.summary.summarize` of the study, for the study note (computed here
+            otherwise).
+    """
     space = settings_of(study).space
-    trials = study.get_trials(deepcopy=False)
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     named = _named_trials(trials)
+    system_attrs = study._storage.get_study_system_attrs(study._study_id)
+    writes: dict[str, Any] = {}
     figures: list[str] = []
     if named:
         curves = curves_figure(named, space, title="Best vs the seed default vs the worst finite trial")
-        figures.append(save_plotly_graph_object(study, curves, graph_object_id=CURVES_ID))
-        explorer = explorer_figure(trials, space)
-        figures.append(save_plotly_graph_object(study, explorer, graph_object_id=EXPLORER_ID))
-    system_attrs = study._storage.get_study_system_attrs(study._study_id)
+        writes.update(_figure_attrs(CURVES_ID, curves, system_attrs))
+        writes.update(_figure_attrs(EXPLORER_ID, explorer_figure(trials, space), system_attrs))
+        figures += [CURVES_ID, EXPLORER_ID]
     notes = 0
     for t in trials:
         if t.state.is_finished() and note_ver_key(t._trial_id) not in system_attrs:
-            _save_new_trial_note(study, t._trial_id, _trial_note(t, space))
+            writes.update(_note_attrs(t._trial_id, 1, _trial_note(t, space), system_attrs))
             notes += 1
     # The study note is refreshed while it is still the one we wrote; once a person edits it in
     # the dashboard (its version moves on), it is left alone.
-    version = system_attrs.get("dashboard:note_ver", 0)
+    version = system_attrs.get(note_ver_key(None), 0)
     ours = system_attrs.get(OUR_NOTE_VERSION)
     wrote_study_note = False
     if named and (version == 0 or version == ours):
-        save_note(study, _study_note(study, space))
-        study._storage.set_study_system_attr(study._study_id, OUR_NOTE_VERSION, version + 1)
+        data = summary if summary is not None else summarize(study, space, trials=trials)
+        writes.update(_note_attrs(None, version + 1, _study_note(data), system_attrs))
+        writes[OUR_NOTE_VERSION] = version + 1
         wrote_study_note = True
+    TrialWriter(study).set_study_system_attrs(writes)
     return PublishReport(tuple(figures), notes, wrote_study_note)

@@ -51,7 +51,10 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
 
 
 def summarize(
-    study: optuna.Study, space: SpaceConfig, confirmation: dict[str, Any] | None = None
+    study: optuna.Study,
+    space: SpaceConfig,
+    confirmation: dict[str, Any] | None = None,
+    trials: list[FrozenTrial] | None = None,
 ) -> dict[str, Any]:
     """Collects the summary of ``study`` as plain data (what ``--best-out`` writes).
 
@@ -60,8 +63,9 @@ def summarize(
         space: Its search space.
         confirmation: :func:`search.confirmations.summarize_confirmation` of the study, if any:
             the recommendation then reads its runs (as the report's does).
+        trials: The study's trials, when the caller has read them already (read here otherwise).
     """
-    trials = study.get_trials(deepcopy=False)
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     by_device: dict[str, list[FrozenTrial]] = {}

@@ -44,7 +44,7 @@ def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
     seed3 = next(t for t in trials if t.user_attrs.get("baseline") == "seed-3")
     note3 = get_note(optuna.Trial(study, seed3._trial_id))
     assert f"Skipped steps: **{seed3.user_attrs['skipped_steps']} of 30**" in note3
-    assert "epochs 1, 2, 3, 4, 5" in note3
+    assert "at steps 1, 2, 3, 4, 5." in note3 and "epoch" not in note3  # steps, not epochs
 
 
 def test_curves_figure_marks_the_skipped_steps(study_dir):
@@ -149,3 +149,29 @@ def test_no_study_file_is_one_line_and_creates_nothing(tmp_path):
     )
     assert proc.returncode == 2 and "no study file study.db" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_publishing_is_one_transaction_and_replaces_stale_chunks(study_dir, tmp_path, monkeypatch):
+    """Every figure and note chunk in one write (optuna-dashboard's helpers make one transaction per
+    ~2 kB chunk); a figure that shrinks leaves no stale chunk behind; the dashboard reads it back."""
+    import shutil
+
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")
+    study = _study(tmp_path)
+    key = f"dashboard:plot_data:{publishing.CURVES_ID}:"
+    system = study._storage.get_study_system_attrs(study._study_id)
+    chunks = sum(k.startswith(key) for k in system)
+    for i in range(chunks, chunks + 3):  # as if an earlier, larger figure had left these
+        study._storage.set_study_system_attr(study._study_id, f"{key}{i}", "x" * 10)
+    calls = []
+    backend = type(study._storage._backend) if hasattr(study._storage, "_backend") else type(study._storage)
+    original = backend.set_study_system_attr
+    monkeypatch.setattr(backend, "set_study_system_attr", lambda self, *a: (calls.append(a), original(self, *a)))
+    publishing.publish(study)
+    assert calls == []
+    system = study._storage.get_study_system_attrs(study._study_id)
+    figure = json.loads(get_plotly_graph_objects(system)[publishing.CURVES_ID])
+    assert figure["layout"]["title"]["text"].startswith("Best vs the seed default")
+    assert all(system[f"{key}{i}"] == "" for i in range(chunks, chunks + 3))
