@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -76,6 +75,7 @@ from search.confirmations import (
     config_key as _config_key,
 )
 from search.devices import device_label, resolve_device
+from search.interrupts import Interrupted, interrupts_as_exceptions
 from search.objective import run_trial
 from search.record import (
     CHECK,
@@ -117,14 +117,6 @@ PROG = "search.confirm"
 
 class ConfirmError(UsageError):
     """Bad input: nothing was written. The message is one line."""
-
-
-class _Interrupted(Exception):
-    """SIGINT or SIGTERM during the runs."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 @dataclass(frozen=True)
@@ -428,7 +420,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
         try:
             return _run(plan, args)
-        except _Interrupted as e:
+        except Interrupted as e:
             _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
             return 128 + e.signum
         except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
@@ -461,56 +453,52 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
     )
     start = time.perf_counter()
     done = 0
-    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def stop(signum: int, _frame: object) -> None:
-        raise _Interrupted(signum)
-
-    for s in previous:
-        signal.signal(s, stop)
-    try:
-        task = resolve_task(settings.run.task) if plan.pending else None
-        for i, (seed, candidates) in enumerate(plan.pending.items()):
-            problem = plan.first_problem if i == 0 else None  # Built while validating the input.
-            if problem is None:
-                assert task is not None
-                problem = build_problem(task, settings.run.task, seed)
-            on_device = problem.to(plan.device)  # Every configuration on this seed: same data, same weights.
-            for candidate in candidates:
-                bar.set_postfix_str(f"{candidate.label}, seed {seed}", refresh=True)
-                outcome = run_trial(
-                    on_device,
-                    scaler_config(candidate.params, settings.space),
-                    epochs=settings.run.epochs,
-                    steps=settings.run.steps or None,  # The search's own step count.
-                    amp_dtype=amp_dtype,
-                    penalty=settings.penalty,
-                    device_label=label,
-                )
-                attrs = {
-                    "config": candidate.label,
-                    "source_trial": candidate.source_trial,
-                    DATA_SEED: seed,
-                    **outcome.user_attrs,
-                }
-                writer.add(
-                    optuna.trial.create_trial(
-                        state=TrialState.COMPLETE,
-                        value=outcome.value,
-                        params=candidate.params,
-                        distributions=candidate.distributions,
-                        user_attrs=attrs,
-                        intermediate_values=outcome.intermediate_values,
+    # Every signal raises; the trial loop lets only the first one through, to protect the write of
+    # the trial it interrupted. Here there is no such write: each run is written finished, in one
+    # transaction, after it has trained.
+    with interrupts_as_exceptions(first_only=False):
+        try:
+            task = resolve_task(settings.run.task) if plan.pending else None
+            for i, (seed, candidates) in enumerate(plan.pending.items()):
+                problem = plan.first_problem if i == 0 else None  # Built while validating the input.
+                if problem is None:
+                    assert task is not None
+                    problem = build_problem(task, settings.run.task, seed)
+                # Every configuration on this seed: same data, same weights.
+                on_device = problem.to(plan.device)
+                for candidate in candidates:
+                    bar.set_postfix_str(f"{candidate.label}, seed {seed}", refresh=True)
+                    outcome = run_trial(
+                        on_device,
+                        scaler_config(candidate.params, settings.space),
+                        epochs=settings.run.epochs,
+                        steps=settings.run.steps or None,  # The search's own step count.
+                        amp_dtype=amp_dtype,
+                        penalty=settings.penalty,
+                        device_label=label,
                     )
-                )
-                done += 1
-                bar.update(1)
-        if not args.no_corners:
-            done += _check_corners(plan, writer, label, amp_dtype, args)
-    finally:
-        bar.close()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+                    attrs = {
+                        "config": candidate.label,
+                        "source_trial": candidate.source_trial,
+                        DATA_SEED: seed,
+                        **outcome.user_attrs,
+                    }
+                    writer.add(
+                        optuna.trial.create_trial(
+                            state=TrialState.COMPLETE,
+                            value=outcome.value,
+                            params=candidate.params,
+                            distributions=candidate.distributions,
+                            user_attrs=attrs,
+                            intermediate_values=outcome.intermediate_values,
+                        )
+                    )
+                    done += 1
+                    bar.update(1)
+            if not args.no_corners:
+                done += _check_corners(plan, writer, label, amp_dtype, args)
+        finally:
+            bar.close()
     seconds = time.perf_counter() - start
 
     collected = collect_runs(storage, plan.study_name)

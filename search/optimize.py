@@ -27,8 +27,9 @@ from search.cli import OneLineParser, UsageError, fail, first_line
 from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
+from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
 from search.record import DEVICE, FINISHED
-from search.runner import Interrupted, Runner, TooManyFailures
+from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import growth_note
 from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
@@ -276,13 +277,11 @@ def _print_notes(settings: Settings, warnings: list[str], problem: Problem) -> N
 
 def _worker(argv: list[str], spec: WorkerSpec) -> int:
     """A worker process's whole life (``--workers``): the trial loop on its device, no summary."""
-    def stop(signum: int, _frame: object) -> None:
-        raise Interrupted(signum)
-
     # Until the trial loop installs its own handlers: a signal while starting up ends the
-    # worker quietly (nothing of its own is in storage yet).
-    for s in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(s, stop)
+    # worker quietly (nothing of its own is in storage yet). Installed for the process's whole
+    # life, not restored: the loop restores this one when it ends, and the worker then exits.
+    for s in INTERRUPTS:
+        signal.signal(s, raise_interrupted)
     torch.set_num_threads(spec.threads)
     args = build_parser().parse_args(argv)
     args.quiet = True

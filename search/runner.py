@@ -2,16 +2,16 @@
 
 Two ways a trial reaches storage:
 
-* **Sampled trials** (almost all): the sampler runs against an in-memory replica of the study,
-  training happens with no storage call at all, and the finished trial (params, value, every
-  attr, intermediate values, the sampler's own system attrs) is written whole with one
-  write (:class:`~search.trial_writer.TrialWriter`) -- one transaction instead of one per param
-  and per attr. Nothing of it
-  is ever RUNNING in storage, so an interrupt or a crash cannot leave a stale RUNNING trial.
+* **Sampled trials** (almost all): the sampler runs against an in-memory replica of the study
+  (:mod:`search.replica`), training happens with no storage call at all, and the finished trial
+  (params, value, every attr, intermediate values, the sampler's own system attrs) is written
+  whole with one write (:class:`~search.trial_writer.TrialWriter`) -- one transaction instead of
+  one per param and per attr. Nothing of it is ever RUNNING in storage, so an interrupt or a
+  crash cannot leave a stale RUNNING trial.
   When other processes may share the study (``shared``: ``--workers``, or a database server that
   other hosts can join), the sampled trial is instead registered RUNNING with its params in one
-  transaction and beats while it trains, so that if its worker dies a live one fails it and
-  re-runs the same params; it is finished in one more transaction.
+  transaction and beats while it trains (:mod:`search.heartbeat`), so that if its worker dies a
+  live one fails it and re-runs the same params; it is finished in one more transaction.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
   with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
   heartbeat while they train, and finished in one transaction.
@@ -20,20 +20,18 @@ Several workers (processes, hosts) can run on one study: each checks the study's
 trial, so the study ends with N to N + workers - 1 finished trials. Between trials each worker
 fails the RUNNING trials of dead workers (no heartbeat for twice the interval), which Optuna's
 ``RetryHeartbeatStaleTrialCallback`` queues again. Every storage call rides out a brief outage
-(:mod:`search.retry`). Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and re-raise.
+(:mod:`search.retry`), and every write is stored once even when its acknowledgement is lost
+(:mod:`search.recorder`). Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and
+re-raise (:mod:`search.interrupts`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
-import logging
-import signal
-import threading
 import time
-import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,29 +41,21 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.config import Settings
 from search.devices import process_token
+from search.heartbeat import first_beat, heartbeat
+from search.interrupts import Interrupted, deferred_interrupts, held_interrupts, interrupts_as_exceptions
 from search.objective import TrialOutcome, run_trial
-from search.record import BASELINE, DEVICE, FAIL_REASON, FINISHED, baseline_of
+from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of
 from search.record import WORKER as WORKER_ATTR
+from search.recorder import TrialRecorder
+from search.replica import Replica
 from search.retry import with_retry
 from search.space import suggest
-from search.study import waiting_baseline
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
-from search.trial_writer import TrialWriter
 
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 
-WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
-_logger = logging.getLogger("search")
 WORKER = process_token()  # Which process ran a trial (user attr "worker").
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived; ``signum`` says which."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
 
 
 class TooManyFailures(RuntimeError):
@@ -82,109 +72,6 @@ class RunStats:
     fail_reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
     stop_reason: str = ""
-
-
-@contextlib.contextmanager
-def interrupts_as_exceptions() -> Iterator[None]:
-    """Turns SIGINT and SIGTERM into :class:`Interrupted` while the loop runs.
-
-    Only the first signal raises: a second Ctrl-C (or a parent forwarding one) must not cut
-    short the write of the trial that the first one interrupted.
-    """
-    raised: list[int] = []
-
-    def handler(signum: int, _frame: Any) -> None:
-        if not raised:
-            raised.append(signum)
-            raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def held_interrupts() -> Iterator[list[int]]:
-    """Holds SIGINT/SIGTERM back while the block runs; yields the list of those that came."""
-    pending: list[int] = []
-    previous = {s: signal.signal(s, lambda n, _f: pending.append(n)) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield pending
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Holds SIGINT/SIGTERM back while a storage write runs, then delivers it."""
-    with held_interrupts() as pending:
-        yield
-    if pending:
-        raise Interrupted(pending[0])
-
-
-def heartbeat_interval(storage: optuna.storages.BaseStorage) -> int | None:
-    """The storage's heartbeat interval in seconds, or None where heartbeats are off or unsupported."""
-    return getattr(storage, "get_heartbeat_interval", lambda: None)()
-
-
-@contextlib.contextmanager
-def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
-    """Records the heartbeat of a RUNNING trial in storage while the block runs.
-
-    Optuna beats only inside ``study.optimize``; this loop claims trials with ``ask``, so it
-    beats itself, through the storage's public ``record_heartbeat``.
-    """
-    storage = study._storage
-    interval = heartbeat_interval(storage)
-    if not interval:
-        yield
-        return
-    stop = threading.Event()
-
-    def beat() -> None:
-        while True:
-            try:
-                storage.record_heartbeat(trial_id)
-            except Exception as error:  # The database is away: keep beating, it may come back.
-                _logger.debug("heartbeat of trial %d failed: %s", trial_id, error)
-            if stop.wait(interval):
-                return
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
-
-
-class _Replica:
-    """An in-memory copy of the study's finished trials that the sampler runs against."""
-
-    def __init__(self, sampler: optuna.samplers.BaseSampler, pruner: optuna.pruners.BasePruner) -> None:
-        self.study = optuna.create_study(direction="minimize", sampler=sampler, pruner=pruner)
-        self._seen: set[int] = set()
-
-    def sync(self, trials: list[FrozenTrial]) -> None:
-        for t in trials:
-            if t.state.is_finished() and t._trial_id not in self._seen:
-                self._seen.add(t._trial_id)
-                self.study.add_trial(t)
-
-    def frozen(self, trial: optuna.Trial) -> FrozenTrial:
-        """The replica's record of ``trial``: params and the sampler's system attrs."""
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        return next(t for t in running if t.number == trial.number)
-
-    def discard(self, trial: optuna.Trial) -> None:
-        # The real copy arrives with the next sync; samplers ignore FAIL trials.
-        self.study.tell(trial, state=TrialState.FAIL)
 
 
 class Runner:
@@ -222,8 +109,8 @@ class Runner:
         self.amp_dtype = amp_dtype
         self.pruner = pruner
         self.on_trial = on_trial or (lambda state, value: None)
-        self.replica = _Replica(sampler, pruner or optuna.pruners.NopPruner())
-        self.writer = TrialWriter(study)
+        self.replica = Replica(sampler, pruner or optuna.pruners.NopPruner())
+        self.recorder = TrialRecorder(study, settings.run.storage_retry)
         self.stats = RunStats()
         self._last_stale_check: float | None = None
         self.shared = shared
@@ -259,9 +146,6 @@ class Runner:
             self.stats.seconds = time.perf_counter() - start
         return self.stats
 
-    def _storage_call(self, call: Callable[[], Any], what: str) -> Any:
-        return with_retry(call, what=what, budget=self.settings.run.storage_retry)
-
     def _fail_stale_trials(self) -> None:
         # Trials of dead workers (kill -9, lost host) become FAIL and are queued again. Checked
         # at start and then at most once per heartbeat interval, by every worker.
@@ -274,7 +158,141 @@ class Runner:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self._storage_call(lambda: optuna.storages.fail_stale_trials(self.study), "failing stale trials")
 
-    # -- one trial -------------------------------------------------------------------------
+    def _storage_call(self, call: Callable[[], Any], what: str) -> Any:
+        return with_retry(call, what=what, budget=self.settings.run.storage_retry)
+
+    # -- queued trials: claimed from storage ---------------------------------------------------
+
+    def _run_enqueued(self) -> bool:
+        """Runs one queued trial; False when another worker claimed the last one first."""
+        # A signal during the claim is held and raised inside the try below, so that the claimed
+        # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
+        with held_interrupts() as pending:
+            trial = self._claim()
+        if trial is None:
+            if pending:
+                raise Interrupted(pending[0])
+            return False
+        try:
+            if pending:
+                raise Interrupted(pending[0])
+            with heartbeat(self.study, trial._trial_id):
+                duplicate = self._duplicate_of(trial)
+                if duplicate is not None:
+                    self.recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
+                    return True
+                scaler_config = suggest(trial, self.settings.space)
+                outcome = self._train(trial, scaler_config)
+        except BaseException as error:
+            attrs = self._failure_attrs(error)
+            with deferred_interrupts():
+                self.recorder.finish(trial, TrialState.FAIL, None, attrs)
+                self.recorder.requeue_baseline(trial)
+            self.on_trial(TrialState.FAIL, None)
+            if isinstance(error, Exception):
+                return True
+            raise
+        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+        with deferred_interrupts():
+            value = outcome.value if state == TrialState.COMPLETE else None
+            if not self.recorder.finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values):
+                return True
+        self._count(state)
+        self.on_trial(state, outcome.value)
+        return True
+
+    def _claim(self) -> optuna.Trial | None:
+        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling).
+
+        Its first heartbeat is recorded at once, so that it can be found stale if this process
+        dies before the heartbeat thread starts (Optuna ignores RUNNING trials with no heartbeat).
+        """
+        trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
+        if trial_id is None:
+            return None
+        first_beat(self.study, trial_id, self.settings.run.storage_retry)
+        return optuna.Trial(self.study, trial_id)
+
+    def _duplicate_of(self, trial: optuna.Trial) -> str | None:
+        # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
+        # callback can race with a resume that re-enqueues the same failed baseline.
+        tag = baseline_of(trial)
+        if tag is None:
+            return None
+        others = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
+        for other in others:
+            if (
+                other.number != trial.number
+                and baseline_of(other) == tag
+                and (other.state in FINISHED or other.state == TrialState.RUNNING)
+            ):
+                return f"duplicate of baseline {tag} (trial {other.number}); not run"
+        return None
+
+    # -- sampled trials: asked of the replica --------------------------------------------------
+
+    def _run_sampled(self, trials: list[FrozenTrial]) -> None:
+        started = datetime.datetime.now()
+        self.replica.sync(trials)
+        trial = self.replica.study.ask()
+        scaler_config = suggest(trial, self.settings.space)
+        if self.shared:
+            self._run_registered(trial, scaler_config, started)
+            return
+
+        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
+            # The replica's trial carries the params and the sampler's system attrs.
+            self.recorder.write(self.replica.frozen(trial), state, value, attrs, values, started)
+            return True
+
+        self._train_and_record(trial, lambda: self._train(trial, scaler_config), record)
+
+    def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
+        """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
+        with held_interrupts() as pending:
+            trial_id = self.recorder.write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
+            first_beat(self.study, trial_id, self.settings.run.storage_retry)
+        stored = optuna.Trial(self.study, trial_id)
+
+        def train() -> TrialOutcome:
+            if pending:
+                raise Interrupted(pending[0])
+            with heartbeat(self.study, trial_id):
+                return self._train(trial, scaler_config)  # Pruning reports go to the replica.
+
+        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
+            return self.recorder.finish(stored, state, value, attrs, values)
+
+        self._train_and_record(trial, train, record)
+
+    def _train_and_record(
+        self,
+        trial: optuna.Trial,
+        train: Callable[[], TrialOutcome],
+        record: Callable[[TrialState, float | None, dict, dict[int, float]], bool],
+    ) -> None:
+        """Trains a sampled trial and records how it ended; ``record`` is False when a peer failed it first."""
+        try:
+            outcome = train()
+        except BaseException as error:
+            attrs = self._failure_attrs(error)
+            with deferred_interrupts():
+                record(TrialState.FAIL, None, attrs, {})
+                self.replica.discard(trial)
+            self.on_trial(TrialState.FAIL, None)
+            if isinstance(error, Exception):
+                return
+            raise
+        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+        value = outcome.value if state == TrialState.COMPLETE else None
+        with deferred_interrupts():
+            recorded = record(state, value, outcome.user_attrs, outcome.intermediate_values)
+            self.replica.discard(trial)
+        if recorded:
+            self._count(state)
+            self.on_trial(state, outcome.value)
+
+    # -- one trial -----------------------------------------------------------------------------
 
     def _train(self, trial: optuna.Trial, scaler_config: ScalerConfig) -> TrialOutcome:
         run = self.settings.run
@@ -310,222 +328,6 @@ class Runner:
         self.stats.failed += 1
         self.stats.fail_reasons.append(reason)
         return {FAIL_REASON: reason, DEVICE: self.device_label, WORKER_ATTR: WORKER}
-
-    def _run_sampled(self, trials: list[FrozenTrial]) -> None:
-        started = datetime.datetime.now()
-        self.replica.sync(trials)
-        trial = self.replica.study.ask()
-        scaler_config = suggest(trial, self.settings.space)
-        if self.shared:
-            self._run_registered(trial, scaler_config, started)
-            return
-
-        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
-            # The replica's trial carries the params and the sampler's system attrs.
-            self._write(self.replica.frozen(trial), state, value, attrs, values, started)
-            return True
-
-        self._train_and_record(trial, lambda: self._train(trial, scaler_config), record)
-
-    def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
-        """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
-        with held_interrupts() as pending:
-            trial_id = self._write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
-            self._first_beat(trial_id)
-        stored = optuna.Trial(self.study, trial_id)
-
-        def train() -> TrialOutcome:
-            if pending:
-                raise Interrupted(pending[0])
-            with heartbeat(self.study, trial_id):
-                return self._train(trial, scaler_config)  # Pruning reports go to the replica.
-
-        def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
-            return self._finish(stored, state, value, attrs, values)
-
-        self._train_and_record(trial, train, record)
-
-    def _train_and_record(
-        self,
-        trial: optuna.Trial,
-        train: Callable[[], TrialOutcome],
-        record: Callable[[TrialState, float | None, dict, dict[int, float]], bool],
-    ) -> None:
-        """Trains a sampled trial and records how it ended; ``record`` is False when a peer failed it first."""
-        try:
-            outcome = train()
-        except BaseException as error:
-            attrs = self._failure_attrs(error)
-            with deferred_interrupts():
-                record(TrialState.FAIL, None, attrs, {})
-                self.replica.discard(trial)
-            self.on_trial(TrialState.FAIL, None)
-            if isinstance(error, Exception):
-                return
-            raise
-        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
-        value = outcome.value if state == TrialState.COMPLETE else None
-        with deferred_interrupts():
-            recorded = record(state, value, outcome.user_attrs, outcome.intermediate_values)
-            self.replica.discard(trial)
-        if recorded:
-            self._count(state)
-            self.on_trial(state, outcome.value)
-
-    def _write(
-        self,
-        template: FrozenTrial,
-        state: TrialState,
-        value: float | None,
-        user_attrs: dict[str, Any],
-        intermediate_values: dict[int, float],
-        started: datetime.datetime,
-    ) -> int:
-        # ``template`` carries the params and the sampler's system attrs from the replica.
-        write_id = uuid.uuid4().hex
-        trial = optuna.trial.create_trial(
-            state=state,
-            value=value,
-            params=template.params,
-            distributions=template.distributions,
-            user_attrs=user_attrs,
-            system_attrs={**template.system_attrs, WRITE_ID_ATTR: write_id},
-            intermediate_values=intermediate_values,
-        )
-        trial.datetime_start = started
-        done: list[int] = []
-
-        def check_first() -> None:
-            # A commit whose acknowledgement was lost has taken effect: do not add it twice.
-            found = self.writer.find(WRITE_ID_ATTR, write_id)
-            if found is not None:
-                done.append(found)
-
-        def write() -> None:
-            if not done:
-                done.append(self.writer.add(trial))
-
-        self._storage_call_with_check(write, check_first, f"writing a {state.name} trial")
-        return done[0]
-
-    def _storage_call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
-        with_retry(call, what=what, budget=self.settings.run.storage_retry, retrying=check)
-
-    def _claim(self) -> optuna.Trial | None:
-        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling).
-
-        Its first heartbeat is recorded at once, so that it can be found stale if this process
-        dies before the heartbeat thread starts (Optuna ignores RUNNING trials with no heartbeat).
-        """
-        trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
-        if trial_id is None:
-            return None
-        self._first_beat(trial_id)
-        return optuna.Trial(self.study, trial_id)
-
-    def _first_beat(self, trial_id: int) -> None:
-        """Records a just-RUNNING trial's first heartbeat, so that it can be found stale at once."""
-        if heartbeat_interval(self.study._storage):
-            self._storage_call(lambda: self.study._storage.record_heartbeat(trial_id), "recording a heartbeat")
-
-    def _run_enqueued(self) -> bool:
-        """Runs one queued trial; False when another worker claimed the last one first."""
-        # A signal during the claim is held and raised inside the try below, so that the claimed
-        # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
-        with held_interrupts() as pending:
-            trial = self._claim()
-        if trial is None:
-            if pending:
-                raise Interrupted(pending[0])
-            return False
-        try:
-            if pending:
-                raise Interrupted(pending[0])
-            with heartbeat(self.study, trial._trial_id):
-                duplicate = self._duplicate_of(trial)
-                if duplicate is not None:
-                    self._finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
-                    return True
-                scaler_config = suggest(trial, self.settings.space)
-                outcome = self._train(trial, scaler_config)
-        except BaseException as error:
-            attrs = self._failure_attrs(error)
-            with deferred_interrupts():
-                self._finish(trial, TrialState.FAIL, None, attrs)
-                self._requeue_baseline(trial)
-            self.on_trial(TrialState.FAIL, None)
-            if isinstance(error, Exception):
-                return True
-            raise
-        state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
-        with deferred_interrupts():
-            value = outcome.value if state == TrialState.COMPLETE else None
-            if not self._finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values):
-                return True
-        self._count(state)
-        self.on_trial(state, outcome.value)
-        return True
-
-    def _duplicate_of(self, trial: optuna.Trial) -> str | None:
-        # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
-        # callback can race with a resume that re-enqueues the same failed baseline.
-        tag = baseline_of(trial)
-        if tag is None:
-            return None
-        others = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
-        for other in others:
-            if (
-                other.number != trial.number
-                and baseline_of(other) == tag
-                and (other.state in FINISHED or other.state == TrialState.RUNNING)
-            ):
-                return f"duplicate of baseline {tag} (trial {other.number}); not run"
-        return None
-
-    def _finish(
-        self,
-        trial: optuna.Trial,
-        state: TrialState,
-        value: float | None,
-        attrs: dict,
-        intermediate_values: dict[int, float] | None = None,
-    ) -> bool:
-        """Finishes a claimed trial; False when a peer failed it first (it looked dead)."""
-        finished: list[bool] = []
-
-        def check() -> None:
-            stored = self.study._storage.get_trial(trial._trial_id)
-            if stored.state.is_finished():
-                finished.append(stored.state == state)
-
-        def call() -> None:
-            if not finished:
-                self.writer.finish(trial, state, value, attrs, intermediate_values)
-
-        try:
-            self._storage_call_with_check(call, check, f"finishing trial {trial.number}")
-        except optuna.exceptions.UpdateFinishedTrialError:
-            finished.append(False)
-        if finished and not finished[0]:
-            _logger.warning(
-                "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
-                trial.number,
-            )
-            return False
-        return True
-
-    def _requeue_baseline(self, trial: optuna.Trial) -> None:
-        # A failed baseline runs again, so every study ends with the seed's full table.
-        tag = baseline_of(trial)
-        if tag is None:
-            return
-
-        def requeue() -> None:
-            stored = self.study._storage.get_trial(trial._trial_id)
-            params = stored.system_attrs.get("fixed_params") or stored.params
-            self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE)
-
-        self._storage_call(requeue, "re-queuing a baseline")
 
     def _count(self, state: TrialState) -> None:
         if state == TrialState.COMPLETE:

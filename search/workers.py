@@ -22,6 +22,9 @@ import torch
 
 __all__ = ["PoolResult", "WorkerSpec", "plan_workers", "run_pool", "threads_per_worker"]
 
+# Not search.interrupts: the parent has no trial in flight to record, so a signal does not stop
+# it; it forwards the signal, once to each worker, and waits for them to record theirs. SIGHUP is
+# forwarded too, as SIGTERM: the workers, in their own process group, never get the terminal's.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 

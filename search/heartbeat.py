@@ -1,0 +1,74 @@
+"""Heartbeats of RUNNING trials, so that the trial of a dead worker can be found and run again.
+
+A trial that is RUNNING in storage (a claimed baseline or retry, or a sampled trial of a shared
+study) beats while it trains: a thread records its heartbeat every ``--heartbeat-interval``
+seconds through the storage's public ``record_heartbeat``. Between trials every worker calls
+``optuna.storages.fail_stale_trials`` (:class:`search.runner.Runner`): a RUNNING trial with no
+heartbeat for twice the interval (kill -9, a lost host) becomes FAIL, and Optuna's
+``RetryHeartbeatStaleTrialCallback`` queues it again. Optuna ignores RUNNING trials that never
+beat, so the first beat is recorded at once, before the trial trains (:func:`first_beat`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator
+
+import optuna
+
+from search.retry import with_retry
+
+__all__ = ["first_beat", "heartbeat", "heartbeat_interval"]
+
+_logger = logging.getLogger("search")
+
+
+def heartbeat_interval(storage: optuna.storages.BaseStorage) -> int | None:
+    """The storage's heartbeat interval in seconds, or None where heartbeats are off or unsupported."""
+    return getattr(storage, "get_heartbeat_interval", lambda: None)()
+
+
+@contextlib.contextmanager
+def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
+    """Records the heartbeat of a RUNNING trial in storage while the block runs.
+
+    Optuna beats only inside ``study.optimize``; this loop claims trials with ``ask``, so it
+    beats itself, through the storage's public ``record_heartbeat``.
+    """
+    storage = study._storage
+    interval = heartbeat_interval(storage)
+    if not interval:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while True:
+            try:
+                storage.record_heartbeat(trial_id)
+            except Exception as error:  # The database is away: keep beating, it may come back.
+                _logger.debug("heartbeat of trial %d failed: %s", trial_id, error)
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def first_beat(study: optuna.Study, trial_id: int, retry_budget: float) -> None:
+    """Records a just-RUNNING trial's first heartbeat, so that it can be found stale at once.
+
+    Retried through an outage for up to ``retry_budget`` seconds (:func:`search.retry.with_retry`).
+    """
+    storage = study._storage
+    if heartbeat_interval(storage):
+        with_retry(
+            lambda: storage.record_heartbeat(trial_id), what="recording a heartbeat", budget=retry_budget
+        )

@@ -1,0 +1,96 @@
+"""SIGINT and SIGTERM as an exception, so that whatever is in flight is recorded before exiting.
+
+Python's default turns SIGINT into ``KeyboardInterrupt`` and lets SIGTERM kill the process on the
+spot. The commands that train instead install a handler that raises :class:`Interrupted`: a
+``BaseException``, so that neither an ``except Exception`` in a task nor the trial loop's handling
+of a failed trial (record it, go on) swallows it. The trial loop stores the trial in flight as FAIL
+and re-raises, and the command exits with ``128 + signum`` (130, 143). Storage writes that must not be cut in half hold
+the signal back and deliver it once they are done (:func:`held_interrupts`,
+:func:`deferred_interrupts`).
+
+Every handler is installed with :func:`signal.signal`, so only the main thread can use this
+module, and each context manager restores the handlers it replaced. ``search.workers`` does not
+use it: a parent of worker processes does not stop itself, it forwards the signal to them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
+
+__all__ = [
+    "INTERRUPTS",
+    "Interrupted",
+    "deferred_interrupts",
+    "held_interrupts",
+    "interrupts_as_exceptions",
+    "raise_interrupted",
+]
+
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; ``signum`` says which."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_interrupted(signum: int, _frame: Any) -> NoReturn:
+    """A signal handler that raises :class:`Interrupted` on every SIGINT/SIGTERM."""
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _handling(handler: Callable[[int, Any], object]) -> Iterator[None]:
+    previous = {s: signal.signal(s, handler) for s in INTERRUPTS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
+    """Turns SIGINT and SIGTERM into :class:`Interrupted` while the block runs.
+
+    By default only the first signal raises: a second Ctrl-C (or a parent forwarding one) must not
+    cut short the write of the trial that the first one interrupted. ``first_only=False`` raises
+    on every signal, for a block that leaves nothing half-written when it is cut short
+    (``search.confirm`` writes each run finished, in one transaction, after it has trained).
+    """
+    if not first_only:
+        with _handling(raise_interrupted):
+            yield
+        return
+    raised: list[int] = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not raised:
+            raised.append(signum)
+            raise Interrupted(signum)
+
+    with _handling(handler):
+        yield
+
+
+@contextlib.contextmanager
+def held_interrupts() -> Iterator[list[int]]:
+    """Holds SIGINT/SIGTERM back while the block runs; yields the list of those that came."""
+    pending: list[int] = []
+    with _handling(lambda n, _f: pending.append(n)):
+        yield pending
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Holds SIGINT/SIGTERM back while a storage write runs, then delivers it."""
+    with held_interrupts() as pending:
+        yield
+    if pending:
+        raise Interrupted(pending[0])

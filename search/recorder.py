@@ -1,0 +1,143 @@
+"""Recording the trial loop's trials in storage exactly once, through an outage and beside peers.
+
+Every write is retried through a brief outage (:func:`search.retry.with_retry`). Retrying is safe
+for a transaction that failed, since it was rolled back; it is not for one whose commit went
+through but whose acknowledgement was lost (the connection dropped at that moment): that write
+took effect, and repeating it would store it twice. So before each retry the recorder looks for
+the effect of the attempt before:
+
+* A new trial (:meth:`TrialRecorder.write`: a sampled trial, finished or registered RUNNING)
+  carries a fresh id in its system attr ``search:write_id``; a stored trial with that id is
+  this write, already done.
+* A RUNNING trial being finished (:meth:`TrialRecorder.finish`) is read back: finished in the
+  state being written, the lost acknowledgement did it; in another state, a peer took this
+  worker for dead (no heartbeat for too long) and failed it first. The peer's FAIL stands, and
+  Optuna's retry of it runs the trial again.
+
+A failed baseline is queued again only if no unfailed trial holds it
+(:meth:`TrialRecorder.requeue_baseline`, through
+:meth:`search.trial_writer.TrialWriter.enqueue_once`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.record import BASELINE, baseline_of
+from search.retry import with_retry
+from search.study import waiting_baseline
+from search.trial_writer import TrialWriter
+
+__all__ = ["WRITE_ID_ATTR", "TrialRecorder"]
+
+WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
+_logger = logging.getLogger("search")
+
+
+class TrialRecorder:
+    """Writes the trials of one study for the trial loop, each once, retried through an outage.
+
+    Args:
+        study: The study in storage.
+        retry_budget: Seconds to keep retrying an unreachable database (``--storage-retry``).
+    """
+
+    def __init__(self, study: optuna.Study, retry_budget: float) -> None:
+        self.study = study
+        self.writer = TrialWriter(study)
+        self.retry_budget = retry_budget
+
+    def write(
+        self,
+        template: FrozenTrial,
+        state: TrialState,
+        value: float | None,
+        user_attrs: dict[str, Any],
+        intermediate_values: dict[int, float],
+        started: datetime.datetime,
+    ) -> int:
+        """Stores a new trial in ``state`` (finished, or RUNNING); returns its id.
+
+        ``template`` carries the params and the sampler's system attrs from the replica.
+        """
+        write_id = uuid.uuid4().hex
+        trial = optuna.trial.create_trial(
+            state=state,
+            value=value,
+            params=template.params,
+            distributions=template.distributions,
+            user_attrs=user_attrs,
+            system_attrs={**template.system_attrs, WRITE_ID_ATTR: write_id},
+            intermediate_values=intermediate_values,
+        )
+        trial.datetime_start = started
+        done: list[int] = []
+
+        def check_first() -> None:
+            # A commit whose acknowledgement was lost has taken effect: do not add it twice.
+            found = self.writer.find(WRITE_ID_ATTR, write_id)
+            if found is not None:
+                done.append(found)
+
+        def write() -> None:
+            if not done:
+                done.append(self.writer.add(trial))
+
+        self._call_with_check(write, check_first, f"writing a {state.name} trial")
+        return done[0]
+
+    def finish(
+        self,
+        trial: optuna.Trial,
+        state: TrialState,
+        value: float | None,
+        attrs: dict,
+        intermediate_values: dict[int, float] | None = None,
+    ) -> bool:
+        """Finishes a claimed trial; False when a peer failed it first (it looked dead)."""
+        finished: list[bool] = []
+
+        def check() -> None:
+            stored = self.study._storage.get_trial(trial._trial_id)
+            if stored.state.is_finished():
+                finished.append(stored.state == state)
+
+        def call() -> None:
+            if not finished:
+                self.writer.finish(trial, state, value, attrs, intermediate_values)
+
+        try:
+            self._call_with_check(call, check, f"finishing trial {trial.number}")
+        except optuna.exceptions.UpdateFinishedTrialError:
+            finished.append(False)
+        if finished and not finished[0]:
+            _logger.warning(
+                "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
+                trial.number,
+            )
+            return False
+        return True
+
+    def requeue_baseline(self, trial: optuna.Trial) -> None:
+        """Queues a failed baseline trial again (nothing for a trial that is not a baseline)."""
+        # A failed baseline runs again, so every study ends with the seed's full table.
+        tag = baseline_of(trial)
+        if tag is None:
+            return
+
+        def requeue() -> None:
+            stored = self.study._storage.get_trial(trial._trial_id)
+            params = stored.system_attrs.get("fixed_params") or stored.params
+            self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE)
+
+        with_retry(requeue, what="re-queuing a baseline", budget=self.retry_budget)
+
+    def _call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
+        with_retry(call, what=what, budget=self.retry_budget, retrying=check)
