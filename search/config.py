@@ -119,7 +119,7 @@ class Settings:
 
 DEFAULTS = Settings()
 
-SAMPLERS = ("tpe", "random", "cmaes")
+SAMPLERS = ("tpe", "tpe-multivariate", "gp", "cmaes", "random")
 PRUNERS = ("none", "median", "hyperband")
 AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}

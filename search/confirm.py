@@ -79,6 +79,7 @@ from search.interrupts import Interrupted, interrupts_as_exceptions
 from search.objective import run_trial
 from search.record import (
     CHECK,
+    CONFIG,
     CORNER,
     DATA_SEED,
     DEFAULT_BASELINE,
@@ -478,8 +479,8 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                         device_label=label,
                     )
                     attrs = {
-                        "config": candidate.label,
-                        "source_trial": candidate.source_trial,
+                        CONFIG: candidate.label,
+                        SOURCE_TRIAL: candidate.source_trial,
                         DATA_SEED: seed,
                         **outcome.user_attrs,
                     }
@@ -567,7 +568,7 @@ def _check_corners(
             )
             values = {"init_scale": cfg.init_scale, "growth_factor": cfg.growth_factor,
                       "backoff_factor": cfg.backoff_factor, "growth_interval": cfg.growth_interval}
-            attrs = {"config": CORNER, CHECK: CORNER, POINT: point, DATA_SEED: settings.run.seed, **outcome.user_attrs}
+            attrs = {CONFIG: CORNER, CHECK: CORNER, POINT: point, DATA_SEED: settings.run.seed, **outcome.user_attrs}
             writer.add(
                 optuna.trial.create_trial(
                     state=TrialState.COMPLETE,

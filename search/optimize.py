@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from search import publishing
 from search.cli import OneLineParser, UsageError, fail, first_line
-from search.config import DEFAULTS, ConfigError, Settings, load_settings, with_run
+from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     add("--seed", type=int, default=None, help=f"task seed: data and initial weights [{d.seed}]")
     add("--timeout", type=float, default=None, help="stop starting trials after SECONDS (0 = none) [0]")
     add("--trial-timeout", type=float, default=None, help="fail a trial running past SECONDS (0 = none) [0]")
-    add("--sampler", default=None, choices=("tpe", "random", "cmaes"), help=f"Optuna sampler [{d.sampler}]")
+    add("--sampler", default=None, choices=SAMPLERS, help=f"Optuna sampler [{d.sampler}]")
     add("--pruner", default=None, choices=("none", "median", "hyperband"), help=f"Optuna pruner [{d.pruner}]")
     add(
         "--max-failed-trials",

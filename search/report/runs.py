@@ -69,7 +69,7 @@ def _skipped_section(done: list[FrozenTrial]) -> tuple[Section, dict[str, int]]:
         "gradients hold inf/NaN and backs the scale off).",
     )
     counts = Counter(
-        int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if "skipped_steps" in t.user_attrs
+        int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if SKIPPED_STEPS in t.user_attrs
     )
     data = {str(k): counts[k] for k in sorted(counts)}
     if not counts:
