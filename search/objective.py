@@ -27,7 +27,7 @@ VERSIONS = {
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """A finished run as Optuna will store it: value, user attrs, the loss per epoch as intermediate values."""
+    """A finished run as Optuna will store it: value, user attrs, the loss per optimizer step as intermediate values."""
 
     value: float
     user_attrs: dict[str, Any]
@@ -59,7 +59,7 @@ def run_trial(
         penalty: Penalty weights and thresholds.
         device_label: The device string stored with the trial (e.g. ``cuda:0 (NVIDIA H100)``).
         deadline: ``time.perf_counter()`` deadline of the trial, or None.
-        should_prune: Called at up to ``n_reports`` evenly spaced epochs with the loss so far;
+        should_prune: Called at up to ``n_reports`` evenly spaced steps with the loss so far;
             True stops the run as PRUNED. None disables pruning and its host syncs.
         n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
     """
@@ -71,9 +71,9 @@ def run_trial(
         total = len(batch_plan(problem, epochs, steps))
         checkpoints = tuple(sorted({max(1, round(total * k / n_reports)) for k in range(1, n_reports + 1)}))
 
-        def stop(epoch: int, loss: float) -> bool:
-            intermediate[epoch] = loss if math.isfinite(loss) else penalty.nonfinite
-            return should_prune(epoch, intermediate[epoch])
+        def stop(step: int, loss: float) -> bool:
+            intermediate[step] = loss if math.isfinite(loss) else penalty.nonfinite
+            return should_prune(step, intermediate[step])
 
     result = train(
         problem,
@@ -87,8 +87,8 @@ def run_trial(
     )
     # The whole loss curve as intermediate values: optuna-dashboard plots them on each trial's
     # page. They go into the trial's one batched write, so they cost no extra storage call.
-    for epoch, loss in enumerate(result.loss_curve):
-        intermediate[epoch] = loss if math.isfinite(loss) else penalty.nonfinite
+    for step, loss in enumerate(result.loss_curve):
+        intermediate[step] = loss if math.isfinite(loss) else penalty.nonfinite
     verdict = assess(result, penalty)
     attrs = {
         "final_loss": _finite_or_none(result.final_loss),

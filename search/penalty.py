@@ -3,7 +3,7 @@
 Optuna treats a NaN objective as FAIL and its samplers then ignore the trial, so a search
 could never learn where the unsafe region is. Every run therefore gets a finite value:
 
-* ``nonfinite`` (loss or weights became NaN/Inf): ``nonfinite * (2 - first_bad_epoch / epochs)``,
+* ``nonfinite`` (loss or weights became NaN/Inf): ``nonfinite * (2 - first_bad_step / steps)``,
   i.e. between ``nonfinite`` and ``2 * nonfinite``, the earlier the divergence the worse. With the
   default 10 this is above any finite cross-entropy a run that trains at all reaches.
 * everything else: ``eval_loss + skip * skipped_fraction + silent * [silent failure]``, where
@@ -47,23 +47,23 @@ class Assessment:
     failure: str
     nonfinite: bool
     learned: bool
-    first_nonfinite_epoch: int | None
+    first_nonfinite_step: int | None
 
 
 def assess(result: TrainResult, penalty: PenaltyConfig) -> Assessment:
     """Computes the objective value (always finite) and the failure code of ``result``."""
-    epochs = max(1, result.epochs)
+    steps = max(1, result.steps)
     first_bad = next((i for i, v in enumerate(result.loss_curve) if not math.isfinite(v)), None)
     if first_bad is None and not (
         result.weights_finite and math.isfinite(result.final_loss_fp32) and math.isfinite(result.eval_loss)
     ):
-        first_bad = result.epochs  # Diverged in the last update: the loss was still finite.
+        first_bad = result.steps  # Diverged in the last update: the loss was still finite.
     if first_bad is not None:
-        value = penalty.nonfinite * (2.0 - first_bad / epochs)
+        value = penalty.nonfinite * (2.0 - first_bad / steps)
         return Assessment(value, "nonfinite", True, False, first_bad)
 
     learned = result.eval_median <= (1.0 - penalty.learn_threshold) * result.initial_eval_median
-    skipped_fraction = result.skipped_steps / epochs
+    skipped_fraction = result.skipped_steps / steps
     if skipped_fraction >= penalty.churn_threshold:
         failure = "overflow_churn"
     elif result.zero_grad_fraction - result.fp32_zero_fraction >= penalty.underflow_threshold:

@@ -104,7 +104,7 @@ class TrainResult:
         fp32_zero_fraction: The same fraction in an fp32 run of the same problem and steps
             (:func:`fp32_zero_fraction`): the zeros the model has without any underflow.
         weights_finite: Whether every final weight is finite.
-        epochs: Number of optimizer steps taken (one per epoch for full-batch tasks).
+        steps: Number of optimizer steps taken (one per epoch for full-batch tasks).
         train_seconds: Wall time of the loop, including the final host read.
         stopped_early: Whether ``should_stop`` ended the run before ``epochs``.
     """
@@ -123,7 +123,7 @@ class TrainResult:
     zero_grad_fraction: float
     fp32_zero_fraction: float
     weights_finite: bool
-    epochs: int
+    steps: int
     train_seconds: float
     stopped_early: bool = False
 
@@ -287,7 +287,7 @@ def train(
         zero_grad_fraction=zero_fraction,
         fp32_zero_fraction=zero_fraction if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps),
         weights_finite=bool(weights_finite),
-        epochs=taken,
+        steps=taken,
         train_seconds=time.perf_counter() - start,
         stopped_early=stopped_early,
     )

@@ -136,5 +136,5 @@ def test_large_variant_builds_and_trains_two_steps_on_cpu():
     assert LARGE.width == 4 * SMALL.width and LARGE.samples > SMALL.samples and LARGE.epochs >= SMALL.epochs
     assert problem.fingerprint() == build_large(42).fingerprint() != build(42).fingerprint()
     result = train(problem, GOOD, epochs=problem.epochs, steps=2)
-    assert result.epochs == 2 and len(result.loss_curve) == 2
+    assert result.steps == 2 and len(result.loss_curve) == 2
     assert all(math.isfinite(v) for v in result.loss_curve) and result.weights_finite

@@ -27,7 +27,7 @@ def result(**kw) -> TrainResult:
         zero_grad_fraction=0.0,
         fp32_zero_fraction=0.0,
         weights_finite=True,
-        epochs=10,
+        steps=10,
         train_seconds=0.1,
     )
     base.update(kw)
@@ -54,7 +54,7 @@ def test_earlier_divergence_is_worse():
     late = assess(result(loss_curve=[0.7] * 9 + [nan], final_loss=nan), PENALTY)
     weights = assess(result(weights_finite=False), PENALTY)
     assert early.value > late.value > weights.value >= PENALTY.nonfinite
-    assert weights.first_nonfinite_epoch == 10
+    assert weights.first_nonfinite_step == 10
 
 
 def test_nonfinite_is_worse_than_any_silent_failure():

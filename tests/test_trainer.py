@@ -42,7 +42,7 @@ def test_every_run_starts_from_the_same_weights(problem):
 
 def test_curves_and_final_losses(problem):
     r = train(problem, DEFAULT, epochs=30)
-    assert len(r.loss_curve) == len(r.scale_curve) == r.epochs == 30
+    assert len(r.loss_curve) == len(r.scale_curve) == r.steps == 30
     assert r.final_loss == r.loss_curve[-1]
     assert r.final_loss_fp32 < r.loss_curve[0] * 0.7
     assert r.skipped_steps == 0 and r.weights_finite
@@ -75,7 +75,7 @@ def test_real_divergence_gives_nonfinite_loss():
 
 def test_bfloat16_runs(problem):
     r = train(problem, DEFAULT, epochs=5, amp_dtype=torch.bfloat16)
-    assert r.epochs == 5 and r.weights_finite
+    assert r.steps == 5 and r.weights_finite
 
 
 def test_deadline_stops_between_steps(problem):
@@ -91,7 +91,7 @@ def test_should_stop_is_asked_only_at_checkpoints(problem):
         return epoch >= 9
 
     r = train(problem, DEFAULT, epochs=30, checkpoints=(5, 10, 15), should_stop=stop)
-    assert asked == [4, 9] and r.stopped_early and r.epochs == 10
+    assert asked == [4, 9] and r.stopped_early and r.steps == 10
 
 
 def test_gradscaler_line():
@@ -150,7 +150,7 @@ def test_accumulating_two_halves_is_one_full_batch_step():
     full = train(problem, cfg, epochs=1, amp_dtype=torch.bfloat16)
     halves = train(order, cfg, epochs=1, amp_dtype=torch.bfloat16)
     # Loss of the step = mean of the two half-batch losses = the full-batch loss (bf16 rounding apart).
-    assert halves.epochs == 1 and abs(halves.loss_curve[0] - full.loss_curve[0]) < 1e-2
+    assert halves.steps == 1 and abs(halves.loss_curve[0] - full.loss_curve[0]) < 1e-2
     assert abs(halves.final_loss_fp32 - full.final_loss_fp32) < 1e-2
 
 
