@@ -90,7 +90,7 @@ from search.record import (
     baseline_of,
 )
 from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
-from search.storage import StorageError, mask_url, open_existing_storage, redact
+from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 from search.study import settings_of
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 from search.trainer import ScalerConfig
@@ -395,8 +395,7 @@ _OPENED: list[optuna.storages.RDBStorage] = []
 
 def _close_all_storages() -> None:
     for storage in _OPENED:
-        storage.remove_session()
-        storage.engine.dispose()
+        close_storage(storage)
     _OPENED.clear()
 
 

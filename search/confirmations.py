@@ -24,7 +24,7 @@ from search.cli import CONFIRM_SUFFIX
 from search.config import Settings
 from search.record import CHECK, CORNER, DATA_SEED, FINAL_LOSS, POINT, SOURCE_TRIAL, failure_of
 from search.space import format_scale, scaler_config
-from search.storage import StorageError, open_existing_storage
+from search.storage import StorageError, close_storage, open_existing_storage
 
 __all__ = [
     "ALPHA",
@@ -282,8 +282,7 @@ def summarize_confirmation(
         try:
             collected = collect_runs(opened, study_name)
         finally:
-            opened.remove_session()
-            opened.engine.dispose()
+            close_storage(opened)
     else:
         collected = collect_runs(storage, study_name)
     return None if collected is None else confirmation_data(*collected)

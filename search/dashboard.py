@@ -29,7 +29,7 @@ import optuna
 
 from search.cli import OneLineParser, UsageError, fail, first_line
 from search.publishing import PublishReport, publish
-from search.storage import StorageError, mask_url, open_existing_storage, redact
+from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 
 __all__ = ["PublishReport", "publish", "main"]
 
@@ -114,8 +114,7 @@ def _publish_all(url: str, names: list[str]) -> None:
                 file=sys.stderr,
             )
     finally:
-        writer.remove_session()
-        writer.engine.dispose()
+        close_storage(writer)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from search.record import DEVICE, FINISHED
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import growth_note
-from search.storage import StorageError, enable_wal, mask_url, open_storage, redact
+from search.storage import StorageError, close_storage, enable_wal, mask_url, open_storage, redact
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import Problem, TaskError, build_problem, resolve_task
@@ -185,8 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _close_all_storages() -> None:
     # Closing every connection lets SQLite checkpoint and remove its -wal/-shm files.
     for storage in _OPENED:
-        storage.remove_session()
-        storage.engine.dispose()
+        close_storage(storage)
     _OPENED.clear()
 
 

@@ -24,6 +24,7 @@ import sqlalchemy.pool
 from sqlalchemy.engine import make_url
 
 __all__ = [
+    "close_storage",
     "StorageError",
     "enable_wal",
     "first_line",
@@ -197,6 +198,14 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
     if not has_studies:
         raise StorageError(f"{mask_url(url)} holds no Optuna studies")
     return open_storage(url, immediate=immediate)
+
+
+def close_storage(storage: optuna.storages.BaseStorage) -> None:
+    """Closes every connection of an RDB storage (SQLite then checkpoints and removes -wal/-shm)."""
+    backend = getattr(storage, "_backend", storage)  # _CachedStorage wraps RDBStorage.
+    if isinstance(backend, optuna.storages.RDBStorage):
+        backend.remove_session()
+        backend.engine.dispose()
 
 
 def first_line(error: BaseException) -> str:

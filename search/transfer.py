@@ -43,7 +43,15 @@ from sqlalchemy.engine import make_url
 
 from search.cli import OneLineParser, UsageError, choose_study, fail, first_line
 from search.record import FAIL_REASON
-from search.storage import StorageError, mask_url, open_existing_storage, open_storage, redact, sqlite_path
+from search.storage import (
+    StorageError,
+    close_storage,
+    mask_url,
+    open_existing_storage,
+    open_storage,
+    redact,
+    sqlite_path,
+)
 
 __all__ = [
     "RUNNING_FAIL_REASON",
@@ -210,8 +218,7 @@ def transfer_study(
             raise
     finally:
         for storage in opened:  # Closing every connection removes SQLite's -wal/-shm files.
-            storage.remove_session()
-            storage.engine.dispose()
+            close_storage(storage)
     states = Counter(t.state.name for t in snapshot.trials)
     return TransferReport(
         study_name=name,
@@ -410,8 +417,7 @@ def _discard(dest: optuna.storages.RDBStorage, target: str, created_file: str | 
     with contextlib.suppress(Exception):  # Never created, or the database is gone.
         dest.delete_study(dest.get_study_id_from_name(target))
     if created_file is not None:
-        dest.remove_session()
-        dest.engine.dispose()
+        close_storage(dest)
         for suffix in ("", "-wal", "-shm", "-journal"):
             with contextlib.suppress(OSError):
                 os.remove(created_file + suffix)

@@ -16,7 +16,7 @@ from optuna.trial import FrozenTrial
 from search.cli import UsageError, choose_study, first_line
 from search.config import Settings
 from search.confirmations import summarize_confirmation
-from search.storage import StorageError, mask_url, open_existing_storage
+from search.storage import StorageError, close_storage, mask_url, open_existing_storage
 from search.study import settings_of
 
 
@@ -79,6 +79,5 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
         trials = tuple(sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number))
         confirmation, note = _read_confirmation(storage, name)
     finally:
-        storage.remove_session()
-        storage.engine.dispose()
+        close_storage(storage)
     return StudySnapshot(name, mask_url(url), trials, settings, confirmation, note)
