@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, one short script for a machine with a CUDA build of torch (README: "On a GPU"):
+# The GPU check, one short script for a machine with a CUDA build of torch (docs/gpu.md):
 #   bash bench/gpu_check.sh [TRIALS]        (writes its log and JSON to $GPU_CHECK_OUT, else a temp dir)
 # 1. torch, the GPU and its driver; 2. the CUDA-marked tests (the GPU path against the plain loop,
 # host syncs, optimize and --workers on cuda); 3. seed-mlp studies on cuda and cpu, fp16 and bf16, with

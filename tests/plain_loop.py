@@ -1,13 +1,13 @@
 """An independent plain PyTorch AMP loop, written for the tests from the documented definitions.
 
 It shares nothing with ``search.trainer`` but the :class:`~search.Problem` it trains: it draws the
-mini-batch order itself (README: ``torch.Generator().manual_seed(shuffle_seed)``, one
+mini-batch order itself (docs/internals.md: ``torch.Generator().manual_seed(shuffle_seed)``, one
 ``randperm(n)`` per epoch, split into ``batch_size`` micro-batches, ``accumulation_steps`` of them per
 step), reads the host every step (``.item()``, ``get_scale()``), decides a skip *from the gradients
 themselves* (a non-finite scaled gradient) and checks that GradScaler agrees (the optimizer did not
 move the weights, the scale backed off), counts zero gradients as backward produced them on
 unskipped steps, evaluates the final weights in fp32, and derives the failure code with the
-rules README states. A test compares the service's numbers with these.
+rules docs/objective.md states. A test compares the service's numbers with these.
 """
 
 from __future__ import annotations

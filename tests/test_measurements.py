@@ -2,7 +2,7 @@
 
 Every number a trial records (skipped steps, the scale curve, the zero-gradient fraction, the
 evaluation loss, ``learned``, the failure code and the objective) is recomputed by a plain loop
-written from README's definitions, never by calling the trainer twice. Settings are sampled and
+written from the definitions in docs/internals.md and docs/objective.md, never by calling the trainer twice. Settings are sampled and
 not powers of two (float32 rounds ``init_scale`` both up and down), and the tasks include ones
 where PyTorch's default is not the best (deep-mlp) and a user task with clipping and outliers.
 """
