@@ -480,13 +480,13 @@ def _finish(
 ) -> int:
     trials = study.get_trials(deepcopy=False)  # Read once: the summary and publishing share it.
     data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
+    data["storage"] = mask_url(settings.run.storage)
     if publish:
         # Curves and notes for optuna-dashboard (search/publishing.py): once per run, not per trial.
         try:
             publishing.publish(study, trials, data)
         except Exception as e:  # The results are stored; only their dashboard figures are missing.
             _note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
-    data["storage"] = mask_url(settings.run.storage)
     print(headline)
     print(format_summary(data))
     if args.best_out:

@@ -12,7 +12,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search import analysis
-from search.config import SpaceConfig
+from search.config import DEFAULTS, SpaceConfig
 from search.penalty import SILENT_FAILURES
 from search.record import (
     DEFAULT_BASELINE,
@@ -157,8 +157,8 @@ def format_summary(data: dict[str, Any]) -> str:
     for kind, rec in data.get("recommended", {}).items():
         where = "" if len(data["best"]) == 1 else f" on {kind}"
         lines.append(f"  {'keep the default' if rec['keep_default'] else 'recommended'}{where}: {rec['code']}")
-        lines.append("    " + _recommendation_reason(rec, data["best"][kind]))
-        together = _together_line(rec)
+        lines.append("    " + _recommendation_reason(rec, data["best"][kind], _command("report", data)))
+        together = _together_line(rec, _command("confirm", data))
         if together:
             lines.append("    " + together)
     default = data["baselines"].get(DEFAULT_BASELINE)
@@ -181,7 +181,17 @@ def format_summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _together_line(rec: dict[str, Any]) -> str:
+DEFAULT_STORAGE = DEFAULTS.run.storage
+
+
+def _command(name: str, data: dict[str, Any]) -> str:
+    """The command line that reads this study (it works when the storage holds several studies)."""
+    storage = data.get("storage")
+    where = f" --storage {storage}" if storage and storage != DEFAULT_STORAGE else ""
+    return f"python -m search.{name}{where} --study-name {data['study_name']}"
+
+
+def _together_line(rec: dict[str, Any], confirm: str) -> str:
     """The ranges that are safe together, stated only once their corners were trained."""
     def ranges(box: dict[str, Any]) -> str:
         return ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
@@ -192,11 +202,11 @@ def _together_line(rec: dict[str, Any]) -> str:
     if check == "refuted":
         return "no ranges safe together: every box tried had a corner that failed (search.confirm)"
     if check == "unchecked":
-        return "ranges safe together: not checked yet; python -m search.confirm trains their corners"
+        return f"ranges safe together: not checked yet; {confirm} trains their corners"
     return ""
 
 
-def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any]) -> str:
+def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: str) -> str:
     depth = rec["depth"]
     margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
     ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
@@ -208,7 +218,7 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any]) -> str:
         why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
         if rec.get("confirmed"):
             why += f"; {rec['confirmed']} on new seeds"
-    return f"({why}{'; ' + ties if ties else ''}; python -m search.report explains)"
+    return f"({why}{'; ' + ties if ties else ''}; {report} explains)"
 
 
 def write_best_json(data: dict[str, Any], path: str) -> None:
