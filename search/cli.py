@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from typing import NoReturn
 
@@ -68,3 +69,11 @@ def percent(text: str) -> float:
     if not math.isfinite(value) or not 0 <= value < 100:
         raise argparse.ArgumentTypeError(f"must be a percentage in [0, 100), got {text}")
     return value
+
+
+def check_output(flag: str, path: str) -> None:
+    """Raises :class:`UsageError` unless ``path``'s directory exists and is writable (checked before
+    anything is written, so bad input leaves nothing behind)."""
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {path}: directory {parent} does not exist or is not writable")

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -57,7 +56,7 @@ from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
 from search import analysis
-from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, percent
+from search.cli import OneLineParser, UsageError, check_output, choose_study, fail, first_line, percent
 from search.config import Settings
 from search.confirmations import (  # The read side, shared with search.report; re-exported here.
     ALPHA,
@@ -312,9 +311,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     except ValueError as e:  # search.optimize.UsageError: CUDA absent, index out of range.
         raise ConfirmError(str(e))
     if args.json:
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise ConfirmError(f"--json {args.json}: directory {parent} does not exist or is not writable")
+        check_output("--json", args.json)
 
     url = args.storage
     try:

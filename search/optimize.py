@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import os
 import signal
 import sys
 import time
@@ -23,7 +22,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from search import publishing
-from search.cli import OneLineParser, UsageError, fail, first_line
+from search.cli import OneLineParser, UsageError, check_output, fail, first_line
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
@@ -208,9 +207,7 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     settings = load_settings(args.config, _overrides(args))
     args.storage = settings.run.storage  # Also from --config: every message masks its password.
     if args.best_out:
-        parent = os.path.dirname(os.path.abspath(args.best_out))
-        if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-            raise UsageError(f"--best-out {args.best_out}: directory {parent} does not exist or is not writable")
+        check_output("--best-out", args.best_out)
     if worker is not None:  # A worker process: one device, no workers of its own.
         settings = with_run(settings, device=worker.device, workers=1, devices="")
     resolve_device(settings.run.device)  # Validates --device.
@@ -332,19 +329,20 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         file=sys.stderr,
         dynamic_ncols=True,
     )
-    best = [min((t.value for t in existing if t.state == TrialState.COMPLETE), default=math.inf)]
-    failed = [0]
+    best = min((t.value for t in existing if t.state == TrialState.COMPLETE), default=math.inf)
+    failed = 0
 
     def on_trial(state: TrialState, value: float | None) -> None:
+        nonlocal best, failed
         if state == TrialState.FAIL:
-            failed[0] += 1
+            failed += 1
         else:
             bar.update(1)
         if state == TrialState.COMPLETE and value is not None:
-            best[0] = min(best[0], value)
-        postfix = {"best": f"{best[0]:.4f}" if math.isfinite(best[0]) else "-"}
-        if failed[0]:
-            postfix["failed"] = str(failed[0])
+            best = min(best, value)
+        postfix = {"best": f"{best:.4f}" if math.isfinite(best) else "-"}
+        if failed:
+            postfix["failed"] = str(failed)
         bar.set_postfix(postfix, refresh=True)
 
     amp_dtype = getattr(torch, settings.run.amp_dtype)
