@@ -100,3 +100,76 @@ def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, 
     assert stats.completed == n_trials
     storage.engine.dispose()
     return overhead, sampled_overhead, statistics.fmean(train_s), trials[-1]
+
+
+def user_side_per_trial(directory: str, plain_script: str, first: int = 20, second: int = 40, third: int = 100) -> tuple[float, float]:
+    """Overhead per extra trial as the user pays it: whole commands, start-up and end-of-run work included.
+
+    Two resumed runs of the same command (``first`` -> ``second`` trials, then ``second`` -> ``third``);
+    each run's wall time minus the training of the trials it added; the difference of the two over the
+    difference in trials is what one more trial costs, start-up and every fixed cost cancelling. The
+    same for ``plain_script``, a plain-Optuna program that stores 3 params + 9 attrs per trial on
+    SQLite with the same training. Returns (ours, plain) in seconds per extra trial.
+    """
+    import os
+    import subprocess
+    import sys
+
+    def run(args: list[str], db: str) -> tuple[float, float]:
+        before = _train_seconds(db)
+        start = time.perf_counter()
+        subprocess.run([sys.executable, *args], cwd=directory, check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - start
+        return wall, _train_seconds(db) - before
+
+    ours_db = os.path.join(directory, "study.db")
+    plain_db = os.path.join(directory, "plain-user.db")
+    out = []
+    for command, db in (
+        (lambda n: ["-m", "search.optimize", "--trials", str(n), "--quiet"], ours_db),
+        (lambda n: [plain_script, str(n)], plain_db),
+    ):
+        run(command(first), db)
+        wall_a, train_a = run(command(second), db)
+        wall_b, train_b = run(command(third), db)
+        out.append(((wall_b - train_b) - (wall_a - train_a)) / ((third - second) - (second - first)))
+    return out[0], out[1]
+
+
+def _train_seconds(db: str) -> float:
+    import os
+
+    if not os.path.exists(db):
+        return 0.0
+    storage = f"sqlite:///{db}"
+    total = 0.0
+    for summary in optuna.get_all_study_summaries(storage):
+        study = optuna.load_study(storage=storage, study_name=summary.study_name)
+        total += sum(t.user_attrs.get("train_seconds", 0.0) for t in study.get_trials(deepcopy=False))
+    return total
+
+
+PLAIN_USER_SCRIPT = '''
+"""Plain Optuna as a user would write it: the seed task trained for real, 3 params + 9 attrs, SQLite."""
+import sys, time, optuna, torch
+from search.tasks.seed_mlp import build
+from search.trainer import ScalerConfig, train
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+problem = build(42)
+study = optuna.create_study(storage="sqlite:///plain-user.db", study_name="plain", load_if_exists=True)
+def objective(trial):
+    cfg = ScalerConfig(trial.suggest_float("init_scale", 2.0**-20, 2.0**32, log=True),
+                       trial.suggest_float("growth_factor", 1.01, 8.0, log=True),
+                       trial.suggest_float("backoff_factor", 0.05, 0.95), 2000)
+    start = time.perf_counter()
+    result = train(problem, cfg, epochs=30)
+    trial.set_user_attr("train_seconds", time.perf_counter() - start)
+    trial.set_user_attr("loss_curve", result.loss_curve)
+    for i in range(7):
+        trial.set_user_attr(f"attr_{i}", float(i))
+    return result.final_loss
+torch.set_num_threads(1)
+n = int(sys.argv[1])
+done = sum(t.state.is_finished() for t in study.trials)
+study.optimize(objective, n_trials=max(0, n - done))
+'''

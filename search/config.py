@@ -90,6 +90,7 @@ class RunConfig:
     heartbeat_interval: int = 60  # Seconds; a RUNNING trial silent for 2x this is failed and retried.
     workers: int = 1  # Worker processes on this host.
     devices: str = ""  # CUDA device indices for the workers, e.g. "0,1"; empty = all visible.
+    threads: int = 0  # torch intra-op threads per process; 0 = 1, or OMP_NUM_THREADS when set.
     storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
 
 
@@ -232,6 +233,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.workers < 1:
         raise ConfigError(f"workers must be >= 1, got {run.workers}")
+    if run.threads < 0:
+        raise ConfigError(f"threads must be >= 0 (0: automatic), got {run.threads}")
     if run.devices and not _DEVICES_RE.match(run.devices):
         raise ConfigError(f"devices must be CUDA indices like 0,1,2; got {run.devices!r}")
     if run.storage_retry < 0:

@@ -98,6 +98,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"worker processes on this host, all on the same study [{d.workers}]",
     )
     add(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch intra-op threads in each process (each worker); 0: 1 thread, or OMP_NUM_THREADS when set "
+        f"(threads that share cores with another process stall at every barrier) [{d.threads}]",
+    )
+    add(
         "--devices",
         default=None,
         metavar="LIST",
@@ -159,7 +167,7 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
-        "pruner max_failed_trials heartbeat_interval workers devices storage_retry steps"
+        "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps"
     ).split()
     return {name: getattr(args, name) for name in names}
 
@@ -211,7 +219,7 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     if worker is not None:  # A worker process: one device, no workers of its own.
         settings = with_run(settings, device=worker.device, workers=1, devices="")
     resolve_device(settings.run.device)  # Validates --device.
-    specs = plan_workers(settings.run.workers, settings.run.device, settings.run.devices)
+    specs = plan_workers(settings.run.workers, settings.run.device, settings.run.devices, settings.run.threads)
     task = resolve_task(settings.run.task)
     problem = build_problem(task, settings.run.task, settings.run.seed)
     if not settings.run.epochs:  # The task's own default, recorded as such in the study.
@@ -243,6 +251,7 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         if worker is None and settings.run.workers > 1:
             return _run_workers(opened, args, argv)
         spec = worker or opened.specs[0]
+        torch.set_num_threads(spec.threads)
         return _run(opened, resolve_device(spec.device), args, spec if worker is not None else None)
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
         return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)

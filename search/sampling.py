@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import warnings
 
 import numpy as np
 import optuna
@@ -37,7 +38,9 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     if name == "cmaes":
         return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     if name == "gp":
-        return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
+        with warnings.catch_warnings():  # deterministic_objective is marked experimental; chosen knowingly.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
     if name == "tpe-multivariate":
         return optuna.samplers.TPESampler(seed=seed, multivariate=True, warn_independent_sampling=False)
     return optuna.samplers.TPESampler(seed=seed)

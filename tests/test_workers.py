@@ -17,7 +17,7 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from search.sampling import sampler_seed
-from search.workers import DevicePlanError, plan_workers, threads_per_worker
+from search.workers import DevicePlanError, plan_workers, threads_per_process
 
 from conftest import POSTGRES_ADMIN, run_cli, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
@@ -64,7 +64,7 @@ def wait_for_mid_trial_pid(cwd: pathlib.Path, timeout: float = 120) -> int:
 def test_plan_workers_on_a_cpu_machine():
     specs = plan_workers(3, "auto", "")
     assert [s.device for s in specs] == ["cpu"] * 3 and [s.index for s in specs] == [0, 1, 2]
-    assert all(s.count == 3 and s.threads == threads_per_worker(3) >= 1 for s in specs)
+    assert all(s.count == 3 and s.threads == threads_per_process() >= 1 for s in specs)
     with pytest.raises(DevicePlanError, match="CUDA is not available"):
         plan_workers(2, "auto", "0,1")
     with pytest.raises(DevicePlanError, match="CUDA is not available"):
@@ -251,3 +251,20 @@ def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres
     assert "baseline" not in failed[0].user_attrs  # A sampled trial, not a queued one.
     retry = [t for t in trials if t.system_attrs.get("failed_trial") == failed[0].number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE and retry[0].params == failed[0].params
+
+
+def test_threads_per_process(monkeypatch):
+    """One torch thread unless asked: threads sharing cores with another process stall at barriers."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert threads_per_process() == 1 and threads_per_process(3) == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    assert threads_per_process() == 4 and threads_per_process(2) == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "lots")
+    assert threads_per_process() == 1
+    assert all(s.threads == 2 for s in plan_workers(3, "cpu", "", threads=2))
+
+
+def test_negative_threads_is_bad_input(tmp_path):
+    proc = run_cli(["--threads", "-1"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "threads must be >= 0" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
