@@ -42,7 +42,7 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
     if name == "tpe-multivariate":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, warn_independent_sampling=False)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     return optuna.samplers.TPESampler(seed=seed)
 
 
