@@ -1,21 +1,10 @@
 """``python -m search.dashboard``: optuna-dashboard on a study, with its curves published first.
 
-What optuna-dashboard shows, through its own API (nothing is served by us):
-
-* each trial's **loss curve**: the trial's intermediate values (written with the trial, in the
-  same transaction, by the trial loop), plotted on the trial's page;
-* each trial's **note** (``save_note``): its loss scale from start to end, the steps
-  GradScaler skipped, its failure code; written only where the trial has no note yet, so a note
-  a person edited in the dashboard is never overwritten;
-* on the study page, plotly figures (``save_plotly_graph_object``, which takes a study, under fixed
-  ids so that publishing again replaces them): the loss and loss-scale curves of the best trial,
-  the seed's default (``seed-1``) and the worst finite trial together, skipped steps marked; and a
-  trial explorer (a menu over trials, each showing its two curves);
-* the study **note**: the seed baselines next to the best.
-
-:func:`search.publishing.publish` runs at the end of every ``search.optimize`` run and when this command starts, so
-``optuna-dashboard sqlite:///study.db`` alone shows the same. Its storage cost is per run, not per
-trial: study system attrs of a few kB per figure, one note per new trial.
+What optuna-dashboard then shows (each trial's loss curve and note, the study page's curves and
+trial explorer, the study note) is written by :func:`search.publishing.publish`, whose docstring
+lists it. ``publish`` also runs at the end of every ``search.optimize`` run, so
+``optuna-dashboard sqlite:///study.db`` alone shows the same. This command publishes (in one
+transaction) and then serves optuna-dashboard on 127.0.0.1.
 """
 
 from __future__ import annotations

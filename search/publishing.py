@@ -15,7 +15,7 @@ What optuna-dashboard shows, through its own API (nothing is served by us):
 
 :func:`publish` runs at the end of every ``search.optimize`` run and when ``search.dashboard`` starts, so
 ``optuna-dashboard sqlite:///study.db`` alone shows the same. Its storage cost is per run, not per
-trial: study system attrs of a few kB per figure, one note per new trial.
+trial: study system attrs of a few kB per figure, one note per new trial, all written in one transaction.
 """
 
 from __future__ import annotations
