@@ -27,10 +27,10 @@ from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settin
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
-from search.record import DEVICE, FINISHED
+from search.record import DEVICE, FINISHED, unfinished_baselines
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
-from search.space import growth_note
+from search.space import baseline_trials, growth_note
 from search.storage import StorageError, close_storage, enable_wal, mask_url, open_storage, redact
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
@@ -312,7 +312,10 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
     label = device_label(device)
     existing = _existing(storage, name)
     done = sum(t.state in FINISHED for t in existing)
-    if done >= settings.run.trials:
+    # Done means N finished trials and every baseline among them, nothing queued or running: a
+    # RUNNING trial of a dead worker is failed and its baseline re-run below (stale heartbeat).
+    unsettled = any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in existing)
+    if done >= settings.run.trials and not unsettled and not _missing_baselines(settings, existing):
         if worker is not None:
             return 0
         return _nothing_to_do(opened, args, existing, done)
@@ -381,7 +384,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
     bar.close()
     if worker is not None:
         return 0
-    return _finish(
+    code = _finish(
         handle.study,
         settings,
         args,
@@ -389,6 +392,24 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
         publish=True,
     )
+    missing = _missing_baselines(settings, handle.study.get_trials(deepcopy=False))
+    if missing:
+        interval = settings.run.heartbeat_interval
+        _note(
+            f"not done: baseline{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+            f"{'have' if len(missing) > 1 else 'has'} no finished trial yet (RUNNING in a live worker, or in "
+            f"a dead one, whose trial is failed and re-run once its heartbeat is silent for {2 * interval} s); "
+            "run the same command again"
+        )
+        return 1
+    return code
+
+
+def _missing_baselines(settings: Settings, trials: list[optuna.trial.FrozenTrial]) -> list[str]:
+    """The seed baselines of this study's space with no finished trial (none on a new study)."""
+    if not trials:
+        return []
+    return unfinished_baselines(trials, [tag for tag, _params in baseline_trials(settings.space)[0]])
 
 
 def _nothing_to_do(

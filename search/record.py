@@ -53,6 +53,7 @@ __all__ = [
     "Showcase",
     "baseline_of",
     "default_trial",
+    "unfinished_baselines",
     "device_kind",
     "failure_of",
     "showcase",
@@ -117,6 +118,12 @@ def baseline_of(trial: FrozenTrial) -> str | None:
 def default_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:
     """The first trial of PyTorch's default settings (baseline ``seed-1``) among ``trials``."""
     return next((t for t in trials if baseline_of(t) == DEFAULT_BASELINE), None)
+
+
+def unfinished_baselines(trials: Iterable[FrozenTrial], tags: Iterable[str]) -> list[str]:
+    """The baselines among ``tags`` with no finished (COMPLETE or PRUNED) trial yet, in order."""
+    finished = {baseline_of(t) for t in trials if t.state in FINISHED}
+    return [tag for tag in tags if tag not in finished]
 
 
 def failure_of(trial: FrozenTrial) -> str:

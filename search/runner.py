@@ -128,7 +128,9 @@ class Runner:
                 while True:
                     self._fail_stale_trials()
                     trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
-                    if sum(t.state in FINISHED for t in trials) >= run.trials:
+                    queued_baseline = any(t.state == TrialState.WAITING and baseline_of(t) for t in trials)
+                    if sum(t.state in FINISHED for t in trials) >= run.trials and not queued_baseline:
+                        # A baseline queued again (its worker died) still runs: each ends up once.
                         self.stats.stop_reason = "trials reached"
                         break
                     if run.timeout and time.perf_counter() - start >= run.timeout:

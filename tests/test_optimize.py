@@ -366,3 +366,42 @@ def test_a_study_measured_with_the_old_definitions_is_not_resumed(tmp_path, old)
         assert "measured with definition v1" in proc.stderr and "not comparable" in proc.stderr
     assert len([t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]) == 5
     assert (tmp_path / "study.db").read_bytes() == before
+
+
+def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
+    """Issue 14: workers that gave up on the storage left claimed baselines RUNNING; a resume filled the
+    study to N with sampled trials, and every later run said "already holds N" and exited 0. Now a run
+    fails the stale trial, re-runs the baseline, and the baselines end up exactly once among the
+    finished trials; while one is RUNNING and not yet stale, the run says so and exits 1."""
+    import datetime
+    import sqlite3
+
+    proc = run_cli(["--trials", "9", "--heartbeat-interval", "1", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    db = tmp_path / "study.db"
+    with sqlite3.connect(db) as c:  # seed-3's trial becomes the claim of a worker that died
+        (tid,) = c.execute(
+            "SELECT trial_id FROM trial_user_attributes WHERE key = 'baseline' AND value_json = '\"seed-3\"'"
+        ).fetchone()
+        c.execute("UPDATE trials SET state = 'RUNNING', datetime_complete = NULL WHERE trial_id = ?", (tid,))
+        c.execute("DELETE FROM trial_values WHERE trial_id = ?", (tid,))
+        beat = (datetime.datetime.now() - datetime.timedelta(seconds=1)).isoformat(" ")
+        c.execute("DELETE FROM trial_heartbeats WHERE trial_id = ?", (tid,))
+        c.execute("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)", (tid, beat))
+    # A long interval: the claim is not stale yet, so this run cannot know the worker is dead.
+    early = run_cli(["--trials", "8", "--heartbeat-interval", "3600", "--quiet"], tmp_path)
+    assert early.returncode == 1, early.stderr
+    assert "not done: baseline seed-3 has no finished trial yet" in early.stderr
+    assert early.stderr.count("\n") == 1 and "Traceback" not in early.stderr
+    # Once silent for twice the interval it is failed, queued again and re-run, though 8 trials are finished.
+    time.sleep(2.5)
+    late = run_cli(["--trials", "8", "--heartbeat-interval", "1", "--quiet"], tmp_path)
+    assert late.returncode == 0, late.stderr
+    study = optuna.load_study(storage=f"sqlite:///{db}", study_name="seed-mlp")
+    finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    tags = sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs)
+    assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    # And now it is done: a further run writes nothing and exits 0.
+    again = run_cli(["--trials", "8", "--quiet"], tmp_path)
+    assert again.returncode == 0 and "already holds" in again.stdout
