@@ -75,7 +75,7 @@ from search.confirmations import (
 )
 from search.devices import device_label, resolve_device
 from search.interrupts import Interrupted, interrupts_as_exceptions
-from search.objective import run_trial
+from search.objective import TrialOutcome, run_trial
 from search.record import (
     CHECK,
     CONFIG,
@@ -465,7 +465,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
                 on_device = problem.to(plan.device)
                 for candidate in candidates:
                     bar.set_postfix_str(f"{candidate.label}, seed {seed}", refresh=True)
-                    outcome = run_trial(
+                    outcome = _run_trial(
                         on_device,
                         scaler_config(candidate.params, settings.space),
                         epochs=settings.run.epochs,
@@ -558,7 +558,7 @@ def _check_corners(
         for point in tqdm(missing, desc="corners", unit="run", disable=args.quiet, file=sys.stderr, leave=False):
             cfg = ScalerConfig(point["init_scale"], point["growth_factor"], point["backoff_factor"], round(point["growth_interval"]))
             assert problem is not None
-            outcome = run_trial(
+            outcome = _run_trial(
                 problem, cfg, epochs=settings.run.epochs, steps=settings.run.steps or None, amp_dtype=amp_dtype,
                 penalty=settings.penalty, device_label=label,
             )
@@ -584,6 +584,14 @@ def _check_corners(
         if all(c["failure"] == "none" for c in corners if any(_same(c["point"], p) for p in points)):
             break
     return made
+
+
+def _run_trial(*args: Any, **kwargs: Any) -> TrialOutcome:
+    """:func:`search.objective.run_trial`; a task's ``sys.exit`` is an error (exit 1), never a success."""
+    try:
+        return run_trial(*args, **kwargs)
+    except SystemExit as e:
+        raise TaskError(f"the task called sys.exit({e.code!r}) during a run") from e
 
 
 def _same(a: dict[str, float], b: dict[str, float]) -> bool:

@@ -374,7 +374,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         _note(f"interrupted by {e}; the trial in flight was recorded as FAIL")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + e.signum
-    except TooManyFailures as e:
+    except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
         bar.close()
         if worker is None:
             _finish(handle.study, settings, args, "stopped", publish=True)

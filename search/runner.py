@@ -50,6 +50,7 @@ from search.recorder import TrialRecorder
 from search.replica import Replica
 from search.retry import with_retry
 from search.space import suggest
+from search.tasks import TaskError
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
 
@@ -193,6 +194,7 @@ class Runner:
             self.on_trial(TrialState.FAIL, None)
             if isinstance(error, Exception):
                 return True
+            _raise_task_exit(error)
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         with deferred_interrupts():
@@ -284,6 +286,7 @@ class Runner:
             self.on_trial(TrialState.FAIL, None)
             if isinstance(error, Exception):
                 return
+            _raise_task_exit(error)
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         value = outcome.value if state == TrialState.COMPLETE else None
@@ -336,3 +339,9 @@ class Runner:
             self.stats.completed += 1
         else:
             self.stats.pruned += 1
+
+
+def _raise_task_exit(error: BaseException) -> None:
+    """A task's ``sys.exit`` during a trial (recorded as FAIL) ends the run as an error, not a success."""
+    if isinstance(error, SystemExit):
+        raise TaskError(f"the task called sys.exit({error.code!r}) during a trial (recorded as FAIL)") from error

@@ -405,3 +405,23 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
     # And now it is done: a further run writes nothing and exits 0.
     again = run_cli(["--trials", "8", "--quiet"], tmp_path)
     assert again.returncode == 0 and "already holds" in again.stdout
+
+
+@pytest.mark.parametrize(
+    "task, message, code",
+    [
+        ("tasks_for_tests:exits_at_build", "called sys.exit(0) while building", 2),
+        ("tasks_for_tests:exits_in_training", "the task called sys.exit(0) during a trial (recorded as FAIL)", 1),
+    ],
+)
+def test_a_task_that_exits_is_an_error_not_a_success(tmp_path, task, message, code):
+    proc = run_cli(["--task", task, "--trials", "3", "--quiet"], tmp_path)
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert message in proc.stderr and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    if code == 2:
+        assert list(tmp_path.iterdir()) == []  # bad input: nothing written
+    else:  # the trial it cut short is recorded as FAIL, nothing is left RUNNING
+        url = f"sqlite:///{tmp_path / 'study.db'}"
+        (summary,) = optuna.get_all_study_summaries(url)
+        trials = optuna.load_study(storage=url, study_name=summary.study_name).trials
+        assert [t.state for t in trials if t.state != TrialState.WAITING] == [TrialState.FAIL]

@@ -47,6 +47,8 @@ def build_problem(task: Task, name: str, seed: int) -> Problem:
     """Calls ``task(seed)`` and checks that it returned a :class:`Problem`."""
     try:
         problem = task(seed)
+    except SystemExit as e:  # Not a success: a task that exits is an error, never exit 0.
+        raise TaskError(f"task {name!r} called sys.exit({e.code!r}) while building")
     except Exception as e:
         raise TaskError(f"task {name!r} failed to build: {type(e).__name__}: {e}")
     if not isinstance(problem, Problem):

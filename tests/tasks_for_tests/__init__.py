@@ -103,3 +103,21 @@ def sensor_validation(seed: int) -> Problem:
 def still(seed: int) -> Problem:
     """lr 0: nothing moves, yet every gradient is finite and non-zero (a frozen run, not underflow)."""
     return replace(build_seed(seed), make_optimizer=lambda params: torch.optim.SGD(params, lr=0.0))
+
+
+def exits_at_build(seed: int) -> Problem:
+    """A user task that calls sys.exit(0) while building: an error, never a success."""
+    import sys
+
+    sys.exit(0)
+
+
+def _exiting_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    import sys
+
+    sys.exit(0)
+
+
+def exits_in_training(seed: int) -> Problem:
+    """Builds fine; its loss calls sys.exit(0) in the first trial."""
+    return replace(build_seed(seed), loss_fn=_exiting_loss)
