@@ -16,7 +16,7 @@ from typing import TypeVar
 import optuna
 import sqlalchemy.exc
 
-__all__ = ["DEFAULT_BUDGET_S", "is_transient", "with_retry"]
+__all__ = ["DEFAULT_BUDGET_S", "StorageUnreachable", "is_transient", "with_retry"]
 
 T = TypeVar("T")
 DEFAULT_BUDGET_S = 300.0
@@ -25,6 +25,10 @@ _logger = logging.getLogger("search")
 # SQLAlchemy wraps driver errors; these classes are the connection-level ones (PEP 249), as
 # opposed to IntegrityError/DataError/ProgrammingError, which retrying cannot fix.
 _TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+class StorageUnreachable(optuna.exceptions.StorageInternalError):
+    """The storage stayed unreachable for the whole retry budget; the message says so in one line."""
 
 
 def is_transient(error: BaseException) -> bool:
@@ -71,8 +75,15 @@ def with_retry(
                 retrying()
             return call()
         except Exception as error:
-            if not is_transient(error) or time.monotonic() + delay > deadline:
+            if not is_transient(error):
                 raise
+            if time.monotonic() + delay > deadline:
+                # Not the driver's or Optuna's words ("An exception is raised during the commit..."):
+                # what happened and what to do.
+                raise StorageUnreachable(
+                    f"the storage stayed unreachable for {budget:g} s (--storage-retry) while {what}; "
+                    "run the same command again to resume"
+                ) from error
             attempt += 1
             if attempt == 1:
                 reason = str(getattr(error, "orig", None) or error.__cause__ or error).strip()

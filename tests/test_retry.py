@@ -11,7 +11,7 @@ import optuna
 import pytest
 import sqlalchemy
 
-from search.retry import is_transient, with_retry
+from search.retry import StorageUnreachable, is_transient, with_retry
 
 
 def connection_error() -> sqlalchemy.exc.OperationalError:
@@ -90,6 +90,12 @@ def test_an_outage_longer_than_the_budget_is_raised():
     def call() -> None:
         raise error
 
-    with pytest.raises(sqlalchemy.exc.OperationalError):
-        with_retry(call, what="test", budget=0.0, sleep=sleeps.append)
-    assert sleeps == []
+    with pytest.raises(StorageUnreachable) as raised:
+        with_retry(call, what="writing a trial", budget=0.0, sleep=sleeps.append)
+    assert sleeps == [] and raised.value.__cause__ is error
+    # One line that says what happened and what to do, not the driver's or Optuna's generic words.
+    assert str(raised.value) == (
+        "the storage stayed unreachable for 0 s (--storage-retry) while writing a trial; "
+        "run the same command again to resume"
+    )
+    assert isinstance(raised.value, optuna.exceptions.StorageInternalError)  # handled where storage errors are
