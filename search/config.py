@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULTS",
+    "MAX_STUDY_NAME",
     "ConfigError",
     "ParamRange",
     "PenaltyConfig",
@@ -219,8 +220,18 @@ def _coerce(value: Any, kind: str, where: str) -> Any:
     raise AssertionError(kind)
 
 
+# Optuna's schema holds study names of up to 512 characters; search.confirm's sibling study adds
+# ".confirm" (search.confirmations.SUFFIX), so a search study's name must leave room for it.
+MAX_STUDY_NAME = 512 - len(".confirm")
+
+
 def _validate(s: Settings) -> None:
     run = s.run
+    if len(s.study_name) > MAX_STUDY_NAME:
+        raise ConfigError(
+            f"study name is {len(s.study_name)} characters; at most {MAX_STUDY_NAME} fit (Optuna's storage "
+            "holds 512, and search.confirm's sibling study adds '.confirm')"
+        )
     if run.trials < 0:
         raise ConfigError(f"trials must be >= 0, got {run.trials}")
     if run.epochs < 0:

@@ -61,3 +61,19 @@ def test_bad_config_is_a_clear_error(tmp_path, text, message):
 def test_missing_config_file():
     with pytest.raises(ConfigError, match="cannot read config"):
         load_settings("/nonexistent/config.toml")
+
+
+def test_a_study_name_the_storage_cannot_hold_is_bad_input(tmp_path):
+    """Issue 14: a 600-character name on PostgreSQL failed at the first commit with Optuna's generic
+    message (exit 1). It is bad input: one line, exit 2, nothing written, on every storage."""
+    from search.config import MAX_STUDY_NAME
+    from search.confirmations import SUFFIX
+
+    from conftest import run_cli
+
+    assert MAX_STUDY_NAME + len(SUFFIX) == 512
+    proc = run_cli(["--study-name", "x" * 600, "--trials", "1"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "study name is 600 characters; at most 504 fit" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    assert run_cli(["--study-name", "x" * MAX_STUDY_NAME, "--trials", "1", "--quiet"], tmp_path).returncode == 0
