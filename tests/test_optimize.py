@@ -411,7 +411,9 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
     "task, message, code",
     [
         ("tasks_for_tests:exits_at_build", "called sys.exit(0) while building", 2),
+        ("tasks_for_tests:exits_in_loss", "its loss_fn called sys.exit(0) on the first batch", 2),
         ("tasks_for_tests:exits_in_training", "the task called sys.exit(0) during a trial (recorded as FAIL)", 1),
+        ("tasks_for_tests:vector_loss", "its loss_fn returned a tensor of shape (2048,); it must return one", 2),
     ],
 )
 def test_a_task_that_exits_is_an_error_not_a_success(tmp_path, task, message, code):

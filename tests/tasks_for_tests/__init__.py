@@ -118,6 +118,22 @@ def _exiting_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     sys.exit(0)
 
 
-def exits_in_training(seed: int) -> Problem:
-    """Builds fine; its loss calls sys.exit(0) in the first trial."""
+def exits_in_loss(seed: int) -> Problem:
+    """Builds fine; its loss calls sys.exit(0) whenever it runs (the start-up probe catches it)."""
     return replace(build_seed(seed), loss_fn=_exiting_loss)
+
+
+def _exits_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    if torch.is_grad_enabled():
+        _exiting_loss(outputs, targets)
+    return nn.functional.cross_entropy(outputs, targets)
+
+
+def exits_in_training(seed: int) -> Problem:
+    """Passes the start-up probe (no gradients there); calls sys.exit(0) in the first trial."""
+    return replace(build_seed(seed), loss_fn=_exits_when_training)
+
+
+def vector_loss(seed: int) -> Problem:
+    """A user-task mistake: the loss keeps one value per sample (reduction="none")."""
+    return replace(build_seed(seed), loss_fn=nn.CrossEntropyLoss(reduction="none"))
