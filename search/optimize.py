@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -31,7 +32,15 @@ from search.record import DEVICE, FINISHED, unfinished_baselines
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
-from search.storage import StorageError, close_storage, enable_wal, mask_url, open_storage, redact
+from search.storage import (
+    StorageError,
+    close_storage,
+    enable_wal,
+    mask_url,
+    open_storage,
+    redact,
+    sqlite_path,
+)
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import Problem, TaskError, build_problem, resolve_task
@@ -225,15 +234,26 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     if not settings.run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
     fingerprint = problem.fingerprint()
+    path = sqlite_path(settings.run.storage)
+    if settings.run.trials == 0 and path is not None and not os.path.exists(path):
+        # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made.
+        raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
     storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
     _OPENED.append(storage)
     warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
     return _Opened(settings, storage, problem, fingerprint, warnings, specs)
 
 
+class NothingToRun(Exception):
+    """--trials 0 on a study that does not exist: a success that writes nothing."""
+
+
 def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None = None) -> int:
     try:
         opened = _open(args, worker)
+    except NothingToRun as e:
+        _note(str(e))
+        return 0
     except (ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError) as e:
         url = args.storage or ""
         return _fail(redact(str(e), url) if url else str(e))

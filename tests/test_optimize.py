@@ -427,3 +427,11 @@ def test_a_task_that_exits_is_an_error_not_a_success(tmp_path, task, message, co
         (summary,) = optuna.get_all_study_summaries(url)
         trials = optuna.load_study(storage=url, study_name=summary.study_name).trials
         assert [t.state for t in trials if t.state != TrialState.WAITING] == [TrialState.FAIL]
+
+
+def test_trials_zero_on_a_new_sqlite_file_writes_nothing(tmp_path):
+    """Issue 15: --trials 0 in an empty directory left a 114 kB study.db with Optuna's tables."""
+    proc = run_cli(["--trials", "0"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "study.db does not exist and --trials is 0: nothing to do" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
