@@ -107,7 +107,9 @@ def summarize(
         "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
         "fail_reasons": dict(
-            Counter(t.user_attrs.get(FAIL_REASON, "unknown") for t in trials if t.state == TrialState.FAIL)
+            # Every FAIL this service writes has a reason; one without was failed by Optuna's
+            # stale-trial check: its worker stopped sending heartbeats (killed, host lost).
+            Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL)
         ),
         "mean_train_seconds": statistics.fmean(train_seconds) if train_seconds else None,
         "mean_trial_seconds": statistics.fmean(wall) if wall else None,
@@ -182,6 +184,7 @@ def format_summary(data: dict[str, Any]) -> str:
 
 
 DEFAULT_STORAGE = DEFAULTS.run.storage
+STALE_REASON = "worker stopped (no heartbeat)"
 
 
 def _command(name: str, data: dict[str, Any]) -> str:

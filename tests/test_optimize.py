@@ -342,6 +342,8 @@ def test_killed_worker_trial_is_failed_and_retried(tmp_path):
     assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
     retried = [t for t in done if t.system_attrs.get("failed_trial") == stale[0].number]
     assert len(retried) == 1 and retried[0].params == stale[0].params
+    # The summary says why it failed (issue 15: it said "1x unknown").
+    assert "failed trials (not counted): 1x worker stopped (no heartbeat)" in resumed.stdout
 
 
 @pytest.mark.parametrize("old", [None, 1])
