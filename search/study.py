@@ -81,6 +81,8 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     for key in RECORDED_KEYS:
         if key in stored and _canon(stored[key]) != _canon(wanted[key]):
             if key == "fingerprint":
+                if any(k in stored and _canon(stored[k]) != _canon(wanted[k]) for k in ("task", "seed")):
+                    continue  # Another task or seed builds other data and weights: that line says it.
                 diffs.append("the task's data/initial weights differ (another torch build?)")
             else:
                 diffs.append(f"{key}: study has {_short(stored[key])}, this run {_short(wanted[key])}")

@@ -250,7 +250,8 @@ BAD_CONFIGS = {
         (["--device", "tpu"], "unknown device"),
         (["--device", "cuda"], "CUDA is not available"),
         (["--epochs", "40"], "cannot resume study 'seed-mlp': epochs: study has 30, this run 40"),
-        (["--seed", "1"], "the task's data/initial weights differ"),
+        # Issue 15: the seed itself differs, so say that (not "another torch build?").
+        (["--seed", "1"], "cannot resume study 'seed-mlp': seed: study has 42, this run 1"),
         (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
         (["--storage", "sqlite:////no/such/dir/s.db"], "/no/such/dir does not exist"),
         (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
