@@ -77,3 +77,10 @@ def check_output(flag: str, path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise UsageError(f"{flag} {path}: directory {parent} does not exist or is not writable")
+
+
+def prog_name(module: str) -> str:
+    """The command's name in usage lines: the console script's (``search-optimize``) when run as
+    one, else ``python -m search.optimize``."""
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return script if script.startswith("search-") else f"python -m {module}"

@@ -56,7 +56,16 @@ from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
 from search import analysis
-from search.cli import OneLineParser, UsageError, check_output, choose_study, fail, first_line, percent
+from search.cli import (
+    OneLineParser,
+    UsageError,
+    check_output,
+    choose_study,
+    fail,
+    first_line,
+    percent,
+    prog_name,
+)
 from search.config import Settings
 from search.confirmations import (  # The read side, shared with search.report; re-exported here.
     ALPHA,
@@ -244,7 +253,7 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
-        prog="python -m search.confirm",
+        prog=prog_name("search.confirm"),
         description="Re-run the top configurations of a finished search and PyTorch's default "
         "GradScaler settings on new data/initialisation seeds, stored in the sibling study "
         "<study>.confirm, and test whether the best beats the default beyond seed noise.",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import optuna
 
-from search.cli import OneLineParser, UsageError, fail, first_line
+from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
 from search.publishing import PublishReport, publish
 from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 
@@ -26,7 +26,7 @@ __all__ = ["PublishReport", "publish", "main"]
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
-        prog="python -m search.dashboard",
+        prog=prog_name("search.dashboard"),
         description="Publish the study's curves and notes, then serve optuna-dashboard on it.",
         allow_abbrev=False,
     )

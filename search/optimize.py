@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from tqdm import tqdm
 
 from search import publishing
-from search.cli import OneLineParser, UsageError, check_output, fail, first_line
+from search.cli import OneLineParser, UsageError, check_output, fail, first_line, prog_name
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
@@ -43,7 +43,7 @@ from search.storage import (
 )
 from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
 from search.summary import format_summary, summarize, write_best_json
-from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.tasks import BUILTIN_TASKS, Problem, TaskError, build_problem, resolve_task
 from search.trainer import batch_plan
 from search.workers import DevicePlanError, WorkerSpec, plan_workers, run_pool
 
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface; defaults shown come from :data:`search.config.DEFAULTS`."""
     d = DEFAULTS.run
     p = OneLineParser(
-        prog="python -m search.optimize",
+        prog=prog_name("search.optimize"),
         description="Search torch.amp.GradScaler settings (init_scale, growth_factor, "
         "backoff_factor, growth_interval) with Optuna. Each trial runs a real AMP training loop.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -65,31 +65,39 @@ def build_parser() -> argparse.ArgumentParser:
         "--trials",
         type=int,
         default=None,
+        metavar="N",
         help=f"finished (COMPLETE/PRUNED) trials the study should hold [{d.trials}]",
     )
     add("--config", metavar="PATH", default=None, help="TOML config (see configs/default.toml)")
     add("--storage", metavar="URL", default=None, help=f"Optuna storage URL [{d.storage}]")
-    add("--study-name", default=None, help="study name [the task's name]")
-    add("--task", default=None, help=f"built-in task name or package.module:callable [{d.task}]")
+    add("--study-name", default=None, metavar="NAME", help="study name [the task's name]")
+    add(
+        "--task",
+        default=None,
+        metavar="NAME",
+        help=f"a built-in task ({', '.join(BUILTIN_TASKS)}) or package.module:callable [{d.task}]",
+    )
     add("--device", default=None, help=f"auto, cpu, cuda or cuda:N; auto = cuda if available [{d.device}]")
     add("--amp-dtype", default=None, choices=("float16", "bfloat16"), help=f"autocast dtype [{d.amp_dtype}]")
     add(
         "--epochs",
         type=int,
         default=None,
+        metavar="N",
         help="passes over the data per trial; a full-batch task takes one optimizer step per epoch "
         "[the task's default; seed-mlp: 30]",
     )
-    add("--steps", type=int, default=None, help="optimizer steps per trial instead of --epochs [as the epochs make]")
-    add("--seed", type=int, default=None, help=f"task seed: data and initial weights [{d.seed}]")
-    add("--timeout", type=float, default=None, help="stop starting trials after SECONDS (0 = none) [0]")
-    add("--trial-timeout", type=float, default=None, help="fail a trial running past SECONDS (0 = none) [0]")
+    add("--steps", type=int, default=None, metavar="N", help="optimizer steps per trial instead of --epochs [as the epochs make]")
+    add("--seed", type=int, default=None, metavar="N", help=f"task seed: data and initial weights [{d.seed}]")
+    add("--timeout", type=float, default=None, metavar="SECONDS", help="stop starting trials after SECONDS (0 = none) [0]")
+    add("--trial-timeout", type=float, default=None, metavar="SECONDS", help="fail a trial running past SECONDS (0 = none) [0]")
     add("--sampler", default=None, choices=SAMPLERS, help=f"Optuna sampler [{d.sampler}]")
     add("--pruner", default=None, choices=("none", "median", "hyperband"), help=f"Optuna pruner [{d.pruner}]")
     add(
         "--max-failed-trials",
         type=int,
         default=None,
+        metavar="K",
         help=f"stop with exit 1 after K failed trials in this run [{d.max_failed_trials}]",
     )
     add(

@@ -41,7 +41,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from search.cli import OneLineParser, UsageError, choose_study, fail, first_line
+from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, prog_name
 from search.record import FAIL_REASON
 from search.storage import (
     StorageError,
@@ -464,7 +464,7 @@ def format_report(report: TransferReport) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
-        prog="python -m search.transfer",
+        prog=prog_name("search.transfer"),
         description="Copy a study, with all trials and attrs, from one Optuna storage to another "
         "(SQLite, PostgreSQL, MySQL) and verify the copy. Trials RUNNING in the source are copied "
         "as FAIL; WAITING trials stay WAITING.",

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import optuna
 
 from search import analysis
-from search.cli import OneLineParser, UsageError, fail, first_line, percent
+from search.cli import OneLineParser, UsageError, fail, first_line, percent, prog_name
 from search.report.build import build_report, report_json
 from search.report.page import render_html
 from search.report.reading import load_snapshot
@@ -27,7 +27,7 @@ PROG = "search.report"
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
-        prog="python -m search.report",
+        prog=prog_name("search.report"),
         description="Write one self-contained HTML report (plotly embedded, opens offline) or the same "
         "numbers as JSON about a GradScaler search study: history, importances, slices, contour, parallel "
         "coordinates, curves, skipped steps, baselines, safe ranges, a robust recommendation, confirmation.",
