@@ -37,18 +37,24 @@ PARTS = ("P1", "P2", "P3", "P4", "S")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts [{','.join(PARTS)}]")
-    parser.add_argument("--trials", type=int, default=60, help="trials per P1 measurement")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds for P1")
-    parser.add_argument("--repeats", type=int, default=40, help="interleaved runs for P2")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--p3-trials", type=int, default=200, help="trials per P3 run")
-    parser.add_argument("--p3-rounds", type=int, default=2, help="alternating rounds for P3")
-    parser.add_argument("--p4-task", default="deep-mlp", help="task for P4")
-    parser.add_argument("--p4-budget", type=int, default=40, help="sampled trials per P4 run")
-    parser.add_argument("--p4-seeds", type=int, default=5, help="sampler seeds per sampler for P4")
-    parser.add_argument("--size-trials", type=int, default=1000, help="trials of the study-size scaling run")
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="The service's speed and search efficiency (P1-P4, S), each figure a ratio measured side by "
+        "side in one run (docs/benchmarks.md).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add = parser.add_argument
+    add("--only", default=",".join(PARTS), metavar="PARTS", help="comma-separated parts to run")
+    add("--trials", type=int, default=60, metavar="N", help="trials per P1 measurement")
+    add("--rounds", type=int, default=3, metavar="N", help="alternating rounds for P1")
+    add("--repeats", type=int, default=40, metavar="N", help="interleaved runs for P2")
+    add("--device", default="cpu", help="device of P2 (cpu, cuda, cuda:N)")
+    add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
+    add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
+    add("--p4-task", default="deep-mlp", metavar="TASK", help="task for P4")
+    add("--p4-budget", type=int, default=40, metavar="N", help="sampled trials per P4 run")
+    add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
+    add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
     parts = {p.strip().upper() for p in args.only.split(",")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -29,3 +29,8 @@ def test_optimize_help_names_its_values_and_the_built_in_tasks(tmp_path):
     for flag in ("--timeout SECONDS", "--trial-timeout SECONDS", "--max-failed-trials K", "--trials N", "--seed N"):
         assert flag in text, flag
     assert "seed-mlp, deep-mlp, deep-mlp-large" in text.replace("\n", " ").replace("  ", " ")
+
+
+def test_bench_help_is_plain_text_with_defaults(tmp_path):
+    text = run_cli(["--help"], tmp_path, module="bench").stdout
+    assert "``" not in text and "(default: 40)" in text and "(default: P1,P2,P3,P4,S)" in text
