@@ -16,7 +16,17 @@ from torch import nn
 from search.config import DEFAULTS
 from search.objective import run_trial
 from search.tasks import BUILTIN_TASKS, build_problem, resolve_task
-from search.tasks.deep_mlp import LARGE, SMALL, build, build_large
+from search.tasks.deep_mlp import (
+    EVAL_SAMPLES,
+    LARGE,
+    SMALL,
+    SPIKE_FACTOR,
+    SPIKE_OUTLIERS,
+    build,
+    build_large,
+    build_spikes,
+    build_sum,
+)
 from search.trainer import ScalerConfig, batch_plan, train
 
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)  # PyTorch's GradScaler defaults
@@ -50,7 +60,8 @@ def runs(problem):
 
 
 def test_builtin_names_resolve_to_this_module():
-    for name, builder in (("deep-mlp", build), ("deep-mlp-large", build_large)):
+    variants = (("deep-mlp", build), ("deep-mlp-large", build_large), ("deep-mlp-spikes", build_spikes))
+    for name, builder in variants + (("deep-mlp-sum", build_sum),):
         assert name in BUILTIN_TASKS
         assert resolve_task(name) is builder
         assert build_problem(resolve_task(name), name, 42).fingerprint() == builder(42).fingerprint()
@@ -138,3 +149,25 @@ def test_large_variant_builds_and_trains_two_steps_on_cpu():
     result = train(problem, GOOD, epochs=problem.epochs, steps=2)
     assert result.steps == 2 and len(result.loss_curve) == 2
     assert all(math.isfinite(v) for v in result.loss_curve) and result.weights_finite
+
+
+def test_variants_are_deep_mlp_with_one_change_each(problem):
+    # deep-mlp-spikes and deep-mlp-sum draw exactly deep-mlp's data and weights (so deep-mlp's own
+    # fingerprint, which resumes check, is unchanged by them) and change one thing each.
+    spikes, summed = build_spikes(42), build_sum(42)
+    for variant in (spikes, summed):
+        assert torch.equal(variant.inputs, problem.inputs)
+        for x, y in zip(variant.model.state_dict().values(), problem.model.state_dict().values()):
+            assert torch.equal(x, y)
+    # (A loss function is not part of a fingerprint: the task name recorded in the study is what
+    # tells deep-mlp-sum from deep-mlp on a resume.)
+    assert spikes.fingerprint() != problem.fingerprint()
+    changed = (spikes.targets != problem.targets).any(dim=1)
+    assert int(changed.sum()) == SPIKE_OUTLIERS
+    assert torch.allclose(spikes.targets[changed], problem.targets[changed] * SPIKE_FACTOR)
+    assert spikes.eval_inputs.shape == (EVAL_SAMPLES, problem.inputs.shape[1])
+    assert spikes.eval_targets.std() == pytest.approx(1.0, abs=0.1)  # clean, standardised like training
+    assert torch.equal(summed.targets, problem.targets)
+    assert len(batch_plan(summed, summed.epochs)) == 64
+    out, y = torch.zeros(64, 64), problem.targets[:64]
+    assert float(summed.loss_fn(out, y)) == pytest.approx(64 * 64 * float(problem.loss_fn(out, y)), rel=1e-5)

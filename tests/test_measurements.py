@@ -4,7 +4,8 @@ Every number a trial records (skipped steps, the scale curve, the zero-gradient 
 evaluation loss, ``learned``, the failure code and the objective) is recomputed by a plain loop
 written from the definitions in docs/internals.md and docs/objective.md, never by calling the trainer twice. Settings are sampled and
 not powers of two (float32 rounds ``init_scale`` both up and down), and the tasks include ones
-where PyTorch's default is not the best (deep-mlp) and a user task with clipping and outliers.
+where PyTorch's default is not the best (deep-mlp, and deep-mlp-spikes and deep-mlp-sum, whose good
+windows are closed on both sides) and a user task with clipping and outliers.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import examples.noisy_regression
 from search.config import PenaltyConfig
 from search.objective import run_trial
 from search.tasks.deep_mlp import build as build_deep
+from search.tasks.deep_mlp import build_spikes, build_sum
 from search.tasks.seed_mlp import build as build_seed
 from search.trainer import ScalerConfig, train
 
@@ -167,3 +169,42 @@ def test_nonfinite_and_frozen_codes():
     attrs, _ = _compare(frozen, ScalerConfig(5.1e3, 2.0, 0.5, 2000), 30, plain_fp32_zero_fraction(frozen, 30))
     assert attrs["failure"] == "frozen" and attrs["zero_grad_fraction"] < 0.1
     assert math.isfinite(attrs["eval_loss"])
+
+
+def test_deep_mlp_spikes_window_is_closed_in_the_plain_loop():
+    # Four corrupted targets (x64) put ~64x larger gradients into a few mini-batches per pass.
+    # A scale that grows back every few steps overflows on those batches and skips them; a long
+    # growth_interval lets them through after the first backoffs; interval 1 overflows every other
+    # step; a low scale underflows. Every run is the whole task (256 steps), measured both ways.
+    problem = build_spikes(42)
+    steps = 256
+    fp32 = plain_fp32_zero_fraction(problem, steps)
+    default, plain_default = _compare(problem, ScalerConfig(2.0**16, 2.0, 0.5, 2000), steps, fp32)
+    window, plain_window = _compare(problem, ScalerConfig(2.9e5, 1.9, 0.6, 3), steps, fp32)
+    slower, plain_slower = _compare(problem, ScalerConfig(2.9e5, 1.9, 0.6, 30), steps, fp32)
+    churn, _ = _compare(problem, ScalerConfig(6.5e6, 2.0, 0.5, 1), steps, fp32)
+    low, _ = _compare(problem, ScalerConfig(3.0e3, 1.7, 0.5, 2000), steps, fp32)
+    assert default["failure"] == window["failure"] == slower["failure"] == "none"
+    assert plain_window.objective < 0.25 * plain_default.objective  # the default is far from the best
+    assert plain_window.objective < 0.25 * plain_slower.objective  # the same scale, growing back 10x slower
+    assert plain_window.skipped > 5 * plain_slower.skipped  # ...because it skips the spiky batches
+    assert churn["failure"] == "overflow_churn" and low["failure"] == "underflow"
+
+
+def test_deep_mlp_sum_window_is_closed_in_the_plain_loop():
+    # The summed loss moves every gradient up by the 4096 elements of a batch: the window of
+    # deep-mlp (2^19..2^20) moves 12 octaves down, PyTorch's default sits above it and spends its
+    # first steps backing off, in a run of only 64 steps; below the window gradients underflow, and
+    # above it a backoff close to 1 skips every step.
+    problem = build_sum(42)
+    steps = 64
+    fp32 = plain_fp32_zero_fraction(problem, steps)
+    default, plain_default = _compare(problem, ScalerConfig(2.0**16, 2.0, 0.5, 2000), steps, fp32)
+    window, plain_window = _compare(problem, ScalerConfig(5.7e2, 1.6, 0.4, 700), steps, fp32)
+    low, _ = _compare(problem, ScalerConfig(3.3e1, 2.0, 0.5, 2000), steps, fp32)
+    churn, _ = _compare(problem, ScalerConfig(9.1e5, 2.2, 0.93, 2000), steps, fp32)
+    assert default["failure"] == window["failure"] == "none"
+    assert plain_default.skipped >= 6 > plain_window.skipped
+    assert plain_default.scales[:5] == [2.0 ** (15 - i) for i in range(5)]  # backs off from the first step
+    assert plain_window.objective < plain_default.objective - 0.05  # the default is not the best
+    assert low["failure"] == "underflow" and churn["failure"] == "overflow_churn"

@@ -22,6 +22,8 @@ BUILTIN_TASKS: dict[str, str] = {
     "seed-mlp": "search.tasks.seed_mlp:build",
     "deep-mlp": "search.tasks.deep_mlp:build",
     "deep-mlp-large": "search.tasks.deep_mlp:build_large",
+    "deep-mlp-spikes": "search.tasks.deep_mlp:build_spikes",
+    "deep-mlp-sum": "search.tasks.deep_mlp:build_sum",
 }
 
 

@@ -42,20 +42,23 @@ the tiny gradients are useless in fp32 too (loss still 1.00 after 256 steps): no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from search.tasks.base import Problem
 
-__all__ = ["LARGE", "SMALL", "DeepMLPSize", "build", "build_large", "make"]
+__all__ = ["LARGE", "SMALL", "DeepMLPSize", "build", "build_large", "build_spikes", "build_sum", "make"]
 
 IN_FEATURES = 16
 OUT_FEATURES = 64  # The loss is a mean over batch x 64 outputs: small per-element gradients.
 TEACHER_WIDTH = 8
 TINY_STD = 2.0**-14  # fp16's smallest normal number (6.1e-5).
 ADAM_EPS = 1e-20  # Far below every gradient here: Adam stays scale-free (see the docstring).
+SPIKE_OUTLIERS = 4  # deep-mlp-spikes: training samples whose targets are corrupted...
+SPIKE_FACTOR = 64.0  # ...by this factor: the rare mini-batches holding one have ~64x larger gradients.
+EVAL_SAMPLES = 1024  # deep-mlp-spikes: clean validation samples from the same teacher.
 
 
 @dataclass(frozen=True)
@@ -83,14 +86,24 @@ def _linear(generator: torch.Generator, fan_in: int, fan_out: int, std: float, b
     return layer
 
 
-def make(seed: int, size: DeepMLPSize) -> Problem:
-    """Builds the data, the teacher targets and the student's initial weights from ``seed``."""
+def make(seed: int, size: DeepMLPSize, *, outliers: int = 0, summed: bool = False) -> Problem:
+    """Builds the data, the teacher targets and the student's initial weights from ``seed``.
+
+    Args:
+        seed: Seeds everything (data, teacher, weights, mini-batch order).
+        size: The variant's sizes.
+        outliers: Training samples whose targets are multiplied by ``SPIKE_FACTOR`` (deep-mlp-spikes);
+            the trials are then judged on ``EVAL_SAMPLES`` clean samples from the same teacher.
+        summed: Train on the summed squared error (``reduction="sum"``, x4096 per batch of 64) instead
+            of its mean (deep-mlp-sum); trials are still judged on the mean.
+    """
     generator = torch.Generator().manual_seed(seed)
     inputs = torch.randn(size.samples, IN_FEATURES, generator=generator)
     teacher_in = torch.randn(IN_FEATURES, TEACHER_WIDTH, generator=generator) / math.sqrt(IN_FEATURES)
     teacher_out = torch.randn(TEACHER_WIDTH, OUT_FEATURES, generator=generator) / math.sqrt(TEACHER_WIDTH)
     targets = torch.tanh(1.5 * inputs @ teacher_in) @ teacher_out
-    targets = (targets - targets.mean(0)) / targets.std(0)  # Unit variance: the untrained loss is ~1.
+    mean, std = targets.mean(0), targets.std(0)
+    targets = (targets - mean) / std  # Unit variance: the untrained loss is ~1.
 
     w = size.width
     layers = [
@@ -106,16 +119,31 @@ def make(seed: int, size: DeepMLPSize) -> Problem:
         modules += [layer, nn.Tanh()]
     model = nn.Sequential(*modules, layers[-1])
     lr = size.learning_rate
+    eval_inputs = eval_targets = None
+    if outliers:
+        # Drawn after everything above, so deep-mlp's own draws (and fingerprints) are unchanged.
+        corrupted = torch.randperm(size.samples, generator=generator)[:outliers]
+        eval_inputs = torch.randn(EVAL_SAMPLES, IN_FEATURES, generator=generator)
+        eval_targets = (torch.tanh(1.5 * eval_inputs @ teacher_in) @ teacher_out - mean) / std
+        targets = targets.clone()
+        targets[corrupted] *= SPIKE_FACTOR
     return Problem(
         model=model,
         inputs=inputs,
         targets=targets,
-        loss_fn=nn.MSELoss(),
+        loss_fn=nn.MSELoss(reduction="sum") if summed else nn.MSELoss(),
         make_optimizer=lambda params: torch.optim.Adam(params, lr=lr, eps=ADAM_EPS),
         epochs=size.epochs,
         batch_size=size.batch_size,
         shuffle_seed=seed,
+        eval_inputs=eval_inputs,
+        eval_targets=eval_targets,
+        eval_fn=_mean_squared_error if summed else None,
     )
+
+
+def _mean_squared_error(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return nn.functional.mse_loss(model(inputs).float(), targets)
 
 
 def build(seed: int) -> Problem:
@@ -126,3 +154,13 @@ def build(seed: int) -> Problem:
 def build_large(seed: int) -> Problem:
     """``deep-mlp-large``: the same construction, 4x wider, 4x the data and batch, 2x the passes."""
     return make(seed, LARGE)
+
+
+def build_spikes(seed: int) -> Problem:
+    """``deep-mlp-spikes``: deep-mlp with 4 corrupted training targets (x64), judged on clean data."""
+    return make(seed, SMALL, outliers=SPIKE_OUTLIERS)
+
+
+def build_sum(seed: int) -> Problem:
+    """``deep-mlp-sum``: deep-mlp trained on the summed error for 2 passes (64 steps), judged on the mean."""
+    return make(seed, replace(SMALL, epochs=2), summed=True)
