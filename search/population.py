@@ -154,6 +154,8 @@ def _layers(model: nn.Module) -> tuple[_Layer, ...]:
         raise PopulationError("model is an empty nn.Sequential")
     if sum(1 for _ in model.parameters()) != index:
         raise PopulationError("model has parameters outside its nn.Linear layers")
+    if not all(p.requires_grad for p in model.parameters()):
+        raise PopulationError("model has frozen parameters (requires_grad=False); population mode trains every parameter")
     return tuple(layers)
 
 
@@ -356,7 +358,7 @@ def _loss_and_grad(kind: str, problem: Problem, out: torch.Tensor, y: torch.Tens
             if divisor > 1:
                 loss = loss / divisor
         (loss * scale[member]).backward()
-        losses.append(loss.detach().float())
+        losses.append(loss.detach())  # in its own dtype: the trainer sums micro-batch losses in it
         grads.append(leaf.grad)
     return torch.stack(losses), torch.stack(grads)
 
@@ -534,8 +536,8 @@ def train_population(
     backoff = torch.tensor([c.backoff_factor for c in configs], dtype=torch.float64, device=device)
     interval = torch.tensor([c.growth_interval for c in configs], dtype=torch.int32, device=device)
     active = torch.ones(k, dtype=torch.bool, device=device)
-    steps_taken = [0] * k
-    stopped = [False] * k
+    stopped_at: list[int | None] = [None] * k  # the step count where should_stop ended a member
+    taken = 0
 
     losses: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
@@ -573,16 +575,13 @@ def train_population(
         scales.append(scale)
         found_infs.append(found_inf)
         taken = step + 1
-        for member in range(k):
-            if not stopped[member]:
-                steps_taken[member] = taken
         if should_stop is not None and taken in checkpoints:
-            current = step_loss.tolist()
+            current = step_loss.tolist()  # a host read, as the trainer's checkpoint makes one
             for member in range(k):
-                if not stopped[member] and should_stop(member, step, current[member]):
-                    stopped[member] = True
-            active = torch.tensor([not s for s in stopped], dtype=torch.bool, device=device)
-            if all(stopped):
+                if stopped_at[member] is None and should_stop(member, step, float(current[member])):
+                    stopped_at[member] = taken
+            active = torch.tensor([at is None for at in stopped_at], dtype=torch.bool, device=device)
+            if all(at is not None for at in stopped_at):
                 break
 
     # The one host read of the run (per member: rows of these tables).
@@ -596,7 +595,7 @@ def train_population(
     model = copy.deepcopy(problem.model)
     measured = []
     for member in range(k):
-        n = steps_taken[member]
+        n = taken if stopped_at[member] is None else stopped_at[member]
         loss_curve, scale_curve = loss_table[member][:n], scale_table[member][:n]
         skipped = [bool(s) for s in skip_table[member][:n]]
         counted = grad_size * sum(1 for s in skipped if not s)
@@ -636,7 +635,7 @@ def train_population(
                 weights_finite=weights_finite,
                 steps=n,
                 train_seconds=seconds,
-                stopped_early=stopped[member],
+                stopped_early=stopped_at[member] is not None,
             )
         )
     return results
