@@ -41,7 +41,13 @@ from search.storage import (
     redact,
     sqlite_path,
 )
-from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
+from search.study import (
+    IncompatibleStudyError,
+    finished_and_best,
+    inspect_study,
+    prepare_study,
+    resolve_study_name,
+)
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import BUILTIN_TASKS, Problem, TaskError, build_problem, resolve_task
 from search.trainer import batch_plan
@@ -70,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--config", metavar="PATH", default=None, help="TOML config (see configs/default.toml)")
     add("--storage", metavar="URL", default=None, help=f"Optuna storage URL [{d.storage}]")
-    add("--study-name", default=None, metavar="NAME", help="study name [the task's name]")
+    add("--study-name", default=None, metavar="NAME", help="study name [the task's name; a task of your own: its module's name]")
     add(
         "--task",
         default=None,
@@ -248,6 +254,7 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
         raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
     storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
     _OPENED.append(storage)
+    settings = with_run(settings, study_name=resolve_study_name(storage, settings))
     warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
     return _Opened(settings, storage, problem, fingerprint, warnings, specs)
 
