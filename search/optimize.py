@@ -22,7 +22,7 @@ import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search import publishing
+from search import publishing, startup
 from search.cli import OneLineParser, UsageError, check_output, fail, first_line, prog_name
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
@@ -197,6 +197,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)

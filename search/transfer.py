@@ -41,6 +41,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
+from search import startup
 from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, prog_name
 from search.record import FAIL_REASON
 from search.storage import (
@@ -493,6 +494,7 @@ def _clean(text: str, urls: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (0 verified copy, 1 failed, 2 bad input)."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     urls: list[str] = []
     try:
