@@ -28,7 +28,7 @@ from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settin
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
-from search.record import DEVICE, FINISHED, unfinished_baselines
+from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
@@ -407,7 +407,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         bar.close()
         if worker is not None:
             return 128 + e.signum
-        _note(f"interrupted by {e}; the trial in flight was recorded as FAIL")
+        _note(f"interrupted by {e}; {runner.stats.interrupted}")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + e.signum
     except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
@@ -521,7 +521,17 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
         f"{failed} failed in {seconds:.1f} s"
     )
     if result.signum is not None:
-        _note(f"interrupted by {signal.Signals(result.signum).name}; each worker recorded its trial in flight as FAIL")
+        # Read back, not assumed: a worker's trial can finish before the signal reaches it.
+        before = {t.number for t in existing}
+        cut = [
+            f"#{t.number}"
+            for t in trials
+            if t.state == TrialState.FAIL
+            and t.number not in before
+            and str(t.user_attrs.get(FAIL_REASON, "")).startswith("interrupted")
+        ]
+        what = f"recorded as FAIL: {', '.join(cut)}" if cut else "none was cut short (each had finished or not begun)"
+        _note(f"interrupted by {signal.Signals(result.signum).name}; the workers' trials in flight {what}")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + result.signum
     abnormal = []

@@ -185,6 +185,63 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
     assert len(failed) == 1 and failed[0].user_attrs["fail_reason"].startswith("interrupted")
 
 
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, call: int, before: bool) -> None:
+    """Makes ``target.name``'s ``call``-th call send this process SIGINT, before or after it runs."""
+    original = getattr(target, name)
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if before and len(calls) == call:
+            signal.raise_signal(signal.SIGINT)
+        result = original(*args, **kwargs)
+        if not before and len(calls) == call:
+            signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(target, name, wrapped)
+
+
+@pytest.mark.parametrize(
+    "target, name, call, before, message, state",
+    [
+        # The signal comes while the finished trial is written: it is COMPLETE, not FAIL (issue 15).
+        ("recorder", "finish", 1, False, "trial 0 finished COMPLETE before the signal was handled", "COMPLETE"),
+        ("recorder", "write", 1, False, "trial 5 finished COMPLETE before the signal was handled", "COMPLETE"),
+        # The signal comes while the trial trains: it is cut short and recorded as FAIL.
+        ("runner", "run_trial", 2, True, "trial 1, in flight, was recorded as FAIL", "FAIL"),
+        ("runner", "run_trial", 6, True, "trial 5, in flight, was recorded as FAIL", "FAIL"),
+    ],
+)
+def test_the_interrupt_message_says_what_became_of_the_trial(
+    tmp_path, monkeypatch, capsys, target, name, call, before, message, state
+):
+    import search.recorder
+    import search.runner
+
+    where = search.recorder.TrialRecorder if target == "recorder" else search.runner
+    _interrupt_at(monkeypatch, where, name, call, before)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trials", "8", "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted by SIGINT; {message}" in err and "recorded as FAIL" not in err.replace(message, ""), err
+    trials = load(tmp_path).get_trials()
+    number = int(message.split()[1].rstrip(","))
+    assert trials[number].state.name == state  # What the message said is what storage holds.
+    assert [t.state for t in trials[:number]] == [TrialState.COMPLETE] * number
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monkeypatch, capsys):
+    import search.runner
+
+    _interrupt_at(monkeypatch, search.runner.Runner, "_fail_stale_trials", 3, True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trials", "8", "--quiet"]) == 130
+    assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err
+    assert [t.state for t in load(tmp_path).get_trials()][:3] == [TrialState.COMPLETE] * 2 + [TrialState.WAITING]
+
+
 def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
     proc = start_cli(["--trials", "8", "--task", "tasks_for_tests:slow", "--epochs", "10"], tmp_path)
     deadline = time.time() + 120

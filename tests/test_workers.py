@@ -132,6 +132,8 @@ def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert 1 <= len(failed) <= 2 and all(t.user_attrs["fail_reason"].startswith("interrupted") for t in failed)
+    # The message names the trials read back as cut short, not a guess (issue 15).
+    assert f"recorded as FAIL: {', '.join(f'#{t.number}' for t in failed)}" in err, err
 
 
 def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
