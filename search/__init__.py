@@ -7,6 +7,11 @@ with a :class:`ScalerConfig`, judge the run, evaluate it and :func:`recommend` a
 :func:`transfer_study` and publish its figures with :func:`publish`.
 """
 
+# First, before torch and optuna import: a Ctrl-C while a command starts ends it with one line.
+from search import startup
+
+startup.guard()
+
 from search.analysis import Recommendation, recommend
 from search.config import DEFAULTS, ConfigError, PenaltyConfig, Settings, load_settings
 from search.evaluation import Evaluation, evaluate

@@ -21,6 +21,7 @@ __all__ = [
     "RunConfig",
     "Settings",
     "SpaceConfig",
+    "default_study_name",
     "load_settings",
 ]
 
@@ -76,7 +77,7 @@ class RunConfig:
 
     trials: int = 100
     task: str = "seed-mlp"
-    study_name: str = ""  # Empty: the task's name.
+    study_name: str = ""  # Empty: default_study_name(task).
     storage: str = "sqlite:///study.db"
     device: str = "auto"
     amp_dtype: str = "float16"
@@ -105,8 +106,8 @@ class Settings:
 
     @property
     def study_name(self) -> str:
-        """The study name; defaults to the task's name."""
-        return self.run.study_name or self.run.task
+        """The study name; defaults to :func:`default_study_name` of the task."""
+        return self.run.study_name or default_study_name(self.run.task)
 
     def to_dict(self) -> dict[str, Any]:
         """A plain nested dict (the TOML layout), with unset ``fixed`` values left out."""
@@ -117,6 +118,23 @@ class Settings:
             if name != "init_scale" and not param["powers_of_two"]:
                 del param["powers_of_two"]
         return data
+
+
+def default_study_name(task: str) -> str:
+    """The study name a task gets without ``--study-name``.
+
+    A built-in task keeps its name (``seed-mlp``). A user task's import path is not a readable name
+    (``examples.noisy_regression:build``), so it is named after its module's last part
+    (``noisy_regression``), with ``-callable`` appended when the callable is not ``build``, so that
+    two tasks of one module do not collide (``tasks_for_tests:slow`` -> ``tasks_for_tests-slow``).
+    The full path stays in the study's recorded settings (``task``). Neither part holds a dot, so
+    the name never looks like search.confirm's ``<study>.confirm`` sibling.
+    """
+    if ":" not in task:
+        return task
+    module, _, attr = task.partition(":")
+    base = module.rpartition(".")[2] or task
+    return base if attr in ("build", "") else f"{base}-{attr}"
 
 
 DEFAULTS = Settings()

@@ -55,7 +55,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
-from search import analysis
+from search import analysis, startup
 from search.cli import (
     OneLineParser,
     UsageError,
@@ -407,6 +407,7 @@ def _close_all_storages() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     url = ""
     try:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 import optuna
 
+from search import startup
 from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
 from search.publishing import PublishReport, publish
 from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
@@ -47,6 +48,7 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (2 for bad input)."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     try:
         args = build_parser().parse_args(argv)
     except UsageError as e:

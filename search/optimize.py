@@ -22,13 +22,13 @@ import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search import publishing
+from search import publishing, startup
 from search.cli import OneLineParser, UsageError, check_output, fail, first_line, prog_name
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
-from search.record import DEVICE, FINISHED, unfinished_baselines
+from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
@@ -41,7 +41,13 @@ from search.storage import (
     redact,
     sqlite_path,
 )
-from search.study import IncompatibleStudyError, finished_and_best, inspect_study, prepare_study
+from search.study import (
+    IncompatibleStudyError,
+    finished_and_best,
+    inspect_study,
+    prepare_study,
+    resolve_study_name,
+)
 from search.summary import format_summary, summarize, write_best_json
 from search.tasks import BUILTIN_TASKS, Problem, TaskError, build_problem, resolve_task
 from search.trainer import batch_plan
@@ -70,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--config", metavar="PATH", default=None, help="TOML config (see configs/default.toml)")
     add("--storage", metavar="URL", default=None, help=f"Optuna storage URL [{d.storage}]")
-    add("--study-name", default=None, metavar="NAME", help="study name [the task's name]")
+    add("--study-name", default=None, metavar="NAME", help="study name [the task's name; a task of your own: its module's name]")
     add(
         "--task",
         default=None,
@@ -191,6 +197,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = build_parser().parse_args(argv)
@@ -248,6 +255,7 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
         raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
     storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
     _OPENED.append(storage)
+    settings = with_run(settings, study_name=resolve_study_name(storage, settings))
     warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
     return _Opened(settings, storage, problem, fingerprint, warnings, specs)
 
@@ -399,7 +407,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         bar.close()
         if worker is not None:
             return 128 + e.signum
-        _note(f"interrupted by {e}; the trial in flight was recorded as FAIL")
+        _note(f"interrupted by {e}; {runner.stats.interrupted}")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + e.signum
     except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
@@ -513,7 +521,17 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
         f"{failed} failed in {seconds:.1f} s"
     )
     if result.signum is not None:
-        _note(f"interrupted by {signal.Signals(result.signum).name}; each worker recorded its trial in flight as FAIL")
+        # Read back, not assumed: a worker's trial can finish before the signal reaches it.
+        before = {t.number for t in existing}
+        cut = [
+            f"#{t.number}"
+            for t in trials
+            if t.state == TrialState.FAIL
+            and t.number not in before
+            and str(t.user_attrs.get(FAIL_REASON, "")).startswith("interrupted")
+        ]
+        what = f"recorded as FAIL: {', '.join(cut)}" if cut else "none was cut short (each had finished or not begun)"
+        _note(f"interrupted by {signal.Signals(result.signum).name}; the workers' trials in flight {what}")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + result.signum
     abnormal = []

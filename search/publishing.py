@@ -187,8 +187,14 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
                 ],
             }
         )
+    # The menu sits in the right margin, above the legend: above the plots it covered the figure's
+    # and the loss plot's titles (on the dashboard's graph width, its label is as wide as they are).
     figure.update_layout(
-        updatemenus=[{"buttons": buttons, "direction": "down", "x": 0, "xanchor": "left", "y": 1.15}],
+        updatemenus=[
+            {"buttons": buttons, "direction": "down", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"}
+        ],
+        legend={"x": 1.02, "xanchor": "left", "y": 0.88, "yanchor": "top"},
+        margin={"r": 240},
         showlegend=True,
     )
     return figure

@@ -73,6 +73,9 @@ class RunStats:
     fail_reasons: list[str] = field(default_factory=list)
     seconds: float = 0.0
     stop_reason: str = ""
+    # After an interrupt: what became of the trial in flight, read back from storage (a trial can
+    # finish between the signal and its handling, so "recorded as FAIL" is not a given).
+    interrupted: str = ""
 
 
 class Runner:
@@ -115,6 +118,8 @@ class Runner:
         self.stats = RunStats()
         self._last_stale_check: float | None = None
         self.shared = shared
+        self._handling = False  # A trial is being claimed, sampled, trained or recorded.
+        self._in_flight: int | None = None  # Its storage id, once it has one.
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
@@ -127,6 +132,7 @@ class Runner:
         try:
             with interrupts_as_exceptions():
                 while True:
+                    self._handling, self._in_flight = False, None
                     self._fail_stale_trials()
                     trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
                     queued_baseline = any(t.state == TrialState.WAITING and baseline_of(t) for t in trials)
@@ -145,9 +151,29 @@ class Runner:
                             f"{self.stats.failed} trials failed in this run (--max-failed-trials "
                             f"{run.max_failed_trials}); last: {self.stats.fail_reasons[-1]}"
                         )
+        except Interrupted:
+            self.stats.interrupted = self._what_became_of_the_trial_in_flight()
+            raise
         finally:
             self.stats.seconds = time.perf_counter() - start
         return self.stats
+
+    def _what_became_of_the_trial_in_flight(self) -> str:
+        """One clause for the interrupt message, from the trial's state as stored now."""
+        if not self._handling:
+            return "no trial was in flight"
+        if self._in_flight is None:
+            return "the trial in flight had not been stored yet; nothing of it was kept"
+        trial_id = self._in_flight
+        try:  # One read, no retries: the user asked to stop.
+            stored = self.study._storage.get_trial(trial_id)
+        except Exception:
+            return "the trial in flight was recorded, but its state could not be read back"
+        if stored.state == TrialState.FAIL:
+            return f"trial {stored.number}, in flight, was recorded as FAIL"
+        if stored.state.is_finished():
+            return f"trial {stored.number} finished {stored.state.name} before the signal was handled"
+        return f"trial {stored.number} is still {stored.state.name} in storage"
 
     def _fail_stale_trials(self) -> None:
         # Trials of dead workers (kill -9, lost host) become FAIL and are queued again. Checked
@@ -170,8 +196,10 @@ class Runner:
         """Runs one queued trial; False when another worker claimed the last one first."""
         # A signal during the claim is held and raised inside the try below, so that the claimed
         # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
+        self._handling = True
         with held_interrupts() as pending:
             trial = self._claim()
+            self._in_flight = trial._trial_id if trial is not None else None
         if trial is None:
             if pending:
                 raise Interrupted(pending[0])
@@ -197,12 +225,16 @@ class Runner:
             _raise_task_exit(error)
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
-        with deferred_interrupts():
+        # A signal held during the write is raised only after the trial is counted, so that the
+        # progress bar and the interrupt message agree with what storage holds.
+        with held_interrupts() as pending:
             value = outcome.value if state == TrialState.COMPLETE else None
-            if not self.recorder.finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values):
-                return True
-        self._count(state)
-        self.on_trial(state, outcome.value)
+            recorded = self.recorder.finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values)
+        if recorded:
+            self._count(state)
+            self.on_trial(state, outcome.value)
+        if pending:
+            raise Interrupted(pending[0])
         return True
 
     def _claim(self) -> optuna.Trial | None:
@@ -236,6 +268,7 @@ class Runner:
     # -- sampled trials: asked of the replica --------------------------------------------------
 
     def _run_sampled(self, trials: list[FrozenTrial]) -> None:
+        self._handling = True
         started = datetime.datetime.now()
         self.replica.sync(trials)
         trial = self.replica.study.ask()
@@ -246,7 +279,7 @@ class Runner:
 
         def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
             # The replica's trial carries the params and the sampler's system attrs.
-            self.recorder.write(self.replica.frozen(trial), state, value, attrs, values, started)
+            self._in_flight = self.recorder.write(self.replica.frozen(trial), state, value, attrs, values, started)
             return True
 
         self._train_and_record(trial, lambda: self._train(trial, scaler_config), record)
@@ -255,6 +288,7 @@ class Runner:
         """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
         with held_interrupts() as pending:
             trial_id = self.recorder.write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
+            self._in_flight = trial_id
             first_beat(self.study, trial_id, self.settings.run.storage_retry)
         stored = optuna.Trial(self.study, trial_id)
 
@@ -290,12 +324,14 @@ class Runner:
             raise
         state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
         value = outcome.value if state == TrialState.COMPLETE else None
-        with deferred_interrupts():
+        with held_interrupts() as pending:  # Raised after counting, as in _run_enqueued.
             recorded = record(state, value, outcome.user_attrs, outcome.intermediate_values)
             self.replica.discard(trial)
         if recorded:
             self._count(state)
             self.on_trial(state, outcome.value)
+        if pending:
+            raise Interrupted(pending[0])
 
     # -- one trial -----------------------------------------------------------------------------
 

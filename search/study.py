@@ -24,6 +24,7 @@ __all__ = [
     "finished_and_best",
     "inspect_study",
     "prepare_study",
+    "resolve_study_name",
     "settings_of",
     "waiting_baseline",
 ]
@@ -96,6 +97,30 @@ def _canon(value: Any) -> str:
 def _short(value: Any) -> str:
     text = _canon(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
+    """The study this run works on: ``settings.study_name``, or a user task's study from before
+    default names were readable.
+
+    Without ``--study-name`` a user task's study used to be named after its import path
+    (``examples.noisy_regression:build``); now it is :func:`search.config.default_study_name`
+    (``noisy_regression``). Rerunning the command that made such a study must resume it, not
+    start a new one beside it, so the old name is used when only a study of that name exists.
+    """
+    name = settings.study_name
+    legacy = settings.run.task
+    if settings.run.study_name or legacy == name:
+        return name
+    return legacy if _exists(storage, legacy) and not _exists(storage, name) else name
+
+
+def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def inspect_study(

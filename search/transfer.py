@@ -18,6 +18,9 @@ what was read from the source. The destination write is :func:`optuna.copy_study
   (``<Sampler>:parent:<generation>``, a list of trial ids). ``failed_trial`` and ``retry_history``
   (Optuna's ``RetryHeartbeatStaleTrialCallback``) hold trial numbers and need nothing.
 
+* search.confirm's sibling study ``<study>.confirm`` is copied along (``--no-confirm`` skips it),
+  as ``<target>.confirm`` with its ``source_study`` attr following a rename.
+
 Exit codes: 0 copied and verified, 1 the copy failed or differs from the source, 2 bad input
 (nothing written to the destination). Passwords in URLs are masked in every message.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime
 import json
 import os
@@ -41,7 +45,9 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from search.cli import OneLineParser, UsageError, choose_study, fail, first_line, prog_name
+from search import startup
+from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line, prog_name
+from search.confirmations import confirm_study_name
 from search.record import FAIL_REASON
 from search.storage import (
     StorageError,
@@ -111,6 +117,8 @@ class TransferReport:
         overwritten: Whether a study of the same name in the destination was replaced.
         verified: Whether the copy read back equals the snapshot of the source.
         mismatches: What differs, when not verified.
+        siblings: The reports of the studies copied along: search.confirm's ``<study>.confirm``.
+        skipped: Sibling studies the source holds that were not copied (``--no-confirm``).
     """
 
     study_name: str
@@ -128,11 +136,18 @@ class TransferReport:
     overwritten: bool
     verified: bool
     mismatches: tuple[str, ...] = ()
+    siblings: tuple[TransferReport, ...] = ()
+    skipped: tuple[str, ...] = ()
 
     @property
     def trials(self) -> int:
         """Number of trials copied."""
         return sum(self.states.values())
+
+    @property
+    def all_verified(self) -> bool:
+        """This study's copy and every sibling's match their sources."""
+        return self.verified and all(s.verified for s in self.siblings)
 
 
 @dataclass(frozen=True)
@@ -153,6 +168,7 @@ def transfer_study(
     study_name: str | None = None,
     to_study_name: str | None = None,
     overwrite: bool = False,
+    with_confirm: bool = True,
 ) -> TransferReport:
     """Copies a study from one storage to another and verifies the copy.
 
@@ -162,14 +178,17 @@ def transfer_study(
         study_name: The study to copy; None picks the source's only study.
         to_study_name: Its name in the destination; None keeps the name.
         overwrite: Replace a study of that name in the destination.
+        with_confirm: Copy search.confirm's sibling ``<study>.confirm`` along, when the source has
+            one (as ``<to_study_name>.confirm``): without it the copy's summary and report would
+            lose the confirmation, and ``search.confirm`` there would train every run again.
 
     Returns:
         The report; ``verified`` is False (and ``mismatches`` says why) if the copy read back
-        differs from the source.
+        differs from the source; ``siblings`` holds the sibling's report.
 
     Raises:
         TransferError: Bad input; nothing was written to the destination.
-        TransferFailed: A storage error during the copy; the partial copy was removed.
+        TransferFailed: A storage error during the copy; every partial copy was removed.
     """
     _check_names(study_name, to_study_name)
     if _storage_identity(from_url) == _storage_identity(to_url):
@@ -183,33 +202,60 @@ def transfer_study(
         except UsageError as e:
             raise TransferError(str(e)) from None
         target = to_study_name or name
-        try:
-            snapshot = _read(source, name)
-        except Exception as e:
-            raise TransferFailed(
-                f"cannot read study {name!r} from {mask_url(from_url)}: {redact(first_line(e), from_url)}"
-            ) from e
+        pairs = [(name, target)]
+        sibling = confirm_study_name(name)
+        skipped: tuple[str, ...] = ()
+        if not name.endswith(CONFIRM_SUFFIX) and _has_study(source, sibling):
+            if with_confirm:
+                pairs.append((sibling, confirm_study_name(target)))
+            else:
+                skipped = (sibling,)
+        snapshots = []
+        for source_name, _ in pairs:
+            try:
+                snapshots.append(_read(source, source_name))
+            except Exception as e:
+                raise TransferFailed(
+                    f"cannot read study {source_name!r} from {mask_url(from_url)}: {redact(first_line(e), from_url)}"
+                ) from e
+        if len(pairs) > 1 and target != name:
+            # search.confirm finds its runs by the name of the study they confirm.
+            snapshots[1].user_attrs["source_study"] = target
         dest_path = _sqlite_file(to_url)
         created_file = dest_path if dest_path is not None and not os.path.exists(dest_path) else None
         dest = _open(to_url, "destination")
         opened.append(dest)
+        written: list[str] = []
         try:
-            exists = target in {s.study_name for s in dest.get_all_studies()}
-            if exists and not overwrite:
+            there = {s.study_name for s in dest.get_all_studies()}
+            existing = [t for _, t in pairs if t in there]
+            if existing and not overwrite:  # Checked for every study before anything is written.
                 raise TransferError(
-                    f"study {target!r} already exists in {mask_url(to_url)} (use --overwrite to replace it)"
+                    f"study {existing[0]!r} already exists in {mask_url(to_url)} (use --overwrite to replace it)"
                 )
-            if exists:
-                dest.delete_study(dest.get_study_id_from_name(target))
-            remapped, dropped = _copy(snapshot, name, dest, target)
-            mismatches = _verify(snapshot, remapped, dest, target)
+            reports = []
+            for (source_name, dest_name), snapshot in zip(pairs, snapshots):
+                exists = dest_name in there
+                if exists:
+                    dest.delete_study(dest.get_study_id_from_name(dest_name))
+                written.append(dest_name)
+                remapped, dropped = _copy(snapshot, source_name, dest, dest_name)
+                mismatches = _verify(snapshot, remapped, dest, dest_name)
+                reports.append(
+                    _report(snapshot, source_name, dest_name, from_url, to_url, remapped, dropped, exists, mismatches)
+                )
         except TransferError:
             raise  # The study was there before: nothing was written.
         except optuna.exceptions.DuplicatedStudyError:
             # Created by someone else since the check above: theirs, not ours to remove.
-            raise TransferError(f"study {target!r} was just created in {mask_url(to_url)} by another process")
+            written.pop()
+            for dest_name in written:
+                _discard(dest, dest_name, None)
+            raise TransferError(f"study {pairs[len(written)][1]!r} was just created in {mask_url(to_url)} by another process")
         except BaseException as e:
-            _discard(dest, target, created_file)
+            for dest_name in written:
+                _discard(dest, dest_name, None)
+            _discard_file(dest, created_file)
             if isinstance(e, Exception):
                 raise TransferFailed(
                     f"copy to {mask_url(to_url)} failed (the partial copy was removed): "
@@ -219,6 +265,28 @@ def transfer_study(
     finally:
         for storage in opened:  # Closing every connection removes SQLite's -wal/-shm files.
             close_storage(storage)
+    return dataclasses.replace(reports[0], siblings=tuple(reports[1:]), skipped=skipped)
+
+
+def _has_study(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _report(
+    snapshot: _Snapshot,
+    name: str,
+    target: str,
+    from_url: str,
+    to_url: str,
+    remapped: dict[str, Any],
+    dropped: list[str],
+    overwritten: bool,
+    mismatches: list[str],
+) -> TransferReport:
     states = Counter(t.state.name for t in snapshot.trials)
     return TransferReport(
         study_name=name,
@@ -233,7 +301,7 @@ def transfer_study(
         artifacts=_count_artifacts(snapshot),
         user_attrs=len(snapshot.user_attrs),
         system_attrs=len(snapshot.plain_system_attrs) + len(remapped),
-        overwritten=exists,
+        overwritten=overwritten,
         verified=not mismatches,
         mismatches=tuple(mismatches),
     )
@@ -416,6 +484,11 @@ def _discard(dest: optuna.storages.RDBStorage, target: str, created_file: str | 
     """Removes a partial copy: the study, and the SQLite file if this run created it."""
     with contextlib.suppress(Exception):  # Never created, or the database is gone.
         dest.delete_study(dest.get_study_id_from_name(target))
+    _discard_file(dest, created_file)
+
+
+def _discard_file(dest: optuna.storages.RDBStorage, created_file: str | None) -> None:
+    """Removes the destination SQLite file if this run created it."""
     if created_file is not None:
         close_storage(dest)
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -424,12 +497,26 @@ def _discard(dest: optuna.storages.RDBStorage, target: str, created_file: str | 
 
 
 def format_report(report: TransferReport) -> list[str]:
-    """The lines ``python -m search.transfer`` prints for ``report``."""
+    """The lines ``python -m search.transfer`` prints for ``report`` and its siblings."""
+    lines = _format_one(report)
+    for sibling in report.siblings:
+        lines += _format_one(sibling, along=f" (search.confirm's runs of {report.study_name!r})")
+    copied = [report, *report.siblings]
+    names = ", ".join(
+        repr(r.study_name) + ("" if r.to_study_name == r.study_name else f" as {r.to_study_name!r}") for r in copied
+    )
+    lines.append(f"studies copied: {names}")
+    for name in report.skipped:
+        lines.append(f"not copied: {name!r} (--no-confirm): the copy has no confirmation runs")
+    return lines
+
+
+def _format_one(report: TransferReport, along: str = "") -> list[str]:
     counts = ", ".join(f"{state.lower()} {n}" for state, n in report.states.items()) or "none"
     rename = "" if report.to_study_name == report.study_name else f" as {report.to_study_name!r}"
     replaced = " (replaced the study of that name there)" if report.overwritten else ""
     lines = [
-        f"copied study {report.study_name!r}{rename}",
+        f"copied study {report.study_name!r}{rename}{along}",
         f"  from: {report.from_url}",
         f"  to:   {report.to_url}{replaced}",
         f"  trials: {report.trials} ({counts}); numbers kept, trial ids are new",
@@ -477,6 +564,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite", action="store_true", help="replace a study of that name in the destination"
     )
+    p.add_argument(
+        "--no-confirm",
+        action="store_true",
+        help="do not copy the study's search.confirm runs (its sibling study <name>.confirm), "
+        "which are copied along by default",
+    )
     return p
 
 
@@ -493,6 +586,7 @@ def _clean(text: str, urls: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (0 verified copy, 1 failed, 2 bad input)."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     urls: list[str] = []
     try:
@@ -500,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         urls = [args.from_url, args.to_url]
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         report = transfer_study(
-            args.from_url, args.to_url, args.study_name, args.to_study_name, args.overwrite
+            args.from_url, args.to_url, args.study_name, args.to_study_name, args.overwrite, not args.no_confirm
         )
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
@@ -512,7 +606,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(_clean(f"transfer failed: {first_line(e)}", urls), 1)
     for line in format_report(report):
         print(_clean(line, urls))
-    if not report.verified:
+    if not report.all_verified:
         return _fail(
             _clean(f"the copy in {report.to_url} differs from the source; rerun with --overwrite", urls), 1
         )

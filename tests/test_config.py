@@ -77,3 +77,13 @@ def test_a_study_name_the_storage_cannot_hold_is_bad_input(tmp_path):
     assert "study name is 600 characters; at most 504 fit" in proc.stderr
     assert list(tmp_path.iterdir()) == []
     assert run_cli(["--study-name", "x" * MAX_STUDY_NAME, "--trials", "1", "--quiet"], tmp_path).returncode == 0
+
+
+def test_default_study_names_are_readable():
+    from search.config import default_study_name
+
+    assert default_study_name("seed-mlp") == "seed-mlp"
+    assert default_study_name("examples.noisy_regression:build") == "noisy_regression"
+    assert default_study_name("tasks_for_tests:slow") == "tasks_for_tests-slow"
+    assert load_settings(overrides={"task": "examples.noisy_regression:build"}).study_name == "noisy_regression"
+    assert load_settings(overrides={"task": "a.b:build", "study_name": "mine"}).study_name == "mine"

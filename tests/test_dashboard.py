@@ -61,6 +61,10 @@ def test_curves_figure_marks_the_skipped_steps(study_dir):
     explorer = publishing.explorer_figure(study.get_trials(), space)
     buttons = explorer.layout.updatemenus[0].buttons
     assert len(buttons) == 12 and buttons[0].label.startswith(f"#{study.best_trial.number}")
+    # Issue 15: the menu covered the titles above the plots; it is in the right margin, beside them.
+    menu = explorer.layout.updatemenus[0]
+    assert menu.x >= 1 and menu.xanchor == "left" and menu.y <= 1 and menu.yanchor == "top"
+    assert explorer.layout.legend.y < menu.y  # The legend below it.
 
 
 def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_path):

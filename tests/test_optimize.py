@@ -114,7 +114,7 @@ def test_sampler_seed_depends_on_trials_already_in_the_study():
 def test_real_divergence_is_stored_as_null_with_a_finite_penalty(tmp_path):
     proc = run_cli(["--trials", "6", "--task", "tasks_for_tests:exploding", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    trials = load(tmp_path, "tasks_for_tests:exploding").get_trials()
+    trials = load(tmp_path, "tasks_for_tests-exploding").get_trials()
     assert all(t.state == TrialState.COMPLETE for t in trials)
     nonfinite = [t for t in trials if t.user_attrs["nonfinite"]]
     assert nonfinite and all(t.user_attrs["failure"] == "nonfinite" for t in nonfinite)
@@ -128,7 +128,7 @@ def test_failing_trials_are_recorded_and_bounded(tmp_path):
     proc = run_cli(args + ["--quiet"], tmp_path)
     assert proc.returncode == 1
     assert "3 trials failed in this run" in proc.stderr and "Traceback" not in proc.stderr
-    trials = load(tmp_path, "tasks_for_tests:broken_optimizer").get_trials()
+    trials = load(tmp_path, "tasks_for_tests-broken_optimizer").get_trials()
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 3 and not [t for t in trials if t.state == TrialState.RUNNING]
     assert all("optimizer factory is broken" in t.user_attrs["fail_reason"] for t in failed)
@@ -151,7 +151,7 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
     ]
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 1
-    failed = load(tmp_path, "tasks_for_tests:slow").get_trials(states=(TrialState.FAIL,))
+    failed = load(tmp_path, "tasks_for_tests-slow").get_trials(states=(TrialState.FAIL,))
     assert len(failed) == 2 and all("TrialTimeout" in t.user_attrs["fail_reason"] for t in failed)
 
 
@@ -165,7 +165,7 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
         time.sleep(0.5)
         if db.exists():
             try:
-                n = len(load(tmp_path, "tasks_for_tests:slow").get_trials(states=(TrialState.COMPLETE,)))
+                n = len(load(tmp_path, "tasks_for_tests-slow").get_trials(states=(TrialState.COMPLETE,)))
             except Exception:
                 continue
             if n >= 6:
@@ -178,11 +178,68 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == code, err
     assert "Traceback" not in err and "interrupted" in err
-    assert "Study 'tasks_for_tests:slow'" in out
-    trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+    assert "Study 'tasks_for_tests-slow'" in out
+    trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].user_attrs["fail_reason"].startswith("interrupted")
+
+
+def _interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, call: int, before: bool) -> None:
+    """Makes ``target.name``'s ``call``-th call send this process SIGINT, before or after it runs."""
+    original = getattr(target, name)
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(1)
+        if before and len(calls) == call:
+            signal.raise_signal(signal.SIGINT)
+        result = original(*args, **kwargs)
+        if not before and len(calls) == call:
+            signal.raise_signal(signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(target, name, wrapped)
+
+
+@pytest.mark.parametrize(
+    "target, name, call, before, message, state",
+    [
+        # The signal comes while the finished trial is written: it is COMPLETE, not FAIL (issue 15).
+        ("recorder", "finish", 1, False, "trial 0 finished COMPLETE before the signal was handled", "COMPLETE"),
+        ("recorder", "write", 1, False, "trial 5 finished COMPLETE before the signal was handled", "COMPLETE"),
+        # The signal comes while the trial trains: it is cut short and recorded as FAIL.
+        ("runner", "run_trial", 2, True, "trial 1, in flight, was recorded as FAIL", "FAIL"),
+        ("runner", "run_trial", 6, True, "trial 5, in flight, was recorded as FAIL", "FAIL"),
+    ],
+)
+def test_the_interrupt_message_says_what_became_of_the_trial(
+    tmp_path, monkeypatch, capsys, target, name, call, before, message, state
+):
+    import search.recorder
+    import search.runner
+
+    where = search.recorder.TrialRecorder if target == "recorder" else search.runner
+    _interrupt_at(monkeypatch, where, name, call, before)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trials", "8", "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted by SIGINT; {message}" in err and "recorded as FAIL" not in err.replace(message, ""), err
+    trials = load(tmp_path).get_trials()
+    number = int(message.split()[1].rstrip(","))
+    assert trials[number].state.name == state  # What the message said is what storage holds.
+    assert [t.state for t in trials[:number]] == [TrialState.COMPLETE] * number
+    assert not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monkeypatch, capsys):
+    import search.runner
+
+    _interrupt_at(monkeypatch, search.runner.Runner, "_fail_stale_trials", 3, True)
+    monkeypatch.chdir(tmp_path)
+    assert main(["--trials", "8", "--quiet"]) == 130
+    assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err
+    assert [t.state for t in load(tmp_path).get_trials()][:3] == [TrialState.COMPLETE] * 2 + [TrialState.WAITING]
 
 
 def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
@@ -191,7 +248,7 @@ def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
     while time.time() < deadline:
         time.sleep(0.2)
         try:
-            trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+            trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
         except Exception:
             continue
         if [t for t in trials if t.state == TrialState.COMPLETE]:
@@ -204,7 +261,7 @@ def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
         ["--trials", "8", "--task", "tasks_for_tests:slow", "--epochs", "10", "--quiet"], tmp_path
     )
     assert resumed.returncode == 0, resumed.stderr
-    trials = load(tmp_path, "tasks_for_tests:slow").get_trials()
+    trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     assert len(done) == 8
     tags = sorted(t.user_attrs["baseline"] for t in done if "baseline" in t.user_attrs)
@@ -328,7 +385,7 @@ def test_killed_worker_trial_is_failed_and_retried(tmp_path):
         time.sleep(0.02)
     proc.kill()  # SIGKILL: no handler runs, the baseline trial stays RUNNING in storage.
     proc.communicate(timeout=60)
-    name = "tasks_for_tests:slow"
+    name = "tasks_for_tests-slow"
     stale = load(tmp_path, name).get_trials(states=(TrialState.RUNNING,))
     assert len(stale) == 1 and stale[0].user_attrs["baseline"] == "seed-1"
     time.sleep(3)  # Past the grace period (2 x the 1 s heartbeat).

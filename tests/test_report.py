@@ -651,3 +651,34 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
     nearest = max(below, key=lambda t: t.params["init_scale"])
     run = plain(*(nearest.params[p] for p in order))
     assert run.failure != "none" or run.objective > limit, (nearest.params, run.failure, run.objective)
+
+
+def test_parallel_coordinate_labels_are_not_crowded():
+    # Issue 15: init_scale over 2^-12..2^31 got a label at every decade plus both ends, one on top of another.
+    from search.report.visualization import PARALLEL_MAX_LABELS, PARALLEL_MIN_GAP, tidy_parallel_ticks
+
+    study = optuna.create_study()
+    for i in range(30):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"init_scale": 2.0 ** (-12 + 43 * i / 29), "growth_interval": 1 + (i * 71) % 2000},
+                distributions={
+                    "init_scale": optuna.distributions.FloatDistribution(2.0**-12, 2.0**31, log=True),
+                    "growth_interval": optuna.distributions.IntDistribution(1, 2000, log=True),
+                },
+                value=0.4 + i / 30,
+            )
+        )
+
+    def labels_per_axis(figure) -> dict[float, list[float]]:
+        axes: dict[float, list[float]] = {}
+        for a in figure.layout.annotations:
+            axes.setdefault(a.x, []).append(a.y)
+        return {x: sorted(ys) for x, ys in axes.items()}
+
+    figure = optuna.visualization.plot_parallel_coordinate(study)
+    assert max(len(ys) for ys in labels_per_axis(figure).values()) > PARALLEL_MAX_LABELS  # Optuna's own.
+    tidy = labels_per_axis(tidy_parallel_ticks(figure))
+    for ys in tidy.values():
+        assert 2 <= len(ys) <= PARALLEL_MAX_LABELS and ys[0] == 0 and ys[-1] == 1  # Both ends stay.
+        assert min(b - a for a, b in zip(ys, ys[1:])) >= PARALLEL_MIN_GAP

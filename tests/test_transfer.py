@@ -300,3 +300,62 @@ def test_passwords_never_appear(source, postgres_url, tmp_path, capsys):
         out, err = capsys.readouterr()
         assert err.count("\n") == 1 and "hunter2" not in out + err, err
     assert not (tmp_path / "copy.db").exists()
+
+
+# -- search.confirm's sibling study travels with its study (issue 15) --------------------------
+
+
+@pytest.fixture(scope="module")
+def confirmed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A real 8-trial study and a real search.confirm of it (its sibling ``seed-mlp.confirm``)."""
+    where = tmp_path_factory.mktemp("confirmed")
+    proc = run_cli(["--trials", "8", "--quiet"], where)
+    assert proc.returncode == 0, proc.stderr
+    proc = run_cli(["--top", "1", "--seeds", "2", "--no-corners", "--quiet"], where, module="search.confirm")
+    assert proc.returncode == 0, proc.stderr
+    return where / "study.db"
+
+
+def _study_names(url: str) -> list[str]:
+    return sorted(s.study_name for s in optuna.get_all_study_summaries(url))
+
+
+def test_the_confirmation_runs_are_copied_along_and_usable_there(confirmed, tmp_path, capsys):
+    src, dest = _sqlite(confirmed), _sqlite(tmp_path / "copy.db")
+    assert main(["--from", src, "--to", dest, "--to-study-name", "moved"]) == 0
+    out = capsys.readouterr().out
+    assert "copied study 'seed-mlp.confirm' as 'moved.confirm' (search.confirm's runs of 'seed-mlp')" in out
+    assert "studies copied: 'seed-mlp' as 'moved', 'seed-mlp.confirm' as 'moved.confirm'" in out
+    assert _study_names(dest) == ["moved", "moved.confirm"]
+    runs = optuna.load_study(storage=src, study_name="seed-mlp.confirm").get_trials()
+    copied = optuna.load_study(storage=dest, study_name="moved.confirm")
+    assert [(t.number, t.state, t.value, t.params) for t in copied.trials] == [
+        (t.number, t.state, t.value, t.params) for t in runs
+    ]
+    # search.confirm finds its runs by their study's name: renamed along, so it has nothing to redo.
+    assert copied.user_attrs["source_study"] == "moved"
+    proc = run_cli(
+        ["--storage", dest, "--study-name", "moved", "--top", "1", "--seeds", "2", "--no-corners", "--quiet"],
+        tmp_path,
+        module="search.confirm",
+    )
+    assert proc.returncode == 0 and "nothing to run" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_no_confirm_copies_the_study_alone_and_says_so(confirmed, tmp_path, capsys):
+    dest = _sqlite(tmp_path / "copy.db")
+    assert main(["--from", _sqlite(confirmed), "--to", dest, "--no-confirm"]) == 0
+    out = capsys.readouterr().out
+    assert "studies copied: 'seed-mlp'\n" in out and "not copied: 'seed-mlp.confirm' (--no-confirm)" in out
+    assert _study_names(dest) == ["seed-mlp"]
+
+
+def test_an_existing_sibling_in_the_destination_is_bad_input(confirmed, tmp_path, capsys):
+    dest = _sqlite(tmp_path / "copy.db")
+    optuna.create_study(storage=dest, study_name="seed-mlp.confirm")
+    before = _digest(tmp_path / "copy.db")
+    assert main(["--from", _sqlite(confirmed), "--to", dest]) == 2
+    assert "study 'seed-mlp.confirm' already exists" in capsys.readouterr().err
+    assert _digest(tmp_path / "copy.db") == before
+    assert main(["--from", _sqlite(confirmed), "--to", dest, "--overwrite"]) == 0
+    assert _study_names(dest) == ["seed-mlp", "seed-mlp.confirm"]

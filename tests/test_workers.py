@@ -23,6 +23,7 @@ from conftest import POSTGRES_ADMIN, run_cli, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 SLOW = "tasks_for_tests:slow"
+SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.config.default_study_name).
 TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
 
@@ -126,11 +127,13 @@ def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
     proc.send_signal(signal.SIGINT)  # To the parent, as a terminal's Ctrl-C would.
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted" in err and f"Study '{SLOW}'" in out
-    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW)
+    assert "Traceback" not in err and "interrupted" in err and f"Study '{SLOW_STUDY}'" in out
+    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert 1 <= len(failed) <= 2 and all(t.user_attrs["fail_reason"].startswith("interrupted") for t in failed)
+    # The message names the trials read back as cut short, not a guess (issue 15).
+    assert f"recorded as FAIL: {', '.join(f'#{t.number}' for t in failed)}" in err, err
 
 
 def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
@@ -141,7 +144,7 @@ def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
     assert "worker" in err and "exited with 143" in err and "Traceback" not in err
-    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW)
+    trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY)
     assert_study_is_sound(trials, 10, 2)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].user_attrs["fail_reason"] == "interrupted (SIGTERM)"
@@ -164,14 +167,14 @@ def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tm
     args = ["--trials", "10", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
     procs = {p.pid: p for p in (start_cli(args, tmp_path), start_cli(args, tmp_path))}
     victim = wait_for_mid_trial_pid(tmp_path)
-    running = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.RUNNING]
+    running = [t for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.RUNNING]
     procs[victim].kill()  # SIGKILL: no handler runs; its claimed trial stays RUNNING.
     procs[victim].communicate(timeout=60)
-    completed_before = {t.number for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE}
+    completed_before = {t.number for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE}
     (survivor,) = [p for pid, p in procs.items() if pid != victim]
     _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err
-    trials = trials_of(postgres_url, SLOW)
+    trials = trials_of(postgres_url, SLOW_STUDY)
     assert_study_is_sound(trials, 10, 2)
     assert completed_before <= {t.number for t in trials if t.state == TrialState.COMPLETE}
     failed = [t for t in trials if t.state == TrialState.FAIL]
@@ -193,7 +196,7 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
     try:
         wait_for_mid_trial_pid(tmp_path)
         for _ in range(2):
-            seen_complete |= {t.number for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE}
+            seen_complete |= {t.number for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE}
             with admin.connect() as c:
                 c.exec_driver_sql(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS false")
                 c.exec_driver_sql(
@@ -214,7 +217,7 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
     assert proc.returncode == 0, err
     assert "storage unreachable" in err, "the outage should have been noticed and ridden out"
     assert "hunter2" not in out + err and "Traceback" not in err
-    trials = trials_of(postgres_url, SLOW)
+    trials = trials_of(postgres_url, SLOW_STUDY)
     assert seen_complete <= {t.number for t in trials if t.state == TrialState.COMPLETE}
     finished = [t for t in trials if t.state == TrialState.COMPLETE]
     assert 14 <= len(finished) <= 15 and not [t for t in trials if t.state == TrialState.RUNNING]
@@ -230,21 +233,21 @@ def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres
     while time.time() < deadline:  # Past the five baselines: from now on, trials are sampled.
         time.sleep(0.3)
         try:
-            done = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.COMPLETE]
+            done = [t for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE]
         except KeyError:  # The study does not exist yet.
             continue
         if len(done) >= 6:
             break
     (tmp_path / MID_TRIAL_FLAG).unlink(missing_ok=True)
     victim = wait_for_mid_trial_pid(tmp_path)
-    running = [t for t in trials_of(postgres_url, SLOW) if t.state == TrialState.RUNNING]
+    running = [t for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.RUNNING]
     (killed,) = [p for p in procs if p.pid == victim]
     killed.kill()
     killed.communicate(timeout=60)
     (survivor,) = [p for p in procs if p.pid != victim]
     _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err
-    trials = trials_of(postgres_url, SLOW)
+    trials = trials_of(postgres_url, SLOW_STUDY)
     assert_study_is_sound(trials, 12, 2)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].number in {t.number for t in running}

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import optuna
 
-from search import analysis
+from search import analysis, startup
 from search.cli import OneLineParser, UsageError, fail, first_line, percent, prog_name
 from search.report.build import build_report, report_json
 from search.report.page import render_html
@@ -64,6 +64,7 @@ def _fail(message: str, code: int = 2) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (0 written, 2 bad input)."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
     argv = list(sys.argv[1:] if argv is None else argv)
     url = ""
     try:

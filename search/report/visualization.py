@@ -218,5 +218,40 @@ def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: Space
         return section
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        section.figure = optuna.visualization.plot_parallel_coordinate(study, params=params)
+        figure = optuna.visualization.plot_parallel_coordinate(study, params=params)
+    section.figure = tidy_parallel_ticks(figure)
     return section
+
+
+# Optuna's parallel coordinates label a log axis at every decade and at both ends of the data:
+# on init_scale 2^-12..2^31 that is 15 labels, and an end label lands on top of the decade next to
+# it ("1.82e+09" over "1e+09"). At most this many labels per axis, this far apart (of its height):
+PARALLEL_MAX_LABELS = 7
+PARALLEL_MIN_GAP = 0.1
+
+
+def tidy_parallel_ticks(figure: Any) -> Any:
+    """Thins the axis labels of :func:`optuna.visualization.plot_parallel_coordinate` (Optuna 5
+    draws them as annotations at x = the axis, y in [0, 1]): both ends stay, then every k-th label
+    between them, none nearer than :data:`PARALLEL_MIN_GAP` to another; taller, with room for the
+    colour bar's title."""
+    labels = [a for a in figure.layout.annotations if isinstance(a.x, (int, float)) and isinstance(a.y, (int, float))]
+    others = [a for a in figure.layout.annotations if a not in labels]
+    kept = []
+    for x in sorted({a.x for a in labels}):
+        axis = sorted((a for a in labels if a.x == x), key=lambda a: a.y)
+        ends = [axis[0], axis[-1]] if len(axis) > 1 else axis
+        inner = axis[1:-1]
+        step = max(1, math.ceil(len(inner) / max(1, PARALLEL_MAX_LABELS - 2)))
+        chosen = list(ends)
+        for a in inner[step // 2 :: step]:
+            if all(abs(a.y - b.y) >= PARALLEL_MIN_GAP for b in chosen):
+                chosen.append(a)
+        kept += sorted(chosen, key=lambda a: a.y)
+    figure.layout.annotations = others + kept
+    for trace in figure.data:
+        colorbar = getattr(getattr(trace, "marker", None), "colorbar", None)
+        if colorbar is not None and colorbar.title.text:
+            colorbar.title.update(text="objective", side="right")
+    figure.update_layout(height=520, title=None, margin={"t": 30, "r": 110})
+    return figure

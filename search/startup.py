@@ -1,0 +1,81 @@
+"""A Ctrl-C while a command starts up: one line and exit 130, not a traceback out of an import.
+
+Importing torch, optuna, sqlalchemy and plotly takes seconds, and ``python -m search.X`` (or its
+console script) imports the ``search`` package, which imports them, before the command's ``main``
+runs. A SIGINT then raises ``KeyboardInterrupt`` inside whichever module is importing, where no
+command can catch it, and Python prints a 20-line traceback. So the package calls :func:`guard`
+before its first heavy import: in one of the five commands' processes (and only there: a script
+that imports ``search`` as a library keeps its own handlers), SIGINT and SIGTERM print
+``search.X: interrupted while starting (SIGINT); nothing was written`` and exit with 128 + signum
+(130, 143), like every other interrupt. The command's ``main`` calls :func:`started` first thing,
+which puts the previous handlers back, so from then on the command handles interrupts its own way.
+
+Nothing is written before ``main`` runs, so the handler ends the process with :func:`os._exit`:
+there is nothing to save, and unwinding a half-finished ``import torch`` could only add noise.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any
+
+__all__ = ["COMMANDS", "command_being_started", "guard", "started"]
+
+# The commands, by module and by console script (pyproject.toml's [project.scripts]).
+COMMANDS = {
+    "search.optimize": "search-optimize",
+    "search.confirm": "search-confirm",
+    "search.transfer": "search-transfer",
+    "search.dashboard": "search-dashboard",
+    "search.report": "search-report",
+}
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+_OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}
+_previous: dict[int, Any] = {}
+
+
+def command_being_started(orig_argv: list[str] | None = None, argv0: str | None = None) -> str | None:
+    """The command this process is starting (``search.optimize``, ...), or None when it is not one.
+
+    ``python [options] -m search.X`` is read from the interpreter's own command line
+    (``sys.orig_argv``); a console script from its name (``sys.argv[0]``).
+    """
+    orig = list(getattr(sys, "orig_argv", []) if orig_argv is None else orig_argv)
+    argv0 = (sys.argv[0] if sys.argv else "") if argv0 is None else argv0
+    args = iter(orig[1:])
+    for arg in args:
+        if arg == "-m":
+            module = next(args, "")
+            return module if module in COMMANDS else None
+        if arg.startswith("-m"):
+            return arg[2:] if arg[2:] in COMMANDS else None
+        if arg in _OPTIONS_WITH_VALUE:
+            next(args, None)
+        elif not arg.startswith("-"):
+            break  # A script path: python runs a file, not a module.
+    script = os.path.basename(argv0)
+    return next((module for module, name in COMMANDS.items() if name == script), None)
+
+
+def guard() -> None:
+    """Until :func:`started`: SIGINT/SIGTERM end a starting command with one line (nothing in a library)."""
+    command = command_being_started()
+    if command is None or _previous:
+        return
+
+    def handler(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        os.write(2, f"{command}: interrupted while starting ({name}); nothing was written\n".encode())
+        os._exit(128 + signum)
+
+    for s in _INTERRUPTS:
+        _previous[s] = signal.signal(s, handler)
+
+
+def started() -> None:
+    """The command's ``main`` is running: its own interrupt handling takes over (a no-op when unguarded)."""
+    for s, handler in _previous.items():
+        signal.signal(s, handler)
+    _previous.clear()
