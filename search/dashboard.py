@@ -18,6 +18,7 @@ import optuna
 
 from search import startup
 from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
+from search.interrupts import Interrupted, interrupts_as_exceptions
 from search.publishing import PublishReport, publish
 from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 
@@ -72,7 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.study_name is not None and args.study_name not in names:
         return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
     if not args.no_publish:
-        _publish_all(url, [args.study_name] if args.study_name else names)
+        try:
+            with interrupts_as_exceptions():
+                _publish_all(url, [args.study_name] if args.study_name else names)
+        except Interrupted as e:  # Each study's figures and notes are written in one transaction.
+            return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
     if args.publish_only:
         return 0
     print(f"search.dashboard: serving {mask_url(url)} on http://{args.host}:{args.port}/", file=sys.stderr)

@@ -48,6 +48,7 @@ from sqlalchemy.engine import make_url
 from search import startup
 from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line, prog_name
 from search.confirmations import confirm_study_name
+from search.interrupts import Interrupted, interrupts_as_exceptions
 from search.record import FAIL_REASON
 from search.storage import (
     StorageError,
@@ -593,9 +594,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         urls = [args.from_url, args.to_url]
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        report = transfer_study(
-            args.from_url, args.to_url, args.study_name, args.to_study_name, args.overwrite, not args.no_confirm
-        )
+        with interrupts_as_exceptions():
+            report = transfer_study(
+                args.from_url, args.to_url, args.study_name, args.to_study_name, args.overwrite, not args.no_confirm
+            )
+    except Interrupted as e:  # transfer_study removed its partial copy on the way out.
+        return _fail(f"interrupted ({e}); nothing was copied (a partial copy was removed)", 128 + e.signum)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except UsageError as e:  # TransferError, and argparse's and choose_study's errors.

@@ -179,3 +179,20 @@ def test_publishing_is_one_transaction_and_replaces_stale_chunks(study_dir, tmp_
     figure = json.loads(get_plotly_graph_objects(system)[publishing.CURVES_ID])
     assert figure["layout"]["title"]["text"].startswith("Best vs the seed default")
     assert all(system[f"{key}{i}"] == "" for i in range(chunks, chunks + 3))
+
+
+def test_an_interrupt_while_publishing_is_one_line_exit_130(study_dir, tmp_path, capsys, monkeypatch):
+    import os
+    import shutil
+    import signal
+
+    import search.dashboard as dashboard
+
+    def interrupted_publish(study):
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(dashboard, "publish", interrupted_publish)
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")
+    code = dashboard.main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--publish-only"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and len(err) == 1 and "interrupted (SIGINT) while publishing" in err[0]

@@ -682,3 +682,23 @@ def test_parallel_coordinate_labels_are_not_crowded():
     for ys in tidy.values():
         assert 2 <= len(ys) <= PARALLEL_MAX_LABELS and ys[0] == 0 and ys[-1] == 1  # Both ends stay.
         assert min(b - a for a, b in zip(ys, ys[1:])) >= PARALLEL_MIN_GAP
+
+
+def test_an_interrupt_is_one_line_exit_130_and_writes_nothing(study_dir, tmp_path, capsys, monkeypatch):
+    import os
+    import signal
+
+    import search.report.command as command
+
+    build = command.build_report
+
+    def interrupted_build(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(command, "build_report", interrupted_build)
+    url = _copy(study_dir / "study.db", tmp_path / "study.db")
+    assert main(["--storage", url, "--out", str(tmp_path / "r.html")]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted (SIGINT); nothing was written" in err[0]
+    assert not (tmp_path / "r.html").exists()

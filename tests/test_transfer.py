@@ -359,3 +359,26 @@ def test_an_existing_sibling_in_the_destination_is_bad_input(confirmed, tmp_path
     assert _digest(tmp_path / "copy.db") == before
     assert main(["--from", _sqlite(confirmed), "--to", dest, "--overwrite"]) == 0
     assert _study_names(dest) == ["seed-mlp", "seed-mlp.confirm"]
+
+
+def test_an_interrupt_mid_copy_is_one_line_exit_130_and_removes_the_partial_copy(
+    source, tmp_path, capsys, monkeypatch
+):
+    import signal
+
+    import search.transfer as transfer
+
+    copy = transfer._copy
+
+    def interrupted_copy(*args, **kwargs):
+        result = copy(*args, **kwargs)  # The study is in the target now: the interrupt must remove it.
+        os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    monkeypatch.setattr(transfer, "_copy", interrupted_copy)
+    target = tmp_path / "dst" / "study.db"
+    target.parent.mkdir()
+    assert main(["--from", source, "--to", _sqlite(target)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted (SIGINT)" in err[0] and "Traceback" not in err[0]
+    assert not target.exists()  # The file this run created is gone too.

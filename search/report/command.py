@@ -8,6 +8,7 @@ the page or the JSON (:mod:`~search.report.page`, :mod:`~search.report.writing`)
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ import optuna
 
 from search import analysis, startup
 from search.cli import OneLineParser, UsageError, fail, first_line, percent, prog_name
+from search.interrupts import Interrupted, held_interrupts, interrupts_as_exceptions
 from search.report.build import build_report, report_json
 from search.report.page import render_html
 from search.report.reading import load_snapshot
@@ -73,17 +75,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.out or ("report.json" if args.format == "json" else "report.html")
         _check_out(out)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        snapshot = load_snapshot(url, args.study_name)
+        with interrupts_as_exceptions():
+            snapshot = load_snapshot(url, args.study_name)
+            report = build_report(snapshot, args.tolerance / 100)
+            text = report_json(report) if args.format == "json" else render_html(report)
+    except Interrupted as e:
+        return _fail(f"interrupted ({e}); nothing was written", 128 + e.signum)
     except SystemExit as e:  # --help
         return e.code if isinstance(e.code, int) else 0
     except UsageError as e:  # ReportError, and argparse's and choose_study's errors.
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # Reading the study failed: still bad input, nothing written.
         return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
-    report = build_report(snapshot, args.tolerance / 100)
-    text = report_json(report) if args.format == "json" else render_html(report)
     try:
-        write_report(text, out)
+        with held_interrupts() as pending:  # The file is written whole or not at all.
+            write_report(text, out)
+        if pending:
+            return _fail(f"interrupted ({signal.Signals(pending[0]).name}) after writing {out}", 128 + pending[0])
     except OSError as e:
         return _fail(f"cannot write --out {out}: {e.strerror or first_line(e)}")
     done = report.data["n_complete"]
