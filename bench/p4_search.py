@@ -1,17 +1,19 @@
-"""P4: search efficiency: trials until a sampler gets within 1% of the best-known objective.
+"""P4: search efficiency: trials until a sampler gets close to the best-known objective.
 
 Run on several tasks where PyTorch's default is not the best (``TASKS``: deep-mlp, whose window is
 above the default, and deep-mlp-spikes and deep-mlp-sum, whose good windows are closed on both sides).
-Each sampler (random, TPE, multivariate TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from 5 sampler seeds,
-through the service's own trial loop on in-memory storage (after the 5 seed baselines, which every
-study runs first and which are not counted). The best-known objective is the lowest any run reached. Two targets, both with 1%:
+Each sampler (random, TPE, multivariate TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from
+5 sampler seeds, through the service's own trial loop on in-memory storage (after the 5 seed baselines,
+which every study runs first and which are not counted). The best-known objective is the lowest any
+run reached. Three targets:
 
-* strict: within 1% of the best-known value itself, as the issue words it. On deep-mlp the
-  objective of neighbouring good settings varies by ~±0.004 around 0.01, i.e. by ±40%, so this asks
-  for the one lucky point rather than for a good region;
-* of the gap: within 1% of the distance between the seed default (PyTorch's GradScaler, objective
-  ~2.0 on deep-mlp: it underflows) and the best-known, i.e. 99% of the possible improvement.
+* strict: within 1% of the best-known value itself. Good settings of these tasks scatter by tens of
+  per cent (deep-mlp: ±40% around 0.01), so this asks for the one lucky point, not a good region;
+* gap: within 1% of the distance between the seed default (PyTorch's GradScaler) and the best-known,
+  i.e. 99% of the possible improvement;
+* gap10: within 10% of that distance, 90% of the possible improvement.
 
+The default sampler is chosen from these by :func:`choose_default`.
 A run "reaches" a target at its first trial at or below it; a run that never does counts as
 ``budget + 1`` (censored: the median is then a lower bound, printed with ">").
 """
@@ -77,38 +79,78 @@ def trials_to_reach(values: list[float], target: float, budget: int) -> int:
     return next((i + 1 for i, v in enumerate(values) if v <= target), budget + 1)
 
 
-def search_efficiency(
-    task: str, budget: int, seeds: int = 5, tolerance: float = 0.01
-) -> tuple[float, float, dict[str, dict[str, list[int]]], dict[str, float]]:
-    """(best-known objective, the default's objective, trials-to-reach per target and sampler,
-    median seconds per trial outside training per sampler)."""
+@dataclass(frozen=True)
+class TaskEfficiency:
+    """Every run of every sampler on one task, and the trials each needed to reach each target."""
+
+    task: str
+    best: float  # the lowest objective any run reached: the best-known
+    default: float  # PyTorch's default (baseline seed-1)
+    runs: list[SearchRun]
+    targets: dict[str, float]  # target name -> objective value to reach
+    reach: dict[str, dict[str, list[int]]]  # target -> sampler -> trials per seed (budget + 1: never)
+    regret: dict[str, float]  # sampler -> median over seeds of the share of the gap left after the budget
+    overhead: dict[str, float]  # sampler -> median seconds per sampled trial outside training
+
+
+TARGETS = {
+    "strict": "within 1% of the best-known value",
+    "gap": "99% of the possible improvement (within 1% of the default-best gap)",
+    "gap10": "90% of the possible improvement (within 10% of the gap)",
+}
+
+
+def search_efficiency(task: str, budget: int, seeds: int = 5) -> TaskEfficiency:
+    """Runs every sampler ``seeds`` times on ``task`` and measures the trials each needs."""
     runs = [run_search(task, s, seed, budget) for seed in range(seeds) for s in SAMPLERS]
     best = min(min(r.values) for r in runs)
     default = runs[0].default  # The same in every run: same data, weights and settings.
-    targets = {"strict": best + tolerance * abs(best), "gap": best + tolerance * (default - best)}
+    gap = default - best
+    targets = {"strict": best + 0.01 * abs(best), "gap": best + 0.01 * gap, "gap10": best + 0.1 * gap}
     reach = {
         name: {s: [trials_to_reach(r.values, t, budget) for r in runs if r.sampler == s] for s in SAMPLERS}
         for name, t in targets.items()
     }
+    regret = {
+        s: statistics.median((min(r.values) - best) / gap if gap > 0 else 0.0 for r in runs if r.sampler == s)
+        for s in SAMPLERS
+    }
     overhead = {s: statistics.median(r.overhead for r in runs if r.sampler == s) for s in SAMPLERS}
-    return best, default, reach, overhead
+    return TaskEfficiency(task, best, default, runs, targets, reach, regret, overhead)
 
 
-def choose_default(
-    medians: dict[str, dict[str, float]], overhead: dict[str, dict[str, float]]
-) -> tuple[str, dict[str, float], dict[str, float]]:
-    """The sampler that needs the fewest trials over the tasks, and how that was decided.
+def choose_default(results: list[TaskEfficiency], budget: int) -> tuple[str, dict[str, tuple[float, float, float]]]:
+    """The sampler that needs the fewest trials over the tasks, and each sampler's score.
 
-    ``medians[task][sampler]`` is the median (over sampler seeds) of the trials to the gap target.
-    A sampler's score is the median of those over the tasks (the median task); ties go to the
-    sampler that costs less time per trial outside training (its median over the tasks).
+    A sampler's score on a task is its median (over seeds) of the trials to a target; over the tasks
+    it is the median of those (the median task). Compared first at 90% of the possible improvement
+    (``gap10``), then at 99% (``gap``), then by the time a trial costs outside training: at 99% a
+    closed-window task's best-known value is one lucky point that no sampler reliably finds again
+    within 40 trials (every median is censored), so it cannot rank samplers alone.
 
     Returns:
-        (the chosen sampler, each sampler's score, each sampler's median time per trial).
+        (the chosen sampler, sampler -> (score at 90%, score at 99%, seconds a trial)).
     """
-    score = {s: statistics.median(medians[t][s] for t in medians) for s in SAMPLERS}
-    cost = {s: statistics.median(overhead[t][s] for t in overhead) for s in SAMPLERS}
-    return min(SAMPLERS, key=lambda s: (score[s], cost[s])), score, cost
+    scores = {}
+    for s in SAMPLERS:
+        ninety = statistics.median(statistics.median(r.reach["gap10"][s]) for r in results)
+        ninety_nine = statistics.median(statistics.median(r.reach["gap"][s]) for r in results)
+        scores[s] = (ninety, ninety_nine, statistics.median(r.overhead[s] for r in results))
+    return min(SAMPLERS, key=lambda s: scores[s]), scores
+
+
+def save_runs(results: list[TaskEfficiency], path: str) -> None:
+    """Writes every run's objective values (JSON), so that other targets can be read off later."""
+    import json
+
+    data = {
+        r.task: {"best": r.best, "default": r.default,
+                 "runs": [{"sampler": x.sampler, "seed": x.seed, "values": x.values, "overhead": x.overhead}
+                          for x in r.runs]}
+        for r in results
+    }
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1)
 
 
 def median_label(counts: list[int], budget: int) -> tuple[float, str]:
