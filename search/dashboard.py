@@ -15,12 +15,14 @@ import sys
 from collections.abc import Sequence
 
 import optuna
+from optuna.artifacts import FileSystemArtifactStore
 
 from search import startup
 from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
 from search.interrupts import Interrupted, interrupts_as_exceptions
 from search.publishing import PublishReport, publish
 from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
+from search.trial_pictures import publish_pictures
 
 __all__ = ["PublishReport", "publish", "main"]
 
@@ -39,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1: this machine only]")
     p.add_argument("--port", type=int, default=8080, help="port [8080]")
     p.add_argument("--no-publish", action="store_true", help="serve only; write nothing to the storage")
+    p.add_argument(
+        "--artifact-dir",
+        default=None,
+        metavar="DIR",
+        help="where each trial's loss-and-scale picture is drawn and served from [beside a SQLite file: "
+        "<file>-artifacts; for a database server: ./dashboard-artifacts]",
+    )
     p.add_argument("--publish-only", action="store_true", help="publish, then exit without serving")
     return p
 
@@ -72,10 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot read {mask_url(url)}: {redact(first_line(e), url)}")
     if args.study_name is not None and args.study_name not in names:
         return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
+    artifact_dir = args.artifact_dir or (f"{path}-artifacts" if path is not None else "dashboard-artifacts")
     if not args.no_publish:
         try:
             with interrupts_as_exceptions():
-                _publish_all(url, [args.study_name] if args.study_name else names)
+                _publish_all(url, [args.study_name] if args.study_name else names, artifact_dir)
         except Interrupted as e:  # Each study's figures and notes are written in one transaction.
             return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
     if args.publish_only:
@@ -84,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from optuna_dashboard import run_server
 
     try:
-        run_server(storage, host=args.host, port=args.port)
+        store = FileSystemArtifactStore(artifact_dir) if os.path.isdir(artifact_dir) else None
+        run_server(storage, host=args.host, port=args.port, artifact_store=store)
     except OSError as e:  # Port in use, address not available here.
         return _fail(f"cannot serve on {args.host}:{args.port}: {e.strerror or first_line(e)}")
     except KeyboardInterrupt:
@@ -92,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _publish_all(url: str, names: list[str]) -> None:
+def _publish_all(url: str, names: list[str], artifact_dir: str) -> None:
     # Writes take SQLite's write lock up front (BEGIN IMMEDIATE), like the workers' own writes.
     writer = open_existing_storage(url, immediate=True)
     try:
@@ -101,12 +112,15 @@ def _publish_all(url: str, names: list[str]) -> None:
             if "task" not in study.user_attrs:
                 continue  # Not a study of this service (or a search.confirm sibling).
             try:
-                report = publish(study)
+                trials = study.get_trials(deepcopy=False)  # Read once for both.
+                report = publish(study, trials)
+                pictures = publish_pictures(study, artifact_dir, trials)
             except Exception as e:  # The study is fine; only its figures are not refreshed.
                 print(f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}", file=sys.stderr)
                 continue
             print(
-                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes",
+                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes, "
+                f"{pictures} new trial pictures in {artifact_dir}",
                 file=sys.stderr,
             )
     finally:

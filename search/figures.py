@@ -1,8 +1,8 @@
 """Plotly figures of training runs, shared by the HTML report and the dashboard.
 
-Each trial stores its per-epoch ``loss_curve`` and ``scale_curve`` (GradScaler's scale after each
+Each trial stores its per-step ``loss_curve`` and ``scale_curve`` (GradScaler's scale after each
 ``update()``) as user attrs. A step GradScaler skipped shows as a drop of the scale (backoff),
-so the skipped epochs are read off the scale curve and the trial's ``init_scale``.
+so the skipped steps are read off the scale curve and the trial's ``init_scale``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
@@ -18,35 +19,39 @@ from search.config import SpaceConfig
 from search.record import LOSS_CURVE, SCALE_CURVE
 from search.space import scaler_config
 
-__all__ = ["curves_figure", "skipped_epochs", "trial_curves"]
+__all__ = ["curves_figure", "skipped_steps_of", "trial_curves"]
 
 # One colour per role, so that the best/default/worst read the same in every figure.
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def skipped_epochs(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
-    """Epochs (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``."""
+def skipped_steps_of(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
+    """Steps (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``.
+
+    GradScaler keeps its scale in float32, so the first step is compared with ``init_scale`` rounded
+    to float32 (a float64 init_scale that rounds down would otherwise look like a backoff).
+    """
     skipped = []
-    before = init_scale
-    for epoch, after in enumerate(scale_curve):
+    before = float(np.float32(init_scale))
+    for step, after in enumerate(scale_curve):
         if after is None or before is None or after < before:
-            skipped.append(epoch)
+            skipped.append(step)
         before = after
     return skipped
 
 
 def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:
-    """(loss curve, scale curve, skipped epochs) of a stored trial; non-finite values are None."""
+    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None."""
     loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
     scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
     init_scale = scaler_config(trial.params, space).init_scale if trial.params else math.nan
-    return loss, scale, skipped_epochs(scale, init_scale)
+    return loss, scale, skipped_steps_of(scale, init_scale)
 
 
 def curves_figure(
     named: Sequence[tuple[str, FrozenTrial]], space: SpaceConfig, title: str = "Training curves"
 ) -> go.Figure:
-    """Loss (top) and loss scale (bottom, log axis) per epoch, skipped steps marked with x.
+    """Loss (top) and loss scale (bottom, log axis) per optimizer step, skipped steps marked with x.
 
     Args:
         named: (label, trial) pairs, e.g. ``[("best #78", t), ("seed-1 (default)", d)]``.
@@ -63,10 +68,10 @@ def curves_figure(
     for i, (label, trial) in enumerate(named):
         colour = COLOURS[i % len(COLOURS)]
         loss, scale, skipped = trial_curves(trial, space)
-        epochs = list(range(1, len(loss) + 1))
+        steps = list(range(1, len(loss) + 1))
         group = f"trial-{trial.number}"
         figure.add_trace(
-            go.Scatter(x=epochs, y=loss, name=label, legendgroup=group, line={"color": colour}, mode="lines"),
+            go.Scatter(x=steps, y=loss, name=label, legendgroup=group, line={"color": colour}, mode="lines"),
             row=1,
             col=1,
         )
@@ -93,7 +98,7 @@ def curves_figure(
                     legendgroup=group,
                     mode="markers",
                     marker={"symbol": "x", "size": 9, "color": colour},
-                    hovertemplate="epoch %{x}: step skipped (inf/NaN gradients)<extra></extra>",
+                    hovertemplate="step %{x}: step skipped (inf/NaN gradients)<extra></extra>",
                 ),
                 row=1,
                 col=1,
@@ -106,13 +111,13 @@ def curves_figure(
                     showlegend=False,
                     mode="markers",
                     marker={"symbol": "x", "size": 9, "color": colour},
-                    hovertemplate="epoch %{x}: scale backed off to %{y:.3g}<extra></extra>",
+                    hovertemplate="step %{x}: scale backed off to %{y:.3g}<extra></extra>",
                 ),
                 row=2,
                 col=1,
             )
     figure.update_yaxes(title_text="loss", row=1, col=1)
     figure.update_yaxes(title_text="scale", type="log", exponentformat="power", row=2, col=1)
-    figure.update_xaxes(title_text="epoch (optimizer step)", row=2, col=1)
+    figure.update_xaxes(title_text="optimizer step", row=2, col=1)
     figure.update_layout(title=title, hovermode="x unified", legend={"groupclick": "togglegroup"})
     return figure

@@ -65,28 +65,30 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
         + f" · objective {value} · failure `{attrs.get('failure', '-')}` · learned {attrs.get('learned', '-')}",
         "",
     ]
+    # One short bullet each: optuna-dashboard's note box does not wrap a long paragraph, it scrolls.
     finite = [s for s in scale if s is not None and math.isfinite(s)]
     if finite:
         lines.append(
-            f"Loss scale: {format_scale(finite[0])} after step 1 → {format_scale(finite[-1])} at the end "
+            f"- Loss scale: {format_scale(finite[0])} after step 1 → {format_scale(finite[-1])} at the end "
             f"(min {format_scale(min(finite))}, max {format_scale(max(finite))})."
         )
     if skipped:
         lines.append(
-            f"Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at step{'s' if len(skipped) > 1 else ''} "
-            + ", ".join(str(e + 1) for e in skipped[:40])
-            + (" …" if len(skipped) > 40 else "")
+            f"- Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at step{'s' if len(skipped) > 1 else ''} "
+            + ", ".join(str(e + 1) for e in skipped[:12])
+            + (" …" if len(skipped) > 12 else "")
             + "."
         )
     else:
-        lines.append(f"Skipped steps: none of {len(scale)}.")
+        lines.append(f"- Skipped steps: none of {len(scale)}.")
     finite_loss = [v for v in loss if v is not None]
     if finite_loss:
-        lines.append(f"Loss: {finite_loss[0]:.4f} at step 1 → {finite_loss[-1]:.4f} at the end.")
+        lines.append(f"- Loss: {finite_loss[0]:.4f} at step 1 → {finite_loss[-1]:.4f} at the end.")
     lines += [
         "",
-        "The loss curve is this trial's *intermediate values*; the loss-scale curve is in the study's "
-        "**trial explorer** figure and in the user attr `scale_curve`.",
+        "- Loss per step: this trial's *intermediate values*.",
+        "- Loss and scale, skipped steps marked: the artifact `loss-and-scale.svg` (`search.dashboard` draws it).",
+        "- Every trial's curves: the study's **trial explorer** figure.",
     ]
     return "\n".join(lines)
 
@@ -165,7 +167,7 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
     for t in chosen:
         loss, scale, skipped = trial_curves(t, space)
         loss = [_round(v) for v in loss]
-        epochs = list(range(1, len(loss) + 1))
+        steps = list(range(1, len(loss) + 1))
         tag = f" {baseline_of(t)}" if baseline_of(t) is not None else ""
         label = f"#{t.number}{tag}: {t.value:.4f}, {len(skipped)} skipped"
         buttons.append(
@@ -174,7 +176,7 @@ def explorer_figure(trials: list[FrozenTrial], space: SpaceConfig) -> go.Figure:
                 "method": "restyle",
                 "args": [
                     {
-                        "x": [epochs, epochs, [e + 1 for e in skipped], [e + 1 for e in skipped]],
+                        "x": [steps, steps, [e + 1 for e in skipped], [e + 1 for e in skipped]],
                         "y": [
                             loss,
                             scale,

@@ -47,7 +47,7 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def make_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner | None:
-    """The Optuna pruner for ``--pruner`` (None: no pruning, no per-epoch syncs)."""
+    """The Optuna pruner for ``--pruner`` (None: no pruning, no per-step syncs)."""
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=epochs // 3)
     if name == "hyperband":

@@ -135,6 +135,15 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir):
         assert len(trials) == 12
         assert all(len(t["intermediate_values"]) == 30 for t in trials)
         assert all("Skipped steps" in t["note"]["body"] for t in trials)
+        # Each trial's picture is listed on its page and served as an image.
+        for t in trials:
+            (artifact,) = t["artifacts"]
+            assert artifact["filename"] == "loss-and-scale.svg" and artifact["mimetype"] == "image/svg+xml"
+        first = trials[0]
+        picture = f"{base}/artifacts/{summary['study_id']}/{first['trial_id']}/{first['artifacts'][0]['artifact_id']}"
+        with urllib.request.urlopen(picture, timeout=10) as response:
+            assert response.headers["Content-Type"] == "image/svg+xml"
+            assert response.read().startswith(b"<svg")
         # Bound to the loopback address only (the default): the kernel's table of listening sockets.
         assert _listening_addresses(port) == {"127.0.0.1"}
     finally:
@@ -188,7 +197,7 @@ def test_an_interrupt_while_publishing_is_one_line_exit_130(study_dir, tmp_path,
 
     import search.dashboard as dashboard
 
-    def interrupted_publish(study):
+    def interrupted_publish(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(dashboard, "publish", interrupted_publish)
@@ -196,3 +205,47 @@ def test_an_interrupt_while_publishing_is_one_line_exit_130(study_dir, tmp_path,
     code = dashboard.main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--publish-only"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 130 and len(err) == 1 and "interrupted (SIGINT) while publishing" in err[0]
+
+
+
+def test_each_trial_gets_a_picture_of_its_recorded_curves(study_dir, tmp_path):
+    """One SVG per finished trial, drawn from the trial's recorded loss and scale curves (a point per
+    step, a red tick per skipped step), its record stored for optuna-dashboard; drawn once."""
+    import shutil
+    import xml.etree.ElementTree as ET
+
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+
+    def publish_only() -> str:
+        proc = subprocess.run(
+            [sys.executable, "-m", "search.dashboard", "--storage", url, "--publish-only"],
+            cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stderr
+
+    assert "12 new trial pictures" in publish_only()
+    directory = tmp_path / "study.db-artifacts"
+    study = _study(tmp_path)
+    records = {
+        key: json.loads(value)
+        for key, value in study._storage.get_study_system_attrs(study._study_id).items()
+        if key.startswith("dashboard:artifacts:")
+    }
+    assert len(records) == 12 == len(list(directory.iterdir()))
+    svg = "{http://www.w3.org/2000/svg}"
+    for trial in study.get_trials():
+        (key,) = [k for k in records if k.startswith(f"dashboard:artifacts:{trial._trial_id}:")]
+        meta = records[key]
+        assert meta["mimetype"] == "image/svg+xml" and key.endswith(meta["artifact_id"])
+        root = ET.parse(directory / meta["artifact_id"]).getroot()
+        loss_line = root.findall(f"{svg}polyline")[0]
+        assert len(loss_line.get("points").split()) == len(trial.user_attrs["loss_curve"]) == 30
+        ticks = [line for line in root.findall(f"{svg}line") if line.get("stroke") == "#d62728"]
+        assert len(ticks) == 2 * trial.user_attrs["skipped_steps"]  # one on each panel
+    assert any(t.user_attrs["skipped_steps"] > 0 for t in study.get_trials())  # the ticks were tested
+    assert "0 new trial pictures" in publish_only()  # drawn once
+    shutil.rmtree(directory)  # e.g. browsing from another host: drawn again under the recorded ids
+    assert "12 new trial pictures" in publish_only()
+    assert sorted(p.name for p in directory.iterdir()) == sorted(m["artifact_id"] for m in records.values())

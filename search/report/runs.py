@@ -27,7 +27,7 @@ def _curves_section(
     section = Section(
         "curves",
         SECTION_TITLES["curves"],
-        "Loss per epoch (top) and GradScaler's scale after each update() (bottom, log axis) of the best "
+        "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the best "
         "trial, the seed's default (seed-1, PyTorch's GradScaler defaults) and the worst trial that "
         "stayed finite; x marks a step GradScaler skipped (inf/NaN gradients).",
     )
