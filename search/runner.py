@@ -12,6 +12,9 @@ Two ways a trial reaches storage:
   other hosts can join), the sampled trial is instead registered RUNNING with its params in one
   transaction and beats while it trains (:mod:`search.heartbeat`), so that if its worker dies a
   live one fails it and re-runs the same params; it is finished in one more transaction.
+* **Populations** (``--population K``): K sampled trials asked of the replica at once, trained
+  together (:func:`search.objective.run_population`) and written in one transaction; in a shared
+  study registered RUNNING in one transaction, one heartbeat thread for all K, finished in one more.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
   with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
   heartbeat while they train, and finished in one transaction.
