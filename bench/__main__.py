@@ -7,6 +7,8 @@ P2  our trainer vs a plain copy of the seed script's loop, same work (bench/p2_t
 P3  --workers 2 vs --workers 1, the real command (bench/p3_workers.py)
 P4  trials for each sampler to get within 1% of the best-known objective, vs random search,
     median over 5 sampler seeds, on three tasks; picks the default sampler (bench/p4_search.py)
+P5  trials/s of population mode (--population 64 and 256) against ordinary trials, same task and
+    device, one run (bench/p5_population.py)
 S   time per trial as steps grow, and as the study grows to 1,000 trials (bench/scaling.py)
 """
 
@@ -39,31 +41,35 @@ from bench.p4_search import (
     save_runs,
     search_efficiency,
 )
+from bench.p5_population import population_throughput
 from bench.scaling import per_trial_vs_steps, per_trial_vs_study_size
 from search.workers import threads_per_process
 
-PARTS = ("P1", "P2", "P3", "P4", "S")
+PARTS = ("P1", "P2", "P3", "P4", "P5", "S")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="The service's speed and search efficiency (P1-P4, S), each figure a ratio measured side by "
+        description="The service's speed and search efficiency (P1-P5, S), each figure a ratio measured side by "
         "side in one run (docs/benchmarks.md).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
-    add("--only", default=",".join(PARTS), metavar="PARTS", help="comma-separated parts to run")
+    add("--only", default=",".join(PARTS), metavar="PARTS", help="parts to run, e.g. P1,S")
     add("--trials", type=int, default=60, metavar="N", help="trials per P1 measurement")
     add("--rounds", type=int, default=3, metavar="N", help="alternating rounds for P1")
     add("--repeats", type=int, default=40, metavar="N", help="interleaved runs for P2")
-    add("--device", default="cpu", help="device of P2 (cpu, cuda, cuda:N)")
+    add("--device", default="cpu", help="device of P2 and P5 (cpu, cuda, cuda:N)")
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
     add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")
     add("--p4-budget", type=int, default=40, metavar="N", help="sampled trials per P4 run")
-    add("--p4-save", default="", metavar="PATH", help="write every P4 run's objective values to PATH (JSON)")
+    add("--p4-save", default="", metavar="PATH", help="write every P4 run's objective values to PATH, as JSON (default: none)")
     add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
+    add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
+    add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
+    add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
     add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
     parts = {p.strip().upper() for p in args.only.split(",")}
@@ -81,7 +87,7 @@ def main() -> None:
         os.chdir(tmp)
         try:
             runs = {"P1": lambda: p1(args, tmp), "P2": lambda: p2(args), "P3": lambda: p3(args, tmp),
-                    "P4": lambda: p4(args), "S": lambda: scaling(args, tmp)}
+                    "P4": lambda: p4(args), "P5": lambda: p5(args), "S": lambda: scaling(args, tmp)}
             for part in PARTS:
                 if part in parts:
                     start = time.perf_counter()
@@ -210,6 +216,21 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     rows.append((f"P4 default by measurement: {chosen}, median task, 90%: trials / random", f"{ratio:.2f}x",
                  f"target <= 0.5x; {scores[chosen][2] * 1000:.1f} ms a trial outside training"))
     return rows
+
+
+def p5(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    populations = tuple(int(k) for k in args.p5_populations.split(","))
+    device = torch.device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
+    rows = population_throughput(args.p5_task, args.device, populations, args.p5_ordinary)
+    print(f"\nP5 population mode, trials/s ({args.p5_task} on {args.device}, {where}; one run, same settings):")
+    for label, rate, ratio in rows:
+        print(f"  {label:45} {rate:9.2f} trials/s   {ratio:6.2f}x")
+    # The target is a GPU's: a tiny model leaves it launch-bound. A CPU's fp16 products are
+    # compute-bound, so batching saves per-op overhead only; its figure is printed as measured.
+    target = "target >= 20x on a GPU" + ("; CPU, printed as measured" if device.type == "cpu" else "")
+    return [(f"P5 {args.p5_task}: {label.split(' (')[0]} / ordinary, trials/s", f"{ratio:.2f}x", target)
+            for label, _rate, ratio in rows[1:]]
 
 
 def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:

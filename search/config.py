@@ -14,6 +14,7 @@ from typing import Any
 
 __all__ = [
     "DEFAULTS",
+    "MAX_POPULATION",
     "MAX_STUDY_NAME",
     "ConfigError",
     "ParamRange",
@@ -94,6 +95,7 @@ class RunConfig:
     devices: str = ""  # CUDA device indices for the workers, e.g. "0,1"; empty = all visible.
     threads: int = 0  # torch intra-op threads per process; 0 = 1, or OMP_NUM_THREADS when set.
     storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
+    population: int = 1  # Sampled trials trained together in one process (search.population); 1: one at a time.
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,10 @@ SAMPLERS = ("tpe", "tpe-multivariate", "gp", "cmaes", "random")
 PRUNERS = ("none", "median", "hyperband")
 AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}
+# K models, their optimizer states and K x batch activations live on the device at once; beyond
+# this a population stops paying (a GPU is full long before) and a typo (--population 100000) is
+# more likely than an intent.
+MAX_POPULATION = 4096
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 _DEVICES_RE = re.compile(r"^\d+(,\d+)*$")
 
@@ -262,6 +268,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.workers < 1:
         raise ConfigError(f"workers must be >= 1, got {run.workers}")
+    if not 1 <= run.population <= MAX_POPULATION:
+        raise ConfigError(f"population must be between 1 and {MAX_POPULATION}, got {run.population}")
     if run.threads < 0:
         raise ConfigError(f"threads must be >= 0 (0: automatic), got {run.threads}")
     if run.devices and not _DEVICES_RE.match(run.devices):

@@ -12,13 +12,15 @@ beat, so the first beat is recorded at once, before the trial trains (:func:`fir
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import optuna
 
 from search.retry import with_retry
+from search.trial_writer import TrialWriter
 
 __all__ = ["first_beat", "heartbeat", "heartbeat_interval"]
 
@@ -31,11 +33,14 @@ def heartbeat_interval(storage: optuna.storages.BaseStorage) -> int | None:
 
 
 @contextlib.contextmanager
-def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
-    """Records the heartbeat of a RUNNING trial in storage while the block runs.
+def heartbeat(study: optuna.Study, trial_id: int | Sequence[int]) -> Iterator[None]:
+    """Records the heartbeat of a RUNNING trial, or of a population's K trials, while the block runs.
 
     Optuna beats only inside ``study.optimize``; this loop claims trials with ``ask``, so it
-    beats itself, through the storage's public ``record_heartbeat``.
+    beats itself, through the storage's public ``record_heartbeat``. A population's trials share
+    one thread, which beats for all of them in one transaction
+    (:meth:`search.trial_writer.TrialWriter.record_heartbeats`): K trials cost one write per
+    interval, not K threads and K writes.
     """
     storage = study._storage
     interval = heartbeat_interval(storage)
@@ -43,17 +48,24 @@ def heartbeat(study: optuna.Study, trial_id: int) -> Iterator[None]:
         yield
         return
     stop = threading.Event()
+    if isinstance(trial_id, int):
+        name = str(trial_id)
+        record: Callable[[], None] = functools.partial(storage.record_heartbeat, trial_id)
+    else:
+        ids = list(trial_id)
+        name = f"{ids[0]}+{len(ids) - 1}"
+        record = functools.partial(TrialWriter(study).record_heartbeats, ids)
 
     def beat() -> None:
         while True:
             try:
-                storage.record_heartbeat(trial_id)
+                record()
             except Exception as error:  # The database is away: keep beating, it may come back.
-                _logger.debug("heartbeat of trial %d failed: %s", trial_id, error)
+                _logger.debug("heartbeat of trial %s failed: %s", name, error)
             if stop.wait(interval):
                 return
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{trial_id}", daemon=True)
+    thread = threading.Thread(target=beat, name=f"heartbeat-{name}", daemon=True)
     thread.start()
     try:
         yield

@@ -1,11 +1,15 @@
-"""One trial's work: train with the given scaler settings, judge the run, build its attrs."""
+"""One trial's work: train with the given scaler settings, judge the run, build its attrs.
+
+:func:`run_trial` trains one setting; :func:`run_population` trains K at once (population mode).
+Both turn each run into a trial with :func:`outcome_of`, the one place the record is built.
+"""
 
 from __future__ import annotations
 
 import math
 import platform
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
@@ -13,10 +17,12 @@ import torch
 
 from search.config import PenaltyConfig
 from search.penalty import assess
+from search.population import train_population
+from search.record import POPULATION
 from search.tasks.base import Problem
-from search.trainer import ScalerConfig, batch_plan, train
+from search.trainer import ScalerConfig, TrainResult, batch_plan, train
 
-__all__ = ["TrialOutcome", "run_trial"]
+__all__ = ["TrialOutcome", "outcome_of", "pruning_checkpoints", "run_population", "run_trial"]
 
 VERSIONS = {
     "torch": torch.__version__,
@@ -68,8 +74,7 @@ def run_trial(
     checkpoints: tuple[int, ...] = ()
     stop = None
     if should_prune is not None:
-        total = len(batch_plan(problem, epochs, steps))
-        checkpoints = tuple(sorted({max(1, round(total * k / n_reports)) for k in range(1, n_reports + 1)}))
+        checkpoints = pruning_checkpoints(problem, epochs, steps, n_reports)
 
         def stop(step: int, loss: float) -> bool:
             intermediate[step] = loss if math.isfinite(loss) else penalty.nonfinite
@@ -85,6 +90,87 @@ def run_trial(
         checkpoints=checkpoints,
         should_stop=stop,
     )
+    return outcome_of(result, penalty, device_label, intermediate)
+
+
+def run_population(
+    problem: Problem,
+    scaler_configs: Sequence[ScalerConfig],
+    *,
+    epochs: int,
+    steps: int | None = None,
+    amp_dtype: torch.dtype,
+    penalty: PenaltyConfig,
+    device_label: str,
+    deadline: float | None = None,
+    should_prune: Sequence[Callable[[int, float], bool]] | None = None,
+    n_reports: int = 10,
+) -> list[TrialOutcome]:
+    """Trains K settings at once (:func:`search.population.train_population`); one outcome per setting.
+
+    Each outcome is built by :func:`outcome_of`, as :func:`run_trial` builds one, plus the
+    population's size (:data:`search.record.POPULATION`); ``train_seconds`` is what the member
+    really cost, the population's wall time divided by K. Arguments as for :func:`run_trial`, except
+    ``should_prune``: one callable per setting, each asked at the same sparse checkpoints; a pruned
+    member stops there (its weights and scale freeze) while the others go on. ``deadline`` applies
+    to the whole population: past it, every member fails with :class:`~search.trainer.TrialTimeout`.
+
+    Raises:
+        PopulationError: The problem cannot be vectorised.
+    """
+    epochs = epochs or problem.epochs
+    size = len(scaler_configs)
+    intermediate: list[dict[int, float]] = [{} for _ in range(size)]
+    checkpoints: tuple[int, ...] = ()
+    stop = None
+    if should_prune is not None:
+        checkpoints = pruning_checkpoints(problem, epochs, steps, n_reports)
+
+        def stop(member: int, step: int, loss: float) -> bool:
+            intermediate[member][step] = loss if math.isfinite(loss) else penalty.nonfinite
+            return should_prune[member](step, intermediate[member][step])
+
+    results = train_population(
+        problem,
+        scaler_configs,
+        epochs=epochs,
+        steps=steps,
+        amp_dtype=amp_dtype,
+        deadline=deadline,
+        checkpoints=checkpoints,
+        should_stop=stop,
+    )
+    outcomes = []
+    for result, reported in zip(results, intermediate):
+        # train_population reports the population's wall time for every member; a member cost 1/K of it.
+        outcome = outcome_of(replace(result, train_seconds=result.train_seconds / size), penalty, device_label, reported)
+        outcome.user_attrs[POPULATION] = size
+        outcomes.append(outcome)
+    return outcomes
+
+
+def pruning_checkpoints(problem: Problem, epochs: int, steps: int | None, n_reports: int) -> tuple[int, ...]:
+    """The up to ``n_reports`` evenly spaced step counts after which a pruner is asked (each a host sync)."""
+    total = len(batch_plan(problem, epochs, steps))
+    return tuple(sorted({max(1, round(total * k / n_reports)) for k in range(1, n_reports + 1)}))
+
+
+def outcome_of(
+    result: TrainResult, penalty: PenaltyConfig, device_label: str, intermediate: dict[int, float] | None = None
+) -> TrialOutcome:
+    """The trial record of a finished run: its objective value, user attrs and intermediate values.
+
+    The one place a :class:`~search.trainer.TrainResult` becomes a trial, for an ordinary trial and
+    for a population's member alike, so that the two records cannot drift apart.
+
+    Args:
+        result: The run.
+        penalty: Penalty weights and thresholds.
+        device_label: The device string stored with the trial.
+        intermediate: The values already reported to a pruner (step -> loss), completed here with
+            the whole loss curve.
+    """
+    intermediate = dict(intermediate or {})
     # The whole loss curve as intermediate values: optuna-dashboard plots them on each trial's
     # page. They go into the trial's one batched write, so they cost no extra storage call.
     for step, loss in enumerate(result.loss_curve):

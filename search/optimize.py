@@ -28,6 +28,7 @@ from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settin
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
+from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
@@ -136,6 +137,15 @@ def build_parser() -> argparse.ArgumentParser:
         "[all visible GPUs; --device stays the single-worker choice]",
     )
     add(
+        "--population",
+        type=int,
+        default=None,
+        metavar="K",
+        help="train K sampled trials at once in one process, weights stacked (built-in tasks; a task of "
+        "your own if its model is a Sequential of Linear layers and activations, docs/population.md); "
+        f"--trial-timeout then applies to the whole population [{d.population}]",
+    )
+    add(
         "--storage-retry",
         type=float,
         default=None,
@@ -190,7 +200,7 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
-        "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps"
+        "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps population"
     ).split()
     return {name: getattr(args, name) for name in names}
 
@@ -248,6 +258,13 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     problem = build_problem(task, settings.run.task, settings.run.seed)
     if not settings.run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
+    if settings.run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
+        try:
+            check_population(problem, getattr(torch, settings.run.amp_dtype))
+        except PopulationError as e:
+            raise PopulationError(
+                f"--population {settings.run.population}: task {settings.run.task} cannot be trained as a population: {e}"
+            ) from e
     fingerprint = problem.fingerprint()
     path = sqlite_path(settings.run.storage)
     if settings.run.trials == 0 and path is not None and not os.path.exists(path):
@@ -270,7 +287,9 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
     except NothingToRun as e:
         _note(str(e))
         return 0
-    except (ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError) as e:
+    except (
+        ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError, PopulationError
+    ) as e:
         url = args.storage or ""
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # An unexpected failure while reading the study is still bad input.

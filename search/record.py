@@ -11,6 +11,10 @@ service writes into a trial, so that no other module spells a key:
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
   configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
   default GradScaler;
+* ``population`` (:data:`POPULATION`): written only by a member of a population
+  (``--population K``, :func:`search.objective.run_population`): how many trials trained together
+  with it (their ``train_seconds`` is the population's wall time divided by that); absent on an
+  ordinary trial, so that ``--population 1`` stores what it always stored;
 * ``worker`` (the process that ran it) and, on FAIL, ``fail_reason``;
 * confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,
   ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``.
@@ -44,6 +48,7 @@ __all__ = [
     "LOSS_CURVE",
     "NONFINITE",
     "POINT",
+    "POPULATION",
     "RUN_ATTRS",
     "SCALE_CURVE",
     "SKIPPED_STEPS",
@@ -73,6 +78,7 @@ LOSS_CURVE = "loss_curve"
 SCALE_CURVE = "scale_curve"
 DEVICE = "device"
 TRAIN_SECONDS = "train_seconds"
+POPULATION = "population"  # size of the population a trial trained in; population mode only
 # Confirmation runs (the sibling study of search.confirm).
 CONFIG = "config"
 SOURCE_TRIAL = "source_trial"

@@ -9,6 +9,8 @@ the effect of the attempt before:
 * A new trial (:meth:`TrialRecorder.write`: a sampled trial, finished or registered RUNNING)
   carries a fresh id in its system attr ``search:write_id``; a stored trial with that id is
   this write, already done.
+* A population's trials (:meth:`TrialRecorder.write_many`, :meth:`TrialRecorder.finish_many`) are
+  written in one transaction, each checked as above.
 * A RUNNING trial being finished (:meth:`TrialRecorder.finish`) is read back: finished in the
   state being written, the lost acknowledgement did it; in another state, a peer took this
   worker for dead (no heartbeat for too long) and failed it first. The peer's FAIL stands, and
@@ -24,7 +26,8 @@ from __future__ import annotations
 import datetime
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -33,12 +36,23 @@ from optuna.trial import FrozenTrial, TrialState
 from search.record import BASELINE, baseline_of
 from search.retry import with_retry
 from search.study import waiting_baseline
-from search.trial_writer import TrialWriter
+from search.trial_writer import Finish, TrialWriter
 
-__all__ = ["WRITE_ID_ATTR", "TrialRecorder"]
+__all__ = ["WRITE_ID_ATTR", "NewTrial", "TrialRecorder"]
 
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
+
+
+@dataclass(frozen=True)
+class NewTrial:
+    """One trial of :meth:`TrialRecorder.write_many`: the replica's record (params, sampler attrs) and how it ended."""
+
+    template: FrozenTrial
+    state: TrialState
+    value: float | None = None
+    user_attrs: dict[str, Any] = field(default_factory=dict)
+    intermediate_values: dict[int, float] = field(default_factory=dict)
 
 
 class TrialRecorder:
@@ -92,6 +106,77 @@ class TrialRecorder:
 
         self._call_with_check(write, check_first, f"writing a {state.name} trial")
         return done[0]
+
+    def write_many(
+        self,
+        members: Sequence[NewTrial],
+        started: datetime.datetime,
+        heartbeat: bool = False,
+    ) -> list[int]:
+        """Stores new trials (a population's K) in one transaction; returns their ids, in order.
+
+        Each carries its own write id; the transaction stores all of them or none, so one found
+        after a lost acknowledgement means all were stored. With ``heartbeat`` (RUNNING trials of a
+        shared study) their first heartbeats are recorded in the same transaction.
+        """
+        write_ids = [uuid.uuid4().hex for _ in members]
+        trials = []
+        for member, write_id in zip(members, write_ids):
+            trial = optuna.trial.create_trial(
+                state=member.state,
+                value=member.value,
+                params=member.template.params,
+                distributions=member.template.distributions,
+                user_attrs=member.user_attrs,
+                system_attrs={**member.template.system_attrs, WRITE_ID_ATTR: write_id},
+                intermediate_values=member.intermediate_values,
+            )
+            trial.datetime_start = started
+            trials.append(trial)
+        done: list[list[int]] = []
+
+        def check_first() -> None:
+            # A commit whose acknowledgement was lost has taken effect, for every trial of it.
+            if not done and self.writer.find(WRITE_ID_ATTR, write_ids[0]) is not None:
+                found = [self.writer.find(WRITE_ID_ATTR, w) for w in write_ids]
+                if all(tid is not None for tid in found):  # Always, on a database: one transaction.
+                    done.append([tid for tid in found if tid is not None])
+
+        def write() -> None:
+            if not done:
+                done.append(self.writer.add_many(trials, heartbeat))
+
+        states = sorted({m.state.name for m in members})
+        self._call_with_check(write, check_first, f"writing {len(members)} {'/'.join(states)} trials")
+        return done[0]
+
+    def finish_many(self, finishes: Sequence[Finish]) -> list[bool]:
+        """Finishes many RUNNING trials in one transaction; per trial, False when a peer failed it first."""
+        outcome: dict[int, bool] = {}
+
+        def check() -> None:
+            # After a lost acknowledgement: a trial finished in the state being written was finished
+            # by that commit; in another state, by a peer (as for one trial, :meth:`finish`).
+            for f in finishes:
+                if f.trial._trial_id not in outcome:
+                    stored = self.study._storage.get_trial(f.trial._trial_id)
+                    if stored.state.is_finished():
+                        outcome[f.trial._trial_id] = stored.state == f.state
+
+        def call() -> None:
+            pending = [f for f in finishes if f.trial._trial_id not in outcome]
+            if pending:
+                for f, finished in zip(pending, self.writer.finish_many(pending)):
+                    outcome[f.trial._trial_id] = finished
+
+        self._call_with_check(call, check, f"finishing {len(finishes)} trials")
+        for f in finishes:
+            if not outcome[f.trial._trial_id]:
+                _logger.warning(
+                    "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
+                    f.trial.number,
+                )
+        return [outcome[f.trial._trial_id] for f in finishes]
 
     def finish(
         self,

@@ -12,6 +12,9 @@ Two ways a trial reaches storage:
   other hosts can join), the sampled trial is instead registered RUNNING with its params in one
   transaction and beats while it trains (:mod:`search.heartbeat`), so that if its worker dies a
   live one fails it and re-runs the same params; it is finished in one more transaction.
+* **Populations** (``--population K``): K sampled trials asked of the replica at once, trained
+  together (:func:`search.objective.run_population`) and written in one transaction; in a shared
+  study registered RUNNING in one transaction, one heartbeat thread for all K, finished in one more.
 * **Enqueued trials** (the seed baselines, and retries of failed ones): claimed from storage
   with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
   heartbeat while they train, and finished in one transaction.
@@ -43,16 +46,17 @@ from search.config import Settings
 from search.devices import process_token
 from search.heartbeat import first_beat, heartbeat
 from search.interrupts import Interrupted, deferred_interrupts, held_interrupts, interrupts_as_exceptions
-from search.objective import TrialOutcome, run_trial
+from search.objective import TrialOutcome, run_population, run_trial
 from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of
 from search.record import WORKER as WORKER_ATTR
-from search.recorder import TrialRecorder
+from search.recorder import NewTrial, TrialRecorder
 from search.replica import Replica
 from search.retry import with_retry
 from search.space import suggest
 from search.tasks import TaskError
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig
+from search.trial_writer import Finish
 
 __all__ = ["Interrupted", "RunStats", "Runner", "TooManyFailures"]
 
@@ -120,6 +124,7 @@ class Runner:
         self.shared = shared
         self._handling = False  # A trial is being claimed, sampled, trained or recorded.
         self._in_flight: int | None = None  # Its storage id, once it has one.
+        self._population: list[int] | None = None  # A population in flight: its storage ids, once stored.
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
@@ -132,7 +137,7 @@ class Runner:
         try:
             with interrupts_as_exceptions():
                 while True:
-                    self._handling, self._in_flight = False, None
+                    self._handling, self._in_flight, self._population = False, None, None
                     self._fail_stale_trials()
                     trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
                     queued_baseline = any(t.state == TrialState.WAITING and baseline_of(t) for t in trials)
@@ -145,7 +150,10 @@ class Runner:
                         break
                     waiting = any(t.state == TrialState.WAITING for t in trials)
                     if not (waiting and self._run_enqueued()):
-                        self._run_sampled(trials)
+                        if run.population > 1:
+                            self._run_population(trials)
+                        else:
+                            self._run_sampled(trials)
                     if self.stats.failed >= run.max_failed_trials:
                         raise TooManyFailures(
                             f"{self.stats.failed} trials failed in this run (--max-failed-trials "
@@ -162,6 +170,8 @@ class Runner:
         """One clause for the interrupt message, from the trial's state as stored now."""
         if not self._handling:
             return "no trial was in flight"
+        if self._population is not None:
+            return self._what_became_of_the_population()
         if self._in_flight is None:
             return "the trial in flight had not been stored yet; nothing of it was kept"
         trial_id = self._in_flight
@@ -174,6 +184,23 @@ class Runner:
         if stored.state.is_finished():
             return f"trial {stored.number} finished {stored.state.name} before the signal was handled"
         return f"trial {stored.number} is still {stored.state.name} in storage"
+
+    def _what_became_of_the_population(self) -> str:
+        assert self._population is not None
+        if not self._population:
+            return "the population in flight had not been stored yet; nothing of it was kept"
+        try:  # One read, no retries: the user asked to stop.
+            stored = [self.study._storage.get_trial(trial_id) for trial_id in self._population]
+        except Exception:
+            return "the population in flight was recorded, but its states could not be read back"
+        numbers = f"trials {stored[0].number}-{stored[-1].number} (a population of {len(stored)})"
+        states = sorted({t.state for t in stored}, key=lambda state: state.name)
+        if states == [TrialState.FAIL]:
+            return f"{numbers}, in flight, were recorded as FAIL"
+        counts = ", ".join(f"{sum(t.state == state for t in stored)} {state.name}" for state in states)
+        if all(state.is_finished() for state in states):
+            return f"{numbers} finished before the signal was handled: {counts}"
+        return f"{numbers} are in storage as {counts}"
 
     def _fail_stale_trials(self) -> None:
         # Trials of dead workers (kill -9, lost host) become FAIL and are queued again. Checked
@@ -333,6 +360,117 @@ class Runner:
         if pending:
             raise Interrupted(pending[0])
 
+    # -- a population of sampled trials, trained together -------------------------------------
+
+    def _population_size(self, trials: list[FrozenTrial]) -> int:
+        """K, or fewer at the end: the trials still needed, so that --trials means N with one worker.
+
+        Trials RUNNING in storage (a peer's) count as needed already: two workers of a
+        population each take a share instead of both taking K, and the study ends with N to
+        N + K - 1. At least one, as a worker with nothing left to share runs one trial like an
+        ordinary worker would.
+        """
+        run = self.settings.run
+        busy = sum(t.state in FINISHED or t.state == TrialState.RUNNING for t in trials)
+        return max(1, min(run.population, run.trials - busy))
+
+    def _run_population(self, trials: list[FrozenTrial]) -> None:
+        """K sampled trials: K asks of the replica, trained at once, written in one transaction.
+
+        Each member's record is an ordinary trial's (:func:`search.objective.outcome_of`), plus the
+        population's size. In a shared study the K trials are RUNNING in storage (registered in one
+        transaction, one heartbeat thread for all) and finished in one more; otherwise nothing of
+        them reaches storage before they are written finished. An exception fails all K with its
+        reason; an interrupt fails all K as interrupted and re-raises; --trial-timeout applies to
+        the population as a whole.
+        """
+        self._handling = True
+        self._population = []
+        started = datetime.datetime.now()
+        self.replica.sync(trials)
+        members = [self.replica.study.ask() for _ in range(self._population_size(trials))]
+        configs = [suggest(trial, self.settings.space) for trial in members]
+        stored: list[optuna.Trial] = []
+        pending: list[int] = []
+        if self.shared:
+            with held_interrupts() as pending:  # Registered whole, never half: raised inside the try below.
+                new = [NewTrial(self.replica.frozen(trial), TrialState.RUNNING) for trial in members]
+                ids = self.recorder.write_many(new, started, heartbeat=True)
+                self._population = ids
+                stored = [optuna.Trial(self.study, trial_id) for trial_id in ids]
+
+        def record(
+            states: list[TrialState], values: list[float | None], attrs: list[dict], curves: list[dict[int, float]]
+        ) -> list[bool]:
+            """Writes how the K members ended, in one transaction; per member, False when a peer failed it first."""
+            entries = list(zip(states, values, attrs, curves))
+            if self.shared:
+                return self.recorder.finish_many([Finish(t, *entry) for t, entry in zip(stored, entries)])
+            new = [NewTrial(self.replica.frozen(t), *entry) for t, entry in zip(members, entries)]
+            self._population = self.recorder.write_many(new, started)
+            return [True] * len(members)
+
+        try:
+            if pending:
+                raise Interrupted(pending[0])
+            with heartbeat(self.study, self._population) if self.shared else contextlib.nullcontext():
+                outcomes = self._train_population(members, configs)
+        except BaseException as error:
+            attrs, k = self._failure_attrs(error, len(members)), len(members)
+            with deferred_interrupts():
+                record([TrialState.FAIL] * k, [None] * k, [dict(attrs) for _ in range(k)], [{} for _ in range(k)])
+                for trial in members:
+                    self.replica.discard(trial)
+            for _ in members:
+                self.on_trial(TrialState.FAIL, None)
+            if isinstance(error, Exception):
+                return
+            _raise_task_exit(error)
+            raise
+        states = [TrialState.PRUNED if o.pruned else TrialState.COMPLETE for o in outcomes]
+        values = [o.value if state == TrialState.COMPLETE else None for o, state in zip(outcomes, states)]
+        with held_interrupts() as pending:  # Raised after counting, as in _run_enqueued.
+            attrs = [o.user_attrs for o in outcomes]
+            recorded = record(states, values, attrs, [o.intermediate_values for o in outcomes])
+            for trial in members:
+                self.replica.discard(trial)
+        for outcome, state, was_recorded in zip(outcomes, states, recorded):
+            if was_recorded:
+                self._count(state)
+                self.on_trial(state, outcome.value)
+        if pending:
+            raise Interrupted(pending[0])
+
+    def _train_population(self, members: list[optuna.Trial], configs: list[ScalerConfig]) -> list[TrialOutcome]:
+        run = self.settings.run
+        # --trial-timeout: one deadline for the whole population (its members end together).
+        deadline = time.perf_counter() + run.trial_timeout if run.trial_timeout else None
+        should_prune = None
+        if self.pruner is not None:
+
+            def judge(trial: optuna.Trial) -> Callable[[int, float], bool]:
+                def should_prune(step: int, loss: float) -> bool:
+                    trial.report(loss, step)  # to the replica's copy of this member
+                    return trial.should_prune()
+
+                return should_prune
+
+            should_prune = [judge(trial) for trial in members]
+        outcomes = run_population(
+            self.problem,
+            configs,
+            epochs=run.epochs or self.problem.epochs,
+            steps=run.steps or None,
+            amp_dtype=self.amp_dtype,
+            penalty=self.settings.penalty,
+            device_label=self.device_label,
+            deadline=deadline,
+            should_prune=should_prune,
+        )
+        for outcome in outcomes:
+            outcome.user_attrs[WORKER_ATTR] = WORKER
+        return outcomes
+
     # -- one trial -----------------------------------------------------------------------------
 
     def _train(self, trial: optuna.Trial, scaler_config: ScalerConfig) -> TrialOutcome:
@@ -359,15 +497,18 @@ class Runner:
         outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome
 
-    def _failure_attrs(self, error: BaseException) -> dict[str, Any]:
+    def _failure_attrs(self, error: BaseException, trials: int = 1) -> dict[str, Any]:
+        """The attrs of a trial that failed with ``error``; ``trials`` counts a population's K as K failures."""
         if isinstance(error, Interrupted):
             reason = f"interrupted ({error})"
+            if trials > 1:
+                reason += f", with the {trials} trials of its population"
         else:
             reason = f"{type(error).__name__}: {error}".strip()[:500]
             if isinstance(error, torch.cuda.OutOfMemoryError):
                 torch.cuda.empty_cache()
-        self.stats.failed += 1
-        self.stats.fail_reasons.append(reason)
+        self.stats.failed += trials
+        self.stats.fail_reasons += [reason] * trials
         return {FAIL_REASON: reason, DEVICE: self.device_label, WORKER_ATTR: WORKER}
 
     def _count(self, state: TrialState) -> None:

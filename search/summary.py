@@ -19,6 +19,7 @@ from search.record import (
     FAIL_REASON,
     FAILURE,
     NONFINITE,
+    POPULATION,
     TRAIN_SECONDS,
     baseline_of,
     device_kind,
@@ -94,7 +95,8 @@ def summarize(
     failures = Counter(t.user_attrs.get(FAILURE, "none") for t in complete)
     train_seconds = [t.user_attrs[TRAIN_SECONDS] for t in complete if "train_seconds" in t.user_attrs]
     wall = [
-        (t.datetime_complete - t.datetime_start).total_seconds()
+        # A population's K members share one wall clock from start to finish: each cost 1/K of it.
+        (t.datetime_complete - t.datetime_start).total_seconds() / t.user_attrs.get(POPULATION, 1)
         for t in complete
         if t.datetime_complete and t.datetime_start
     ]

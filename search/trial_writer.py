@@ -15,7 +15,8 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
@@ -25,7 +26,18 @@ from optuna.storages import RDBStorage
 from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["TrialWriter"]
+__all__ = ["Finish", "TrialWriter"]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How one RUNNING trial ends: for :meth:`TrialWriter.finish_many`."""
+
+    trial: optuna.Trial
+    state: TrialState
+    value: float | None
+    user_attrs: dict[str, Any]
+    intermediate_values: dict[int, float] = field(default_factory=dict)
 
 
 class TrialWriter:
@@ -57,6 +69,44 @@ class TrialWriter:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
             return self._insert(session, trial)
+
+    def add_many(self, trials: Sequence[FrozenTrial], heartbeat: bool = False) -> list[int]:
+        """Stores ``trials`` in one transaction, numbered in order; returns their ids.
+
+        A population's K trials (finished, or RUNNING) reach storage together or not at all. With
+        ``heartbeat``, each RUNNING trial's first heartbeat is recorded in the same transaction (the
+        storage's clock, as ``record_heartbeat`` takes it), so that it can be found stale at once.
+        """
+        if self._rdb is None:
+            ids = []
+            for trial in trials:
+                ids.append(self.add(trial))
+                if heartbeat:
+                    self.study._storage.record_heartbeat(ids[-1])
+            return ids
+        for trial in trials:
+            trial._validate()
+        with self._transaction() as session:
+            models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
+            ids = [self._insert(session, trial) for trial in trials]
+            if heartbeat:
+                session.add_all([models.TrialHeartbeatModel(trial_id=tid) for tid in ids])
+            return ids
+
+    def record_heartbeats(self, trial_ids: Sequence[int]) -> None:
+        """Records the heartbeat of many RUNNING trials in one transaction (``record_heartbeat`` makes one each)."""
+        if self._rdb is None:
+            for tid in trial_ids:
+                self.study._storage.record_heartbeat(tid)
+            return
+        beat = models.TrialHeartbeatModel
+        with self._transaction() as session:
+            now = session.execute(sqlalchemy.func.now()).scalar_one()
+            rows = session.query(beat).filter(beat.trial_id.in_(list(trial_ids))).with_for_update().all()
+            for row in rows:
+                row.heartbeat = now
+            present = {row.trial_id for row in rows}
+            session.add_all([beat(trial_id=tid) for tid in trial_ids if tid not in present])
 
     def find(self, key: str, value: str) -> int | None:
         """The id of a trial of the study whose system attr ``key`` equals ``value``, if any.
@@ -189,6 +239,33 @@ class TrialWriter:
         finally:
             session.close()
 
+    def finish_many(self, finishes: Sequence[Finish]) -> list[bool]:
+        """Finishes many RUNNING trials in one transaction, each as :meth:`finish` does.
+
+        A trial that is no longer RUNNING (a peer took its worker for dead and failed it) is left as
+        it is and the others are still finished; the result says, per trial, whether it was finished
+        here.
+        """
+        if self._rdb is None:
+            done = []
+            for f in finishes:
+                if self.study._storage.get_trial(f.trial._trial_id).state.is_finished():
+                    done.append(False)
+                    continue
+                self.finish(f.trial, f.state, f.value, f.user_attrs, f.intermediate_values)
+                done.append(True)
+            return done
+        done = []
+        with self._transaction() as session:
+            for f in finishes:
+                row = models.TrialModel.find_or_raise_by_id(f.trial._trial_id, session, for_update=True)
+                if row.state.is_finished():
+                    done.append(False)
+                    continue
+                self._finish_row(session, row, f.state, f.value, f.user_attrs, f.intermediate_values)
+                done.append(True)
+        return done
+
     def finish(
         self,
         trial: optuna.Trial,
@@ -215,31 +292,37 @@ class TrialWriter:
         with self._transaction() as session:
             row = models.TrialModel.find_or_raise_by_id(trial._trial_id, session, for_update=True)
             self._rdb.check_trial_is_updatable(row.trial_id, row.state)
-            attrs = models.TrialUserAttributeModel
-            session.query(attrs).filter(
-                attrs.trial_id == row.trial_id, attrs.key.in_(list(user_attrs))
-            ).delete()
-            rows: list[models.BaseModel] = [
-                attrs(trial_id=row.trial_id, key=key, value_json=json.dumps(attr))
-                for key, attr in user_attrs.items()
-            ]
-            if value is not None:
-                stored, kind = models.TrialValueModel.value_to_stored_repr(value)
-                rows.append(
-                    models.TrialValueModel(trial_id=row.trial_id, objective=0, value=stored, value_type=kind)
-                )
-            curve = models.TrialIntermediateValueModel
-            session.query(curve).filter(
-                curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
-            ).delete()  # Steps the pruner already reported are written again, with the same value.
-            for step, reported in intermediate_values.items():
-                stored, kind = curve.intermediate_value_to_stored_repr(reported)
-                rows.append(
-                    curve(trial_id=row.trial_id, step=step, intermediate_value=stored, intermediate_value_type=kind)
-                )
-            session.add_all(rows)
-            row.state = state
-            row.datetime_complete = datetime.datetime.now()
+            self._finish_row(session, row, state, value, user_attrs, intermediate_values)
+
+    def _finish_row(
+        self,
+        session: sqlalchemy.orm.Session,
+        row: models.TrialModel,
+        state: TrialState,
+        value: float | None,
+        user_attrs: dict,
+        intermediate_values: dict[int, float],
+    ) -> None:
+        attrs = models.TrialUserAttributeModel
+        session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(list(user_attrs))).delete()
+        rows: list[models.BaseModel] = [
+            attrs(trial_id=row.trial_id, key=key, value_json=json.dumps(attr)) for key, attr in user_attrs.items()
+        ]
+        if value is not None:
+            stored, kind = models.TrialValueModel.value_to_stored_repr(value)
+            rows.append(models.TrialValueModel(trial_id=row.trial_id, objective=0, value=stored, value_type=kind))
+        curve = models.TrialIntermediateValueModel
+        session.query(curve).filter(
+            curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
+        ).delete()  # Steps the pruner already reported are written again, with the same value.
+        for step, reported in intermediate_values.items():
+            stored, kind = curve.intermediate_value_to_stored_repr(reported)
+            rows.append(
+                curve(trial_id=row.trial_id, step=step, intermediate_value=stored, intermediate_value_type=kind)
+            )
+        session.add_all(rows)
+        row.state = state
+        row.datetime_complete = datetime.datetime.now()
 
 
 def _tags_present(trials: list[FrozenTrial], tag: str) -> set:

@@ -370,6 +370,7 @@ def test_help_documents_every_flag():
         "--best-out",
         "--quiet",
         "--pruner",
+        "--population",
     ):
         assert flag in proc.stdout
     assert "[100]" in proc.stdout and "sqlite:///study.db" in proc.stdout
