@@ -65,7 +65,7 @@ def main() -> None:
     add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")
     add("--p4-budget", type=int, default=40, metavar="N", help="sampled trials per P4 run")
-    add("--p4-save", default="", metavar="PATH", help="write every P4 run's objective values to PATH, as JSON (default: none)")
+    add("--p4-save", default=argparse.SUPPRESS, metavar="PATH", help="write every P4 run's objective values to PATH, as JSON")
     add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
@@ -201,7 +201,7 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             level = "90%" if target == "gap10" else "99%"
             rows += [(f"P4 {task} {level}: trials {s} / random",
                       f"{bound}{statistics.median(r.reach[target][s]) / random:.2f}x", "") for s in SAMPLERS[1:]]
-    if args.p4_save:
+    if getattr(args, "p4_save", None):
         save_runs(results, args.p4_save)
         print(f"\n  every run's values: {args.p4_save}")
     chosen, scores = choose_default(results, args.p4_budget)
