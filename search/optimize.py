@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -29,6 +30,7 @@ from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
 from search.record import DEVICE, FINISHED, unfinished_baselines
+from search.retry import StorageUnreachable, with_retry
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
@@ -281,8 +283,27 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         spec = worker or opened.specs[0]
         torch.set_num_threads(spec.threads)
         return _run(opened, resolve_device(spec.device), args, spec if worker is not None else None)
+    except StorageUnreachable:
+        if worker is not None:  # The parent says it, once for all workers.
+            return GAVE_UP_ON_STORAGE
+        return _fail(unreachable_line(settings, argv), 1)
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
         return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
+
+
+# A worker's exit code for "gave up on the storage after --storage-retry" (sysexits' EX_TEMPFAIL):
+# the worker prints nothing, so that the user reads the one line the parent prints, once.
+GAVE_UP_ON_STORAGE = 75
+
+
+def unreachable_line(settings: Settings, argv: list[str]) -> str:
+    """The one line printed on giving up on the storage: what happened and the command to resume."""
+    url = settings.run.storage
+    command = redact(f"{prog_name('search.optimize')} {shlex.join(argv)}".strip(), url)
+    return (
+        f"the storage {mask_url(url)} stayed unreachable for {settings.run.storage_retry:g} s "
+        f"(--storage-retry); the trials it holds are kept; to resume, run: {command}"
+    )
 
 
 def total_steps(settings: Settings, problem: Problem) -> int:
@@ -420,7 +441,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
         publish=True,
     )
-    missing = _missing_baselines(settings, handle.study.get_trials(deepcopy=False))
+    missing = _missing_baselines(settings, _read_trials(handle.study, settings))
     if missing:
         interval = settings.run.heartbeat_interval
         _note(
@@ -505,7 +526,9 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     result = run_pool(optimize._worker, opened.specs, (argv,), poll)
     seconds = time.perf_counter() - start
     bar.close()
-    trials = handle.study.get_trials(deepcopy=False)
+    if result.signum is None and GAVE_UP_ON_STORAGE in result.exit_codes:
+        raise StorageUnreachable("a worker gave up on the storage")  # _main prints the one line.
+    trials = _read_trials(handle.study, settings)
     finished = sum(t.state in FINISHED for t in trials)
     failed = sum(t.state == TrialState.FAIL for t in trials) - failed_before
     headline = (
@@ -531,10 +554,17 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     return 1 if abnormal else 0
 
 
+def _read_trials(study: optuna.Study, settings: Settings) -> list[optuna.trial.FrozenTrial]:
+    # Rides out an outage like the trial loop, and gives up with StorageUnreachable (one line).
+    return with_retry(
+        lambda: study.get_trials(deepcopy=False), what="reading the study", budget=settings.run.storage_retry
+    )
+
+
 def _finish(
     study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
 ) -> int:
-    trials = study.get_trials(deepcopy=False)  # Read once: the summary and publishing share it.
+    trials = _read_trials(study, settings)  # Read once: the summary and publishing share it.
     data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
     data["storage"] = mask_url(settings.run.storage)
     if publish:
