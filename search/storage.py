@@ -11,6 +11,7 @@ after another process wrote), and waiting would not help. Any other URL is hande
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -77,19 +78,7 @@ def _check_sqlite_file(path: str) -> None:
             raise StorageError(f"SQLite storage {path} is not a file")
         if not os.access(path, os.R_OK):
             raise StorageError(f"cannot read SQLite storage {path}: permission denied")
-        # Read through SQLite itself, never with open()/close(): closing any descriptor of a file
-        # drops every POSIX lock this process holds on it, which corrupts the view of a SQLite
-        # connection already open here (SQLite's own VFS keeps such descriptors open).
-        try:
-            probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                probe.execute("PRAGMA schema_version").fetchone()
-            finally:
-                probe.close()
-        except sqlite3.DatabaseError as e:
-            if "not a database" in str(e):
-                raise StorageError(f"{path} is not a SQLite database")
-            raise StorageError(f"cannot read SQLite storage {path}: {e}")
+        _probe_sqlite_file(path)
         if not os.access(path, os.W_OK):
             raise StorageError(f"SQLite storage {path} is not writable")
     else:
@@ -98,6 +87,46 @@ def _check_sqlite_file(path: str) -> None:
             raise StorageError(f"cannot create SQLite storage {path}: {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise StorageError(f"cannot create SQLite storage {path}: {parent} is not writable")
+
+
+SIDECARS = ("-wal", "-shm")  # SQLite's WAL files beside the database.
+
+
+def _probe_sqlite_file(path: str) -> None:
+    """Reads the whole file through SQLite, read-only: a damaged (e.g. truncated) file is refused.
+
+    Through SQLite itself, never with open()/close(): closing any descriptor of a file drops every
+    POSIX lock this process holds on it, which corrupts the view of a SQLite connection already
+    open here (SQLite's own VFS keeps such descriptors open). A read-only connection to a WAL
+    database creates ``-wal``/``-shm`` beside it and cannot remove them on close; when the file
+    is refused, nothing else will, so the probe removes those it created (bad input leaves the
+    storage as it found it).
+    """
+    existed = {suffix for suffix in SIDECARS if os.path.exists(path + suffix)}
+    try:
+        problem = _quick_check(path)
+    except sqlite3.DatabaseError as e:
+        problem = "not a database" if "not a database" in str(e) else first_line(e)
+    if problem is None:
+        return
+    for suffix in set(SIDECARS) - existed:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+    if problem == "not a database":
+        raise StorageError(f"{path} is not a SQLite database")
+    raise StorageError(f"SQLite storage {path} is damaged ({problem})")
+
+
+def _quick_check(path: str) -> str | None:
+    """SQLite's ``quick_check`` of the whole file (about 0.1 s per 100 MB): None when sound."""
+    probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = probe.execute("PRAGMA quick_check").fetchall()
+    finally:
+        probe.close()
+    if rows == [("ok",)]:
+        return None
+    return first_line(RuntimeError(str(rows[0][0]).replace("*** in database main ***", "").strip()))
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -220,7 +249,17 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict
     # the schema exists and opening it is read-only.
     for attempt in range(1, 6):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+            # Optuna's own schema check is skipped for ours, which closes the engine when it fails
+            # (a failed constructor would leave it open, with SQLite's -wal/-shm beside the file).
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, skip_compatibility_check=True, **heartbeat
+            )
+            try:
+                _check_schema(storage)
+            except BaseException:
+                storage.engine.dispose()
+                raise
+            return storage
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
             transient = isinstance(e, sqlalchemy.exc.IntegrityError) or any(
                 words in str(e) for words in ("locked", "already exists")
@@ -229,6 +268,41 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict
                 raise
             time.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
+
+
+# A schema revision as Optuna's migrations name them ("v3.2.0.a").
+_OPTUNA_REVISION = re.compile(r"v\d+\.\d+\.\d+(\.[a-z])?")
+
+
+class SchemaError(RuntimeError):
+    """The storage's Optuna schema is not the one this Optuna uses."""
+
+
+def _check_schema(storage: optuna.storages.RDBStorage) -> None:
+    """Optuna's schema check, except that a revision no Optuna writes is said as what it is.
+
+    Optuna says "please try updating optuna" for every revision it does not know; that is right for
+    one written by a newer Optuna, and wrong for a damaged ``alembic_version`` table.
+    """
+    current = storage.get_current_version()
+    if current == storage.get_head_version():
+        return
+    if current in storage.get_all_versions():
+        raise SchemaError(
+            f"its schema (revision {current}) is an older Optuna's: "
+            "upgrade it with `optuna storage upgrade --storage $STORAGE_URL`"
+        )
+    with storage.engine.connect() as connection:
+        written_by = connection.exec_driver_sql("SELECT library_version FROM version_info").scalar()
+    if _OPTUNA_REVISION.fullmatch(current) and str(written_by) != optuna.__version__:
+        raise SchemaError(
+            f"its schema (revision {current}) was written by optuna {written_by}, "
+            f"which this optuna {optuna.__version__} does not know: update optuna"
+        )
+    raise SchemaError(
+        f"the schema revision {current[:40]!r} in its alembic_version table is not one Optuna writes "
+        "(damaged or edited by hand; updating optuna will not help)"
+    )
 
 
 def enable_wal(storage: optuna.storages.RDBStorage) -> None:
