@@ -38,6 +38,7 @@ from search.storage import (
     StorageError,
     close_storage,
     enable_wal,
+    is_read_only,
     mask_url,
     open_storage,
     redact,
@@ -228,6 +229,7 @@ class _Opened:
     fingerprint: str
     warnings: list[str]
     specs: list[WorkerSpec]
+    read_only: bool = False  # A SQLite file on read-only media: only a finished study can be shown.
 
 
 def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
@@ -248,10 +250,12 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     if settings.run.trials == 0 and path is not None and not os.path.exists(path):
         # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made.
         raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
-    storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
+    # A study on read-only media is opened read-only: a finished one still prints its summary.
+    read_only = is_read_only(settings.run.storage)
+    storage = open_storage(settings.run.storage, settings.run.heartbeat_interval, read_only=read_only)
     _OPENED.append(storage)
     warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
-    return _Opened(settings, storage, problem, fingerprint, warnings, specs)
+    return _Opened(settings, storage, problem, fingerprint, warnings, specs, read_only)
 
 
 class NothingToRun(Exception):
@@ -368,6 +372,8 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         if worker is not None:
             return 0
         return _nothing_to_do(opened, args, existing, done)
+    if opened.read_only:
+        return _refuse_read_only(opened, done)
 
     if worker is None:
         _warn_mixed_devices(existing, device)
@@ -473,6 +479,18 @@ def _nothing_to_do(
     return 0
 
 
+def _refuse_read_only(opened: _Opened, done: int) -> int:
+    """A study that needs trials, on storage that cannot be written: bad input, nothing tried."""
+    settings = opened.settings
+    short = done < settings.run.trials
+    why = f"{done} of {settings.run.trials} trials finished" if short else "a trial or baseline is unfinished"
+    return _fail(
+        f"{sqlite_path(settings.run.storage)} is read-only (the file or its directory is not writable) and "
+        f"study {settings.study_name!r} is not done ({why}): a run must write; copy it to writable storage "
+        "to go on"
+    )
+
+
 def _warn_mixed_devices(existing: list[optuna.trial.FrozenTrial], device: torch.device) -> None:
     kinds = {str(t.user_attrs.get(DEVICE, "")).split(":")[0].split(" ")[0] for t in existing}
     kinds.discard("")
@@ -491,6 +509,8 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     done = sum(t.state in FINISHED for t in existing)
     if done >= settings.run.trials:
         return _nothing_to_do(opened, args, existing, done)
+    if opened.read_only:
+        return _refuse_read_only(opened, done)
     _warn_mixed_devices(existing, torch.device(opened.specs[0].device))
     enable_wal(storage)
     handle = prepare_study(

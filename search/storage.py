@@ -29,6 +29,7 @@ __all__ = [
     "StorageError",
     "enable_wal",
     "first_line",
+    "is_read_only",
     "mask_url",
     "open_existing_storage",
     "open_storage",
@@ -72,14 +73,33 @@ def sqlite_path(url: str) -> str | None:
     return None if database in ("", ":memory:") or database.startswith("file:") else database
 
 
-def _check_sqlite_file(path: str) -> None:
+def is_read_only(url: str) -> bool:
+    """Whether ``url`` is an existing SQLite file this process cannot write: the file, or its directory
+    (where SQLite writes its -wal/-shm or journal), is not writable -- read-only media, an immutable
+    file (``chattr +i``, which holds even for root), or permissions."""
+    try:
+        path = sqlite_path(url)
+    except Exception:  # Not a URL: open_storage says so.
+        return False
+    if path is None or not os.path.isfile(path):
+        return False
+    return not (os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK))
+
+
+def _read_only_uri(path: str) -> str:
+    # immutable: SQLite takes no lock and creates no -wal/-shm (it could not, and must not, on
+    # read-only media); it assumes that nobody writes the file meanwhile, as read-only media ensure.
+    return f"file:{os.path.abspath(path)}?mode=ro&immutable=1"
+
+
+def _check_sqlite_file(path: str, read_only: bool = False) -> None:
     if os.path.exists(path):
         if not os.path.isfile(path):
             raise StorageError(f"SQLite storage {path} is not a file")
         if not os.access(path, os.R_OK):
             raise StorageError(f"cannot read SQLite storage {path}: permission denied")
-        _probe_sqlite_file(path)
-        if not os.access(path, os.W_OK):
+        _probe_sqlite_file(path, read_only)
+        if not read_only and not os.access(path, os.W_OK):
             raise StorageError(f"SQLite storage {path} is not writable")
     else:
         parent = os.path.dirname(os.path.abspath(path))
@@ -92,7 +112,7 @@ def _check_sqlite_file(path: str) -> None:
 SIDECARS = ("-wal", "-shm")  # SQLite's WAL files beside the database.
 
 
-def _probe_sqlite_file(path: str) -> None:
+def _probe_sqlite_file(path: str, read_only: bool = False) -> None:
     """Reads the whole file through SQLite, read-only: a damaged (e.g. truncated) file is refused.
 
     Through SQLite itself, never with open()/close(): closing any descriptor of a file drops every
@@ -104,7 +124,7 @@ def _probe_sqlite_file(path: str) -> None:
     """
     existed = {suffix for suffix in SIDECARS if os.path.exists(path + suffix)}
     try:
-        problem = _quick_check(path)
+        problem = _quick_check(_read_only_uri(path) if read_only else f"file:{path}?mode=ro")
     except sqlite3.DatabaseError as e:
         problem = "not a database" if "not a database" in str(e) else first_line(e)
     if problem is None:
@@ -117,9 +137,9 @@ def _probe_sqlite_file(path: str) -> None:
     raise StorageError(f"SQLite storage {path} is damaged ({problem})")
 
 
-def _quick_check(path: str) -> str | None:
+def _quick_check(uri: str) -> str | None:
     """SQLite's ``quick_check`` of the whole file (about 0.1 s per 100 MB): None when sound."""
-    probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    probe = sqlite3.connect(uri, uri=True)
     try:
         rows = probe.execute("PRAGMA quick_check").fetchall()
     finally:
@@ -148,7 +168,7 @@ def _on_sqlite_begin_deferred(connection: Any) -> None:
 
 
 def open_storage(
-    url: str, heartbeat_interval: int | None = None, immediate: bool = True
+    url: str, heartbeat_interval: int | None = None, immediate: bool = True, read_only: bool = False
 ) -> optuna.storages.RDBStorage:
     """Opens an Optuna RDB storage, checking SQLite files before SQLite creates them.
 
@@ -159,6 +179,9 @@ def open_storage(
     ``immediate=False`` leaves SQLite's transactions deferred: for a process that mostly reads a
     live study (report, dashboard), so that its reads never hold the write lock the workers need.
 
+    ``read_only`` (an existing SQLite file, see :func:`is_read_only`) opens it read-only and
+    immutable: reading works, any write fails ("attempt to write a readonly database").
+
     Raises:
         StorageError: With a one-line, password-free reason.
     """
@@ -167,8 +190,11 @@ def open_storage(
     except Exception as e:
         raise StorageError(f"invalid storage URL {mask_url(url)}: {e}")
     if path is not None:
-        _check_sqlite_file(path)
+        _check_sqlite_file(path, read_only)
     is_sqlite = url.startswith("sqlite")
+    opened_url = url
+    if read_only and path is not None:
+        opened_url, immediate = f"sqlite:///{_read_only_uri(path)}&uri=true", False
     engine_kwargs: dict[str, Any] = {}
     if is_sqlite:
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
@@ -186,7 +212,7 @@ def open_storage(
                         max_retry=3
                     ),
                 }
-            storage = _create_rdb_storage(url, engine_kwargs, heartbeat)
+            storage = _create_rdb_storage(opened_url, engine_kwargs, heartbeat)
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if is_sqlite:
@@ -213,10 +239,12 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
         raise StorageError(f"invalid storage URL {mask_url(url)}: {redact(first_line(e), url)}")
     if path is not None and not os.path.isfile(path):
         raise StorageError(f"SQLite file {path} does not exist")
+    read_only = not immediate and is_read_only(url)  # A reader can read a study on read-only media.
     if path is not None:
-        _check_sqlite_file(path)
+        _check_sqlite_file(path, read_only)
+    probe_url = f"sqlite:///{_read_only_uri(path)}&uri=true" if read_only else url
     try:
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        engine = sqlalchemy.create_engine(probe_url, poolclass=sqlalchemy.pool.NullPool)
         try:
             with engine.connect() as connection:
                 has_studies = sqlalchemy.inspect(connection).has_table("studies")
@@ -226,7 +254,7 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if not has_studies:
         raise StorageError(f"{mask_url(url)} holds no Optuna studies")
-    return open_storage(url, immediate=immediate)
+    return open_storage(url, immediate=immediate, read_only=read_only)
 
 
 def close_storage(storage: optuna.storages.BaseStorage) -> None:
