@@ -10,6 +10,7 @@ import argparse
 import logging
 import math
 import os
+import shlex
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
 from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
+from search.retry import StorageUnreachable, with_retry
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
@@ -37,6 +39,7 @@ from search.storage import (
     StorageError,
     close_storage,
     enable_wal,
+    is_read_only,
     mask_url,
     open_storage,
     redact,
@@ -243,6 +246,7 @@ class _Opened:
     fingerprint: str
     warnings: list[str]
     specs: list[WorkerSpec]
+    read_only: bool = False  # A SQLite file on read-only media: only a finished study can be shown.
 
 
 def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
@@ -270,11 +274,13 @@ def _open(args: argparse.Namespace, worker: WorkerSpec | None) -> _Opened:
     if settings.run.trials == 0 and path is not None and not os.path.exists(path):
         # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made.
         raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
-    storage = open_storage(settings.run.storage, settings.run.heartbeat_interval)
+    # A study on read-only media is opened read-only: a finished one still prints its summary.
+    read_only = is_read_only(settings.run.storage)
+    storage = open_storage(settings.run.storage, settings.run.heartbeat_interval, read_only=read_only)
     _OPENED.append(storage)
     settings = with_run(settings, study_name=resolve_study_name(storage, settings))
     warnings = inspect_study(storage, settings, fingerprint, args.allow_changed_settings)
-    return _Opened(settings, storage, problem, fingerprint, warnings, specs)
+    return _Opened(settings, storage, problem, fingerprint, warnings, specs, read_only)
 
 
 class NothingToRun(Exception):
@@ -308,8 +314,27 @@ def _main(args: argparse.Namespace, argv: list[str], worker: WorkerSpec | None =
         spec = worker or opened.specs[0]
         torch.set_num_threads(spec.threads)
         return _run(opened, resolve_device(spec.device), args, spec if worker is not None else None)
+    except StorageUnreachable:
+        if worker is not None:  # The parent says it, once for all workers.
+            return GAVE_UP_ON_STORAGE
+        return _fail(unreachable_line(settings, argv), 1)
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
         return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
+
+
+# A worker's exit code for "gave up on the storage after --storage-retry" (sysexits' EX_TEMPFAIL):
+# the worker prints nothing, so that the user reads the one line the parent prints, once.
+GAVE_UP_ON_STORAGE = 75
+
+
+def unreachable_line(settings: Settings, argv: list[str]) -> str:
+    """The one line printed on giving up on the storage: what happened and the command to resume."""
+    url = settings.run.storage
+    command = redact(f"{prog_name('search.optimize')} {shlex.join(argv)}".strip(), url)
+    return (
+        f"the storage {mask_url(url)} stayed unreachable for {settings.run.storage_retry:g} s "
+        f"(--storage-retry); the trials it holds are kept; to resume, run: {command}"
+    )
 
 
 def total_steps(settings: Settings, problem: Problem) -> int:
@@ -374,6 +399,8 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         if worker is not None:
             return 0
         return _nothing_to_do(opened, args, existing, done)
+    if opened.read_only:
+        return _refuse_read_only(opened, done)
 
     if worker is None:
         _warn_mixed_devices(existing, device)
@@ -447,7 +474,7 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
         publish=True,
     )
-    missing = _missing_baselines(settings, handle.study.get_trials(deepcopy=False))
+    missing = _missing_baselines(settings, _read_trials(handle.study, settings))
     if missing:
         interval = settings.run.heartbeat_interval
         _note(
@@ -479,6 +506,18 @@ def _nothing_to_do(
     return 0
 
 
+def _refuse_read_only(opened: _Opened, done: int) -> int:
+    """A study that needs trials, on storage that cannot be written: bad input, nothing tried."""
+    settings = opened.settings
+    short = done < settings.run.trials
+    why = f"{done} of {settings.run.trials} trials finished" if short else "a trial or baseline is unfinished"
+    return _fail(
+        f"{sqlite_path(settings.run.storage)} is read-only (the file or its directory is not writable) and "
+        f"study {settings.study_name!r} is not done ({why}): a run must write; copy it to writable storage "
+        "to go on"
+    )
+
+
 def _warn_mixed_devices(existing: list[optuna.trial.FrozenTrial], device: torch.device) -> None:
     kinds = {str(t.user_attrs.get(DEVICE, "")).split(":")[0].split(" ")[0] for t in existing}
     kinds.discard("")
@@ -497,6 +536,8 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     done = sum(t.state in FINISHED for t in existing)
     if done >= settings.run.trials:
         return _nothing_to_do(opened, args, existing, done)
+    if opened.read_only:
+        return _refuse_read_only(opened, done)
     _warn_mixed_devices(existing, torch.device(opened.specs[0].device))
     enable_wal(storage)
     handle = prepare_study(
@@ -532,7 +573,9 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     result = run_pool(optimize._worker, opened.specs, (argv,), poll)
     seconds = time.perf_counter() - start
     bar.close()
-    trials = handle.study.get_trials(deepcopy=False)
+    if result.signum is None and GAVE_UP_ON_STORAGE in result.exit_codes:
+        raise StorageUnreachable("a worker gave up on the storage")  # _main prints the one line.
+    trials = _read_trials(handle.study, settings)
     finished = sum(t.state in FINISHED for t in trials)
     failed = sum(t.state == TrialState.FAIL for t in trials) - failed_before
     headline = (
@@ -568,10 +611,17 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     return 1 if abnormal else 0
 
 
+def _read_trials(study: optuna.Study, settings: Settings) -> list[optuna.trial.FrozenTrial]:
+    # Rides out an outage like the trial loop, and gives up with StorageUnreachable (one line).
+    return with_retry(
+        lambda: study.get_trials(deepcopy=False), what="reading the study", budget=settings.run.storage_retry
+    )
+
+
 def _finish(
     study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
 ) -> int:
-    trials = study.get_trials(deepcopy=False)  # Read once: the summary and publishing share it.
+    trials = _read_trials(study, settings)  # Read once: the summary and publishing share it.
     data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
     data["storage"] = mask_url(settings.run.storage)
     if publish:

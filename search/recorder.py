@@ -111,13 +111,12 @@ class TrialRecorder:
         self,
         members: Sequence[NewTrial],
         started: datetime.datetime,
-        heartbeat: bool = False,
     ) -> list[int]:
         """Stores new trials (a population's K) in one transaction; returns their ids, in order.
 
         Each carries its own write id; the transaction stores all of them or none, so one found
-        after a lost acknowledgement means all were stored. With ``heartbeat`` (RUNNING trials of a
-        shared study) their first heartbeats are recorded in the same transaction.
+        after a lost acknowledgement means all were stored. RUNNING trials (a shared study's) get their
+        first heartbeats in the same transaction.
         """
         write_ids = [uuid.uuid4().hex for _ in members]
         trials = []
@@ -144,7 +143,7 @@ class TrialRecorder:
 
         def write() -> None:
             if not done:
-                done.append(self.writer.add_many(trials, heartbeat))
+                done.append(self.writer.add_many(trials))
 
         states = sorted({m.state.name for m in members})
         self._call_with_check(write, check_first, f"writing {len(members)} {'/'.join(states)} trials")

@@ -239,7 +239,8 @@ class Runner:
                 if duplicate is not None:
                     self.recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
                     return True
-                scaler_config = suggest(trial, self.settings.space)
+                # A queued trial's fixed params are written to storage here (idempotent, so retried).
+                scaler_config = self._storage_call(lambda: suggest(trial, self.settings.space), "setting params")
                 outcome = self._train(trial, scaler_config)
         except BaseException as error:
             attrs = self._failure_attrs(error)
@@ -265,16 +266,23 @@ class Runner:
         return True
 
     def _claim(self) -> optuna.Trial | None:
-        """Claims a WAITING trial (``study.ask``'s atomic pop, without its fallback to sampling).
+        """Claims a WAITING trial (like ``study.ask``'s atomic pop, without its fallback to sampling).
 
-        Its first heartbeat is recorded at once, so that it can be found stale if this process
-        dies before the heartbeat thread starts (Optuna ignores RUNNING trials with no heartbeat).
+        Its first heartbeat is part of the claim, so that it can be found stale if this process
+        dies (or gives up on an outage) before the heartbeat thread starts: Optuna ignores RUNNING
+        trials with no heartbeat.
         """
-        trial_id = self._storage_call(self.study._pop_waiting_trial_id, "claiming a queued trial")
+        writer = self.recorder.writer
+        trial_id = self._storage_call(writer.claim, "claiming a queued trial")
         if trial_id is None:
             return None
-        first_beat(self.study, trial_id, self.settings.run.storage_retry)
-        return optuna.Trial(self.study, trial_id)
+        if not writer.batched:  # Another storage: the claim could not beat.
+            first_beat(self.study, trial_id, self.settings.run.storage_retry)
+        return self._trial(trial_id)
+
+    def _trial(self, trial_id: int) -> optuna.Trial:
+        # Building a Trial reads it from storage: ridden through an outage like every other call.
+        return self._storage_call(lambda: optuna.Trial(self.study, trial_id), "reading a trial")
 
     def _duplicate_of(self, trial: optuna.Trial) -> str | None:
         # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
@@ -314,10 +322,12 @@ class Runner:
     def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
         """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
         with held_interrupts() as pending:
+            # Registered with its first heartbeat in the same transaction (TrialWriter.add).
             trial_id = self.recorder.write(self.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
             self._in_flight = trial_id
-            first_beat(self.study, trial_id, self.settings.run.storage_retry)
-        stored = optuna.Trial(self.study, trial_id)
+            if not self.recorder.writer.batched:
+                first_beat(self.study, trial_id, self.settings.run.storage_retry)
+            stored = self._trial(trial_id)
 
         def train() -> TrialOutcome:
             if pending:
@@ -395,9 +405,9 @@ class Runner:
         if self.shared:
             with held_interrupts() as pending:  # Registered whole, never half: raised inside the try below.
                 new = [NewTrial(self.replica.frozen(trial), TrialState.RUNNING) for trial in members]
-                ids = self.recorder.write_many(new, started, heartbeat=True)
+                ids = self.recorder.write_many(new, started)
                 self._population = ids
-                stored = [optuna.Trial(self.study, trial_id) for trial_id in ids]
+                stored = [self._trial(trial_id) for trial_id in ids]
 
         def record(
             states: list[TrialState], values: list[float | None], attrs: list[dict], curves: list[dict[int, float]]

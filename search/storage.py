@@ -11,6 +11,7 @@ after another process wrote), and waiting would not help. Any other URL is hande
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -28,6 +29,7 @@ __all__ = [
     "StorageError",
     "enable_wal",
     "first_line",
+    "is_read_only",
     "mask_url",
     "open_existing_storage",
     "open_storage",
@@ -71,26 +73,33 @@ def sqlite_path(url: str) -> str | None:
     return None if database in ("", ":memory:") or database.startswith("file:") else database
 
 
-def _check_sqlite_file(path: str) -> None:
+def is_read_only(url: str) -> bool:
+    """Whether ``url`` is an existing SQLite file this process cannot write: the file, or its directory
+    (where SQLite writes its -wal/-shm or journal), is not writable -- read-only media, an immutable
+    file (``chattr +i``, which holds even for root), or permissions."""
+    try:
+        path = sqlite_path(url)
+    except Exception:  # Not a URL: open_storage says so.
+        return False
+    if path is None or not os.path.isfile(path):
+        return False
+    return not (os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK))
+
+
+def _read_only_uri(path: str) -> str:
+    # immutable: SQLite takes no lock and creates no -wal/-shm (it could not, and must not, on
+    # read-only media); it assumes that nobody writes the file meanwhile, as read-only media ensure.
+    return f"file:{os.path.abspath(path)}?mode=ro&immutable=1"
+
+
+def _check_sqlite_file(path: str, read_only: bool = False) -> None:
     if os.path.exists(path):
         if not os.path.isfile(path):
             raise StorageError(f"SQLite storage {path} is not a file")
         if not os.access(path, os.R_OK):
             raise StorageError(f"cannot read SQLite storage {path}: permission denied")
-        # Read through SQLite itself, never with open()/close(): closing any descriptor of a file
-        # drops every POSIX lock this process holds on it, which corrupts the view of a SQLite
-        # connection already open here (SQLite's own VFS keeps such descriptors open).
-        try:
-            probe = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-            try:
-                probe.execute("PRAGMA schema_version").fetchone()
-            finally:
-                probe.close()
-        except sqlite3.DatabaseError as e:
-            if "not a database" in str(e):
-                raise StorageError(f"{path} is not a SQLite database")
-            raise StorageError(f"cannot read SQLite storage {path}: {e}")
-        if not os.access(path, os.W_OK):
+        _probe_sqlite_file(path, read_only)
+        if not read_only and not os.access(path, os.W_OK):
             raise StorageError(f"SQLite storage {path} is not writable")
     else:
         parent = os.path.dirname(os.path.abspath(path))
@@ -98,6 +107,46 @@ def _check_sqlite_file(path: str) -> None:
             raise StorageError(f"cannot create SQLite storage {path}: {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise StorageError(f"cannot create SQLite storage {path}: {parent} is not writable")
+
+
+SIDECARS = ("-wal", "-shm")  # SQLite's WAL files beside the database.
+
+
+def _probe_sqlite_file(path: str, read_only: bool = False) -> None:
+    """Reads the whole file through SQLite, read-only: a damaged (e.g. truncated) file is refused.
+
+    Through SQLite itself, never with open()/close(): closing any descriptor of a file drops every
+    POSIX lock this process holds on it, which corrupts the view of a SQLite connection already
+    open here (SQLite's own VFS keeps such descriptors open). A read-only connection to a WAL
+    database creates ``-wal``/``-shm`` beside it and cannot remove them on close; when the file
+    is refused, nothing else will, so the probe removes those it created (bad input leaves the
+    storage as it found it).
+    """
+    existed = {suffix for suffix in SIDECARS if os.path.exists(path + suffix)}
+    try:
+        problem = _quick_check(_read_only_uri(path) if read_only else f"file:{path}?mode=ro")
+    except sqlite3.DatabaseError as e:
+        problem = "not a database" if "not a database" in str(e) else first_line(e)
+    if problem is None:
+        return
+    for suffix in set(SIDECARS) - existed:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path + suffix)
+    if problem == "not a database":
+        raise StorageError(f"{path} is not a SQLite database")
+    raise StorageError(f"SQLite storage {path} is damaged ({problem})")
+
+
+def _quick_check(uri: str) -> str | None:
+    """SQLite's ``quick_check`` of the whole file (about 0.1 s per 100 MB): None when sound."""
+    probe = sqlite3.connect(uri, uri=True)
+    try:
+        rows = probe.execute("PRAGMA quick_check").fetchall()
+    finally:
+        probe.close()
+    if rows == [("ok",)]:
+        return None
+    return first_line(RuntimeError(str(rows[0][0]).replace("*** in database main ***", "").strip()))
 
 
 def _on_sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -119,7 +168,7 @@ def _on_sqlite_begin_deferred(connection: Any) -> None:
 
 
 def open_storage(
-    url: str, heartbeat_interval: int | None = None, immediate: bool = True
+    url: str, heartbeat_interval: int | None = None, immediate: bool = True, read_only: bool = False
 ) -> optuna.storages.RDBStorage:
     """Opens an Optuna RDB storage, checking SQLite files before SQLite creates them.
 
@@ -130,6 +179,9 @@ def open_storage(
     ``immediate=False`` leaves SQLite's transactions deferred: for a process that mostly reads a
     live study (report, dashboard), so that its reads never hold the write lock the workers need.
 
+    ``read_only`` (an existing SQLite file, see :func:`is_read_only`) opens it read-only and
+    immutable: reading works, any write fails ("attempt to write a readonly database").
+
     Raises:
         StorageError: With a one-line, password-free reason.
     """
@@ -138,8 +190,11 @@ def open_storage(
     except Exception as e:
         raise StorageError(f"invalid storage URL {mask_url(url)}: {e}")
     if path is not None:
-        _check_sqlite_file(path)
+        _check_sqlite_file(path, read_only)
     is_sqlite = url.startswith("sqlite")
+    opened_url = url
+    if read_only and path is not None:
+        opened_url, immediate = f"sqlite:///{_read_only_uri(path)}&uri=true", False
     engine_kwargs: dict[str, Any] = {}
     if is_sqlite:
         engine_kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
@@ -157,7 +212,7 @@ def open_storage(
                         max_retry=3
                     ),
                 }
-            storage = _create_rdb_storage(url, engine_kwargs, heartbeat)
+            storage = _create_rdb_storage(opened_url, engine_kwargs, heartbeat)
     except Exception as e:
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if is_sqlite:
@@ -184,10 +239,12 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
         raise StorageError(f"invalid storage URL {mask_url(url)}: {redact(first_line(e), url)}")
     if path is not None and not os.path.isfile(path):
         raise StorageError(f"SQLite file {path} does not exist")
+    read_only = not immediate and is_read_only(url)  # A reader can read a study on read-only media.
     if path is not None:
-        _check_sqlite_file(path)
+        _check_sqlite_file(path, read_only)
+    probe_url = f"sqlite:///{_read_only_uri(path)}&uri=true" if read_only else url
     try:
-        engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        engine = sqlalchemy.create_engine(probe_url, poolclass=sqlalchemy.pool.NullPool)
         try:
             with engine.connect() as connection:
                 has_studies = sqlalchemy.inspect(connection).has_table("studies")
@@ -197,7 +254,7 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
         raise StorageError(f"cannot open storage {mask_url(url)}: {redact(first_line(e), url)}")
     if not has_studies:
         raise StorageError(f"{mask_url(url)} holds no Optuna studies")
-    return open_storage(url, immediate=immediate)
+    return open_storage(url, immediate=immediate, read_only=read_only)
 
 
 def close_storage(storage: optuna.storages.BaseStorage) -> None:
@@ -220,7 +277,17 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict
     # the schema exists and opening it is read-only.
     for attempt in range(1, 6):
         try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **heartbeat)
+            # Optuna's own schema check is skipped for ours, which closes the engine when it fails
+            # (a failed constructor would leave it open, with SQLite's -wal/-shm beside the file).
+            storage = optuna.storages.RDBStorage(
+                url, engine_kwargs=engine_kwargs, skip_compatibility_check=True, **heartbeat
+            )
+            try:
+                _check_schema(storage)
+            except BaseException:
+                storage.engine.dispose()
+                raise
+            return storage
         except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
             transient = isinstance(e, sqlalchemy.exc.IntegrityError) or any(
                 words in str(e) for words in ("locked", "already exists")
@@ -229,6 +296,41 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict
                 raise
             time.sleep(0.2 * attempt)
     raise AssertionError("unreachable")
+
+
+# A schema revision as Optuna's migrations name them ("v3.2.0.a").
+_OPTUNA_REVISION = re.compile(r"v\d+\.\d+\.\d+(\.[a-z])?")
+
+
+class SchemaError(RuntimeError):
+    """The storage's Optuna schema is not the one this Optuna uses."""
+
+
+def _check_schema(storage: optuna.storages.RDBStorage) -> None:
+    """Optuna's schema check, except that a revision no Optuna writes is said as what it is.
+
+    Optuna says "please try updating optuna" for every revision it does not know; that is right for
+    one written by a newer Optuna, and wrong for a damaged ``alembic_version`` table.
+    """
+    current = storage.get_current_version()
+    if current == storage.get_head_version():
+        return
+    if current in storage.get_all_versions():
+        raise SchemaError(
+            f"its schema (revision {current}) is an older Optuna's: "
+            "upgrade it with `optuna storage upgrade --storage $STORAGE_URL`"
+        )
+    with storage.engine.connect() as connection:
+        written_by = connection.exec_driver_sql("SELECT library_version FROM version_info").scalar()
+    if _OPTUNA_REVISION.fullmatch(current) and str(written_by) != optuna.__version__:
+        raise SchemaError(
+            f"its schema (revision {current}) was written by optuna {written_by}, "
+            f"which this optuna {optuna.__version__} does not know: update optuna"
+        )
+    raise SchemaError(
+        f"the schema revision {current[:40]!r} in its alembic_version table is not one Optuna writes "
+        "(damaged or edited by hand; updating optuna will not help)"
+    )
 
 
 def enable_wal(storage: optuna.storages.RDBStorage) -> None:

@@ -231,5 +231,9 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     """
     baselines, notes = baseline_trials(settings.space)
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
-    with_retry(lambda: TrialWriter(study).enqueue_once(waiting, BASELINE), what="enqueuing baselines")
+    with_retry(
+        lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),
+        what="enqueuing baselines",
+        budget=settings.run.storage_retry,
+    )
     return notes

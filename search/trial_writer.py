@@ -60,7 +60,12 @@ class TrialWriter:
         return self._rdb is not None
 
     def add(self, trial: FrozenTrial) -> int:
-        """Stores ``trial`` (from ``optuna.trial.create_trial``: finished, or RUNNING); returns its id."""
+        """Stores ``trial`` (from ``optuna.trial.create_trial``: finished, or RUNNING); returns its id.
+
+        A RUNNING trial gets its first heartbeat in the same transaction: a RUNNING trial that never
+        beat is never found stale by Optuna, so it must not exist even if the process dies (or
+        gives up on an outage) right after the commit.
+        """
         if self._rdb is None:
             self.study.add_trial(trial)
             return self.study.get_trials(deepcopy=False)[-1]._trial_id
@@ -68,20 +73,47 @@ class TrialWriter:
         with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
-            return self._insert(session, trial)
+            trial_id = self._insert(session, trial)
+            if trial.state == TrialState.RUNNING:
+                session.add(models.TrialHeartbeatModel(trial_id=trial_id))  # Stamped by the database.
+            return trial_id
 
-    def add_many(self, trials: Sequence[FrozenTrial], heartbeat: bool = False) -> list[int]:
+    def claim(self) -> int | None:
+        """Claims the first WAITING trial (RUNNING, with its first heartbeat, in one transaction).
+
+        Like ``study.ask``'s pop, but the heartbeat is part of the claim (see :meth:`add`). Claims
+        are serialised by the study's lock (the study row; the database on SQLite), which every
+        insert of a trial takes too. Returns the trial's id, or None when nothing is waiting.
+        """
+        if self._rdb is None:
+            return self.study._pop_waiting_trial_id()
+        trial = models.TrialModel
+        with self._transaction() as session:
+            models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
+            row = (
+                session.query(trial)
+                .filter(trial.study_id == self._study_id, trial.state == TrialState.WAITING)
+                .order_by(trial.trial_id)
+                .first()
+            )
+            if row is None:
+                return None
+            row.state = TrialState.RUNNING
+            row.datetime_start = datetime.datetime.now()  # As RDBStorage.set_trial_state_values does.
+            session.add(models.TrialHeartbeatModel(trial_id=row.trial_id))
+            return row.trial_id
+
+    def add_many(self, trials: Sequence[FrozenTrial]) -> list[int]:
         """Stores ``trials`` in one transaction, numbered in order; returns their ids.
 
-        A population's K trials (finished, or RUNNING) reach storage together or not at all. With
-        ``heartbeat``, each RUNNING trial's first heartbeat is recorded in the same transaction (the
-        storage's clock, as ``record_heartbeat`` takes it), so that it can be found stale at once.
+        A population's K trials (finished, or RUNNING) reach storage together or not at all. Each
+        RUNNING trial gets its first heartbeat in the same transaction, as in :meth:`add`.
         """
         if self._rdb is None:
             ids = []
             for trial in trials:
                 ids.append(self.add(trial))
-                if heartbeat:
+                if trial.state == TrialState.RUNNING:
                     self.study._storage.record_heartbeat(ids[-1])
             return ids
         for trial in trials:
@@ -89,8 +121,13 @@ class TrialWriter:
         with self._transaction() as session:
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
             ids = [self._insert(session, trial) for trial in trials]
-            if heartbeat:
-                session.add_all([models.TrialHeartbeatModel(trial_id=tid) for tid in ids])
+            session.add_all(
+                [
+                    models.TrialHeartbeatModel(trial_id=tid)  # Stamped by the database.
+                    for tid, trial in zip(ids, trials)
+                    if trial.state == TrialState.RUNNING
+                ]
+            )
             return ids
 
     def record_heartbeats(self, trial_ids: Sequence[int]) -> None:

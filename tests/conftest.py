@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import uuid
 
 import optuna
@@ -98,3 +101,70 @@ def postgres_url():
 def mysql_url():
     """A fresh MariaDB/MySQL database (the machine's server; fails loudly if it is down)."""
     yield from _throwaway_database(MYSQL_ADMIN, "MariaDB")
+
+
+# -- an own PostgreSQL server, for tests that stop it ---------------------------------------------
+
+PG_BIN = pathlib.Path("/usr/lib/postgresql/15/bin")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class OwnPostgres:
+    """A PostgreSQL server of the test's own, in a temporary directory, on a free port.
+
+    The machine's shared server must never be stopped; this one may be, at will (outages, hard
+    restarts). ``initdb`` refuses to run as root ("cannot be run as root"), and the tests run as
+    root here, so every server command runs as the ``postgres`` user through ``runuser``; the
+    directory is made outside pytest's tmp_path (mode 700, owned by root, where that user cannot
+    reach) and handed to it. Trust authentication, loopback only, socket in the directory.
+    """
+
+    def __init__(self) -> None:
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="own-pg-"))
+        self.port = _free_port()
+        self.data = self.root / "data"
+        self.url = f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        if os.geteuid() == 0:
+            shutil.chown(self.root, user="postgres")
+        self._pg("initdb", "-A", "trust", "-U", "postgres", "--no-sync", "-D", str(self.data))
+
+    def _pg(self, tool: str, *args: str) -> None:
+        command = [str(PG_BIN / tool), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if proc.returncode:
+            raise RuntimeError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+
+    def start(self) -> None:
+        # fsync off: a throwaway server; an immediate stop still replays its WAL on start.
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._pg("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "log"), "-w", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        """``mode="immediate"`` is a hard stop: no checkpoint, every session cut (crash recovery on start)."""
+        self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def running(self) -> bool:
+        return (self.data / "postmaster.pid").exists()
+
+    def remove(self) -> None:
+        if self.running():
+            self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture
+def own_postgres():
+    """An own PostgreSQL server, started; stopped and removed after the test, also on failure."""
+    server = OwnPostgres()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import pathlib
 import shutil
 import signal
@@ -496,3 +498,32 @@ def test_trials_zero_on_a_new_sqlite_file_writes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "study.db does not exist and --trials is 0: nothing to do" in proc.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@contextlib.contextmanager
+def read_only_media(*paths: pathlib.Path):
+    """Makes ``paths`` immutable (``chattr +i``) while the block runs: unlike chmod, that holds for root
+    too (the tests run as root), so the command really cannot write the file or create one beside it."""
+    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
+
+
+def test_a_finished_study_on_read_only_media_prints_its_summary(finished, tmp_path, capsys):
+    db = tmp_path / "study.db"
+    shutil.copy(finished / "study.db", db)
+    before = db.read_bytes()
+    url = f"sqlite:///{db}"
+    with read_only_media(db, tmp_path):
+        assert not os.access(db, os.W_OK)  # Really read-only, root or not.
+        capsys.readouterr()
+        assert main(["--storage", url, "--trials", "12", "--quiet"]) == 0
+        out, err = capsys.readouterr()
+        # A study that needs more trials cannot run there: one line, exit 2.
+        assert main(["--storage", url, "--trials", "13", "--quiet"]) == 2
+        refused = capsys.readouterr().err
+    assert "study already holds 12 finished trials" in out and "Study 'seed-mlp'" in out and err == ""
+    assert refused.count("\n") == 1 and "is read-only" in refused and "12 of 13 trials finished" in refused
+    assert sorted(os.listdir(tmp_path)) == ["study.db"] and db.read_bytes() == before

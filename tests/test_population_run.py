@@ -259,7 +259,7 @@ def test_batched_heartbeats_and_finishes_respect_a_peers_fail(tmp_path):
     study = optuna.create_study(storage=storage, study_name="s")
     writer = TrialWriter(study)
     running = [optuna.trial.create_trial(state=TrialState.RUNNING) for _ in range(3)]
-    ids = writer.add_many(running, heartbeat=True)
+    ids = writer.add_many(running)
     assert [(t.number, t.state) for t in study.get_trials()] == [(n, TrialState.RUNNING) for n in range(3)]
     time.sleep(3.1)  # SQLite's clock has whole seconds: 3 s is surely past the grace period of 2
     writer.record_heartbeats(ids[:2])  # the third stays silent: stale after 2 intervals

@@ -1,12 +1,16 @@
 import os
+import pathlib
+import shutil
+import sqlite3
 
 import optuna
 import pytest
 from optuna.trial import TrialState
 
+from search.optimize import main
 from search.storage import StorageError, mask_url, open_storage, redact
 
-from conftest import run_cli
+from conftest import real_study, run_cli
 
 
 def test_mask_url_hides_passwords():
@@ -106,3 +110,44 @@ def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path)
     assert (tmp_path / "s.db-wal").exists(), "the other process saw no lock of ours and removed the WAL"
     assert ours.execute("SELECT count(*) FROM t").fetchone() == (1,)
     ours.close()
+
+
+@pytest.fixture(scope="module")
+def wal_study(tmp_path_factory) -> pathlib.Path:
+    """A real 6-trial study.db (WAL mode, as every run leaves it); tests damage copies of it."""
+    return real_study(tmp_path_factory, "wal_study", 6) / "study.db"
+
+
+def run_on_copy(source: pathlib.Path, directory: pathlib.Path, capsys, damage) -> tuple[int, str, bytes]:
+    """``search.optimize`` on a damaged copy of ``source``: exit code, stderr, the file's bytes before."""
+    shutil.copy(source, directory / "study.db")
+    damage(directory / "study.db")
+    before = (directory / "study.db").read_bytes()
+    capsys.readouterr()
+    code = main(["--storage", f"sqlite:///{directory / 'study.db'}", "--trials", "6", "--quiet"])
+    return code, capsys.readouterr().err, before
+
+
+@pytest.mark.parametrize("keep", [0.5, 0.99])  # 0.99: the last page cut short, the schema still readable
+def test_a_truncated_study_db_is_refused_and_left_untouched(wal_study, tmp_path, capsys, keep):
+    def truncate(path: pathlib.Path) -> None:
+        size = path.stat().st_size
+        os.truncate(path, int(size * keep) // 4096 * 4096 + 100)
+
+    code, err, before = run_on_copy(wal_study, tmp_path, capsys, truncate)
+    assert code == 2 and err.count("\n") == 1 and "is damaged" in err, err
+    # No -wal/-shm beside it: README promises bad input leaves the storage untouched.
+    assert sorted(os.listdir(tmp_path)) == ["study.db"] and (tmp_path / "study.db").read_bytes() == before
+
+
+def test_a_bogus_schema_revision_is_not_reported_as_an_old_optuna(wal_study, tmp_path, capsys):
+    def bogus_revision(path: pathlib.Path) -> None:
+        with sqlite3.connect(path) as c:
+            c.execute("UPDATE alembic_version SET version_num = 'bogus'")
+        c.close()
+
+    code, err, before = run_on_copy(wal_study, tmp_path, capsys, bogus_revision)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "schema revision 'bogus' in its alembic_version table is not one Optuna writes" in err
+    assert "pip install" not in err and "updating optuna will not help" in err
+    assert sorted(os.listdir(tmp_path)) == ["study.db"] and (tmp_path / "study.db").read_bytes() == before

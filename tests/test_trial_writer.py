@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 import optuna
 import pytest
@@ -173,3 +174,27 @@ def test_enqueue_once_postgresql(postgres_url):
 
 def test_enqueue_once_mariadb(mysql_url):
     _check_enqueue_once_from_many_processes(mysql_url)
+
+
+@pytest.mark.parametrize("fixture", ["tmp_path", "postgres_url"])
+def test_claimed_and_registered_trials_beat_in_the_same_transaction(request, fixture):
+    """A RUNNING trial that never beat is never found stale (Optuna skips it): so a claim, and a sampled
+    trial registered RUNNING, carry their first heartbeat in the transaction that makes them RUNNING.
+    Nothing beats afterwards here, as when the worker died or gave up on an outage at once."""
+    value = request.getfixturevalue(fixture)
+    url = f"sqlite:///{value / 's.db'}" if fixture == "tmp_path" else value
+    storage = open_storage(url, heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beats")
+    study.enqueue_trial({"x": 1.0})
+    writer = TrialWriter(study)
+    claimed = writer.claim()
+    registered = writer.add(_trial(TrialState.RUNNING, None))
+    assert writer.claim() is None  # Nothing else is waiting.
+    states = {t._trial_id: t.state for t in study.get_trials()}
+    assert states == {claimed: TrialState.RUNNING, registered: TrialState.RUNNING}
+    time.sleep(3.2)  # Twice the interval, and a margin for SQLite's timestamps, whole seconds.
+    with pytest.warns(optuna.exceptions.ExperimentalWarning):
+        optuna.storages.fail_stale_trials(study)
+    states = {t._trial_id: t.state for t in study.get_trials()}
+    assert states[claimed] == states[registered] == TrialState.FAIL
+    storage.engine.dispose()

@@ -1,0 +1,191 @@
+"""Chaos: real faults against a PostgreSQL server of the test's own (``own_postgres``), which may be
+stopped at will (the machine's shared servers must never be).
+
+Each case ends with the same checks (:func:`assert_sound`): N finished trials reached, every seed
+baseline exactly once among the finished trials, nothing RUNNING, no trial lost (numbers contiguous,
+everything finished before the fault still finished) and none stored twice (no write id twice, no
+sampled point twice). The default task (seed-mlp), small N; run alone with
+``python -m pytest -m chaos``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pathlib
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import optuna
+import pytest
+import sqlalchemy
+from optuna.storages._rdb import models
+from optuna.trial import FrozenTrial, TrialState
+
+from search.record import BASELINE, FINISHED
+from search.recorder import WRITE_ID_ATTR
+from search.space import SEED_BASELINES
+
+from conftest import OwnPostgres, cli_env, run_cli, start_cli
+
+pytestmark = pytest.mark.chaos
+
+NAME = "seed-mlp"
+FAST = ["--quiet"]
+TAGS = sorted(tag for tag, _params in SEED_BASELINES)
+
+
+def trials_of(url: str) -> list[FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url)
+    try:
+        return optuna.load_study(storage=storage, study_name=NAME).get_trials()
+    finally:
+        storage.engine.dispose()
+
+
+def completed(url: str) -> set[int]:
+    return {t.number for t in trials_of(url) if t.state == TrialState.COMPLETE}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 120, what: str = "") -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if condition():
+                return
+        except (KeyError, sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError):
+            pass  # No study yet.
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def assert_sound(trials: list[FrozenTrial], n: int, most: int, kept: set[int] = frozenset()) -> None:
+    """N reached (at most ``most``), baselines once, nothing RUNNING, nothing lost or stored twice."""
+    states = collections.Counter(t.state.name for t in trials)
+    finished = [t for t in trials if t.state in FINISHED]
+    assert n <= len(finished) <= most, states
+    assert not [t for t in trials if t.state == TrialState.RUNNING], states
+    assert sorted(t.user_attrs[BASELINE] for t in finished if BASELINE in t.user_attrs) == TAGS
+    assert [t.number for t in trials] == list(range(len(trials))), "a trial number is missing"
+    assert kept <= {t.number for t in finished}, "a trial finished before the fault is no longer finished"
+    # Optuna's retry of a stale trial copies its system attrs, write id included: not a second write.
+    writes = [t for t in trials if WRITE_ID_ATTR in t.system_attrs and "failed_trial" not in t.system_attrs]
+    write_ids = [t.system_attrs[WRITE_ID_ATTR] for t in writes]
+    assert len(write_ids) == len(set(write_ids)), "a write was stored twice"
+    sampled = [tuple(sorted(t.params.items())) for t in finished if BASELINE not in t.user_attrs]
+    assert len(sampled) == len(set(sampled)), "a sampled trial was stored twice"
+
+
+def worker_pids(parent: int) -> list[int]:
+    """The --workers processes of ``parent`` (multiprocessing's spawned children, not its helpers)."""
+    children = pathlib.Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    pids = []
+    for pid in map(int, children):
+        try:
+            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            continue
+        if b"--multiprocessing-fork" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def running_sampled_with_heartbeat(url: str) -> int:
+    """RUNNING sampled trials that have beaten: their workers are training them right now."""
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with sqlalchemy.orm.Session(engine) as session:
+            beating = {row[0] for row in session.query(models.TrialHeartbeatModel.trial_id)}
+    finally:
+        engine.dispose()
+    return sum(
+        t.state == TrialState.RUNNING and BASELINE not in t.user_attrs and t._trial_id in beating
+        for t in trials_of(url)
+    )
+
+
+def test_hard_restart_mid_run_under_two_workers(own_postgres: OwnPostgres, tmp_path):
+    """``pg_ctl stop -m immediate`` (every session cut, no checkpoint), 3 s down, then start: ridden out."""
+    url, n = own_postgres.url, 20
+    proc = start_cli(["--trials", str(n), "--workers", "2", "--storage", url, *FAST], tmp_path)
+    try:
+        wait_until(lambda: len(completed(url)) >= 8, what="8 trials before the restart")
+        kept = completed(url)
+        own_postgres.stop("immediate")
+        time.sleep(3)
+        own_postgres.start()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "storage unreachable" in err, "the restart should have been noticed and ridden out"
+    assert "Traceback" not in err and "error" not in err
+    assert_sound(trials_of(url), n, n + 1, kept)
+
+
+def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgres: OwnPostgres, tmp_path):
+    """Down longer than --storage-retry: exit 1 with one line, once (two workers and the parent), then
+    the command it prints resumes the study once the server is back."""
+    url, n = own_postgres.url.replace("postgres@", "postgres:hunter2@"), 20  # Trust: any password works.
+    args = ["--trials", str(n), "--workers", "2", "--storage", url, "--storage-retry", "2"]
+    proc = start_cli([*args, "--heartbeat-interval", "1", *FAST], tmp_path)
+    try:
+        wait_until(lambda: len(completed(url)) >= 8, what="8 trials before the outage")
+        kept = completed(url)
+        own_postgres.stop("immediate")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1, err
+    assert "stayed unreachable for 2 s (--storage-retry)" in errors[0] and "to resume, run: " in errors[0]
+    assert "hunter2" not in out + err and "Traceback" not in err and "commit" not in err
+
+    own_postgres.start()
+    time.sleep(2.5)  # The given-up workers' claimed trials are now stale (2 x the heartbeat interval).
+    command = shlex.split(errors[0].split("to resume, run: ", 1)[1])
+    assert command[:3] == ["python", "-m", "search.optimize"]
+    resume = subprocess.run(
+        [sys.executable, *command[1:]], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240
+    )
+    assert resume.returncode == 0, resume.stderr
+    # A re-queued baseline runs past N: up to 5 more than the workers' usual one.
+    assert_sound(trials_of(url), n, n + 1 + len(TAGS), kept)
+
+
+def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostgres, tmp_path):
+    """The live worker fails the dead one's trial (no heartbeat for 2 s) and re-runs its params; a resume
+    to more trials then goes on from a sound study."""
+    url, n = own_postgres.url, 16
+    # 100 epochs: training is most of a trial, so that both workers can be caught mid-training.
+    args = ["--workers", "2", "--storage", url, "--heartbeat-interval", "1", "--epochs", "100", *FAST]
+    proc = start_cli(["--trials", str(n), *args], tmp_path)
+    try:
+        wait_until(lambda: len(completed(url)) >= len(TAGS), what="the baselines")
+        wait_until(lambda: running_sampled_with_heartbeat(url) == 2, what="both workers mid sampled trial")
+        victim = worker_pids(proc.pid)[0]
+        signal_time = time.time()
+        os.kill(victim, signal.SIGKILL)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "died (SIGKILL); the others finished the study" in err and "Traceback" not in err
+    trials = trials_of(url)
+    assert_sound(trials, n, n + 1)
+    (failed,) = [t for t in trials if t.state == TrialState.FAIL]
+    assert BASELINE not in failed.user_attrs and failed.datetime_start.timestamp() < signal_time
+    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == failed.number]
+    assert retry.state == TrialState.COMPLETE and retry.params == failed.params
+
+    resume = run_cli(["--trials", str(n + 6), *args], tmp_path)
+    assert resume.returncode == 0, resume.stderr
+    assert_sound(trials_of(url), n + 6, n + 7, {t.number for t in trials if t.state in FINISHED})
