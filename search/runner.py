@@ -489,8 +489,8 @@ class Runner:
         should_prune = None
         if self.pruner is not None:
 
-            def should_prune(epoch: int, loss: float) -> bool:
-                trial.report(loss, epoch)
+            def should_prune(step: int, loss: float) -> bool:
+                trial.report(loss, step)
                 return trial.should_prune()
 
         outcome = run_trial(
