@@ -47,7 +47,7 @@ from search.devices import process_token
 from search.heartbeat import first_beat, heartbeat
 from search.interrupts import Interrupted, deferred_interrupts, held_interrupts, interrupts_as_exceptions
 from search.objective import TrialOutcome, run_population, run_trial
-from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of
+from search.record import BASELINE, DEVICE, FAIL_REASON, FINISHED, baseline_of
 from search.record import WORKER as WORKER_ATTR
 from search.recorder import NewTrial, TrialRecorder
 from search.replica import Replica
@@ -273,7 +273,7 @@ class Runner:
         trials with no heartbeat.
         """
         writer = self.recorder.writer
-        trial_id = self._storage_call(writer.claim, "claiming a queued trial")
+        trial_id = self._storage_call(lambda: writer.claim(first=BASELINE), "claiming a queued trial")
         if trial_id is None:
             return None
         if not writer.batched:  # Another storage: the claim could not beat.

@@ -78,26 +78,49 @@ class TrialWriter:
                 session.add(models.TrialHeartbeatModel(trial_id=trial_id))  # Stamped by the database.
             return trial_id
 
-    def claim(self) -> int | None:
-        """Claims the first WAITING trial (RUNNING, with its first heartbeat, in one transaction).
+    def claim(self, first: str | None = None) -> int | None:
+        """Claims a WAITING trial (RUNNING, with its first heartbeat, in one transaction).
 
         Like ``study.ask``'s pop, but the heartbeat is part of the claim (see :meth:`add`). Claims
         are serialised by the study's lock (the study row; the database on SQLite), which every
-        insert of a trial takes too. Returns the trial's id, or None when nothing is waiting.
+        insert of a trial takes too. The trial with the lowest id is claimed, except that with
+        ``first`` (a user attr key, e.g. the baseline tag) the WAITING trials carrying it go first,
+        in the order of its value: a baseline queued again after its worker died takes its place in
+        the seed's table (seed-1 before seed-2) instead of going behind the others.
+
+        Returns:
+            The trial's id, or None when nothing is waiting.
         """
         if self._rdb is None:
             return self.study._pop_waiting_trial_id()
         trial = models.TrialModel
+        attr = models.TrialUserAttributeModel
         with self._transaction() as session:
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
-            row = (
+            waiting = (
                 session.query(trial)
                 .filter(trial.study_id == self._study_id, trial.state == TrialState.WAITING)
                 .order_by(trial.trial_id)
-                .first()
+                .all()
             )
-            if row is None:
+            if not waiting:
                 return None
+            row = waiting[0]
+            if first is not None and len(waiting) > 1:
+                ids = [w.trial_id for w in waiting]
+                tags = dict(
+                    session.query(attr.trial_id, attr.value_json)
+                    .filter(attr.trial_id.in_(ids), attr.key == first)
+                    .all()
+                )
+                if tags:
+                    # Natural order of the values ("seed-2" before "seed-10"), then the trial id.
+                    def order(w: Any) -> tuple[int, int, str, int]:
+                        value = json.loads(tags[w.trial_id]) if w.trial_id in tags else None
+                        text = str(value)
+                        return (0, len(text), text, w.trial_id) if value is not None else (1, 0, "", w.trial_id)
+
+                    row = min(waiting, key=order)
             row.state = TrialState.RUNNING
             row.datetime_start = datetime.datetime.now()  # As RDBStorage.set_trial_state_values does.
             session.add(models.TrialHeartbeatModel(trial_id=row.trial_id))

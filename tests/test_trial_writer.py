@@ -198,3 +198,27 @@ def test_claimed_and_registered_trials_beat_in_the_same_transaction(request, fix
     states = {t._trial_id: t.state for t in study.get_trials()}
     assert states[claimed] == states[registered] == TrialState.FAIL
     storage.engine.dispose()
+
+
+@pytest.mark.parametrize("fixture", ["tmp_path", "postgres_url"])
+def test_a_requeued_baseline_is_claimed_in_its_place_in_the_seed_table(request, fixture):
+    """seed-1's retry, queued after seed-2..seed-5 and after another queued trial, is claimed first;
+    the other baselines follow in the table's order, then the rest by trial id."""
+    from search.record import BASELINE
+    from search.study import waiting_baseline
+
+    value = request.getfixturevalue(fixture)
+    url = f"sqlite:///{value / 's.db'}" if fixture == "tmp_path" else value
+    storage = open_storage(url)
+    study = optuna.create_study(storage=storage, study_name="order")
+    writer = TrialWriter(study)
+    for tag in ("seed-3", "seed-2", "seed-5", "seed-4"):
+        writer.enqueue_once([waiting_baseline(tag, {"x": 1.0})], BASELINE)
+    study.enqueue_trial({"x": 2.0})  # e.g. a sampled trial Optuna queued again, no baseline tag
+    writer.enqueue_once([waiting_baseline("seed-1", {"x": 1.0})], BASELINE)  # the retry, queued last
+    by_id = {t._trial_id: t for t in study.get_trials()}
+    order = []
+    while (claimed := writer.claim(first=BASELINE)) is not None:
+        order.append(by_id[claimed].user_attrs.get(BASELINE, f"#{by_id[claimed].number}"))
+    assert order == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5", "#4"]
+    storage.engine.dispose()
