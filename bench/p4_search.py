@@ -2,7 +2,7 @@
 
 Run on several tasks where PyTorch's default is not the best (``TASKS``: deep-mlp, whose window is
 above the default, and deep-mlp-spikes and deep-mlp-sum, whose good windows are closed on both sides).
-Each sampler (random, TPE, multivariate TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from
+Each sampler (random, TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from
 5 sampler seeds, through the service's own trial loop on in-memory storage (after the 5 seed baselines,
 which every study runs first and which are not counted). The best-known objective is the lowest any
 run reached. Three targets:
@@ -33,7 +33,7 @@ from search.sampling import make_sampler
 from search.study import prepare_study
 from search.tasks import build_problem, resolve_task
 
-SAMPLERS = ("random", "tpe", "tpe-multivariate", "gp", "cmaes")
+SAMPLERS = ("random", "tpe", "gp", "cmaes")
 TASKS = ("deep-mlp", "deep-mlp-spikes", "deep-mlp-sum")
 
 

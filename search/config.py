@@ -141,7 +141,7 @@ def default_study_name(task: str) -> str:
 
 DEFAULTS = Settings()
 
-SAMPLERS = ("tpe", "tpe-multivariate", "gp", "cmaes", "random")
+SAMPLERS = ("tpe", "gp", "cmaes", "random")
 PRUNERS = ("none", "median", "hyperband")
 AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}

@@ -26,9 +26,9 @@ def sampler_seed(task_seed: int, n_existing: int, worker: int = 0, process: str 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
     """The Optuna sampler for ``--sampler``.
 
-    ``tpe`` is Optuna's default (independent per parameter); ``tpe-multivariate`` models the four
-    settings jointly (``multivariate=True``), which can see that a high scale is safe only with a
-    backoff far from 1; ``gp`` is Optuna's Gaussian-process sampler (needs torch and scipy, both
+    ``tpe`` is Optuna's default; in Optuna 5 it models the four settings jointly (TPE's
+    ``multivariate`` flag is kept only for old code and unused), so it can see that a high scale is
+    safe only with a backoff far from 1; ``gp`` is Optuna's Gaussian-process sampler (needs torch and scipy, both
     required here), strong on a few continuous parameters with small budgets;
     ``deterministic_objective=True`` because a trial re-run with the same settings gives the same
     value (common random numbers); ``cmaes`` and ``random`` as named.
@@ -41,8 +41,6 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
         with warnings.catch_warnings():  # deterministic_objective is marked experimental; chosen knowingly.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.GPSampler(seed=seed, deterministic_objective=True)
-    if name == "tpe-multivariate":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     return optuna.samplers.TPESampler(seed=seed)
 
 
