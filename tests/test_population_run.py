@@ -199,9 +199,9 @@ def test_a_shared_population_is_registered_running_and_finished_in_one_transacti
     writes: list[tuple[str, int]] = []
     original_write, original_finish = TrialRecorder.write_many, TrialRecorder.finish_many
 
-    def write_many(self, members, started, heartbeat=False):
+    def write_many(self, members, started):
         writes.append(("write", len(members)))
-        return original_write(self, members, started, heartbeat)
+        return original_write(self, members, started)
 
     def finish_many(self, finishes):
         writes.append(("finish", len(finishes)))
