@@ -3,7 +3,7 @@
 The commands are ``python -m search.optimize`` (the search), ``search.transfer`` (move a study),
 ``search.dashboard`` (optuna-dashboard with curves), ``search.report`` and ``search.confirm``; this
 package's public API lets a script run the same pieces: build a task's :class:`Problem`, train it
-with a :class:`ScalerConfig`, judge the run, evaluate it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it with
+with a :class:`ScalerConfig` (or K of them at once with :func:`train_population`), judge the run, evaluate it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it with
 :func:`transfer_study` and publish its figures with :func:`publish`.
 """
 
@@ -17,6 +17,7 @@ from search.config import DEFAULTS, ConfigError, PenaltyConfig, Settings, load_s
 from search.evaluation import Evaluation, evaluate
 from search.figures import curves_figure
 from search.penalty import Assessment, assess
+from search.population import PopulationError, train_population
 from search.runner import Runner
 from search.space import SEED_BASELINES
 from search.storage import mask_url, open_storage
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULTS",
     "Evaluation",
     "PenaltyConfig",
+    "PopulationError",
     "Problem",
     "Recommendation",
     "Runner",
@@ -72,5 +74,6 @@ __all__ = [
     "resolve_task",
     "summarize",
     "train",
+    "train_population",
     "transfer_study",
 ]
