@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import multiprocessing
 import os
 import shlex
 import signal
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import optuna
 import sqlalchemy.exc
@@ -31,7 +33,7 @@ from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
 from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
-from search.retry import StorageUnreachable, with_retry
+from search.retry import StorageUnreachable, share_outage_warning, with_retry
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
 from search.space import baseline_trials, growth_note
@@ -360,8 +362,12 @@ def _print_notes(settings: Settings, warnings: list[str], problem: Problem) -> N
         )
 
 
-def _worker(argv: list[str], spec: WorkerSpec) -> int:
-    """A worker process's whole life (``--workers``): the trial loop on its device, no summary."""
+def _worker(argv: list[str], outage_flag: Any, spec: WorkerSpec) -> int:
+    """A worker process's whole life (``--workers``): the trial loop on its device, no summary.
+
+    ``outage_flag`` is shared by the parent and every worker, so that an outage they all meet is
+    announced once (:func:`search.retry.share_outage_warning`)."""
+    share_outage_warning(outage_flag)
     # Until the trial loop installs its own handlers: a signal while starting up ends the
     # worker quietly (nothing of its own is in storage yet). Installed for the process's whole
     # life, not restored: the loop restores this one when it ends, and the worker then exits.
@@ -570,7 +576,9 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     from search import optimize  # The workers import the target by its module name.
 
     start = time.perf_counter()
-    result = run_pool(optimize._worker, opened.specs, (argv,), poll)
+    outage_flag = multiprocessing.get_context("spawn").Value("b", 0)
+    share_outage_warning(outage_flag)
+    result = run_pool(optimize._worker, opened.specs, (argv, outage_flag), poll)
     seconds = time.perf_counter() - start
     bar.close()
     if result.signum is None and GAVE_UP_ON_STORAGE in result.exit_codes:

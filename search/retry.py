@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
 
-__all__ = ["DEFAULT_BUDGET_S", "StorageUnreachable", "is_transient", "with_retry"]
+__all__ = ["DEFAULT_BUDGET_S", "StorageUnreachable", "is_transient", "share_outage_warning", "with_retry"]
 
 T = TypeVar("T")
 DEFAULT_BUDGET_S = 300.0
@@ -25,6 +25,41 @@ _logger = logging.getLogger("search")
 # SQLAlchemy wraps driver errors; these classes are the connection-level ones (PEP 249), as
 # opposed to IntegrityError/DataError/ProgrammingError, which retrying cannot fix.
 _TRANSIENT = (sqlalchemy.exc.OperationalError, sqlalchemy.exc.InterfaceError)
+
+
+class _OutageFlag:
+    """Whether an outage has been announced: per process, or shared by ``--workers``' processes."""
+
+    def __init__(self) -> None:
+        self.shared: Any = None  # A multiprocessing Value("b") of the spawn context, or None.
+        self.local = False
+
+    def claim(self) -> bool:
+        """True for the first caller of an outage (it prints the one warning), False after."""
+        if self.shared is None:
+            first, self.local = not self.local, True
+            return first
+        with self.shared.get_lock():
+            first, self.shared.value = not self.shared.value, 1
+            return bool(first)
+
+    def clear(self) -> None:
+        """The storage answered again: the next outage is announced anew."""
+        if self.shared is None:
+            self.local = False
+        else:
+            with self.shared.get_lock():
+                self.shared.value = 0
+
+
+_announced = _OutageFlag()
+
+
+def share_outage_warning(flag: Any) -> None:
+    """Makes the processes that share ``flag`` (a ``multiprocessing`` ``Value("b", 0)`` created by
+    the parent) print one "retrying" warning per outage between them, not one each: every worker
+    of ``--workers`` meets the same outage."""
+    _announced.shared = flag
 
 
 class StorageUnreachable(optuna.exceptions.StorageInternalError):
@@ -73,7 +108,10 @@ def with_retry(
         try:
             if attempt and retrying is not None:
                 retrying()
-            return call()
+            result = call()
+            if attempt:
+                _announced.clear()
+            return result
         except Exception as error:
             if not is_transient(error):
                 raise
@@ -85,7 +123,7 @@ def with_retry(
                     "run the same command again to resume"
                 ) from error
             attempt += 1
-            if attempt == 1:
+            if attempt == 1 and _announced.claim():
                 reason = str(getattr(error, "orig", None) or error.__cause__ or error).strip()
                 _logger.warning(
                     "storage unreachable while %s (%s); retrying for up to %.0f s",

@@ -147,6 +147,8 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
     assert len(errors) == 1, err
     assert "stayed unreachable for 2 s (--storage-retry)" in errors[0] and "to resume, run: " in errors[0]
     assert "hunter2" not in out + err and "Traceback" not in err and "commit" not in err
+    # Before it gave up: one "retrying" warning for the parent and both workers, not one each.
+    assert err.count("storage unreachable while") == 1, err
 
     own_postgres.start()
     time.sleep(2.5)  # The given-up workers' claimed trials are now stale (2 x the heartbeat interval).

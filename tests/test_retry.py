@@ -7,11 +7,15 @@ engine pointed at a closed port.
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
+import time
+
 import optuna
 import pytest
 import sqlalchemy
 
-from search.retry import StorageUnreachable, is_transient, with_retry
+from search.retry import StorageUnreachable, is_transient, share_outage_warning, with_retry
 
 
 def connection_error() -> sqlalchemy.exc.OperationalError:
@@ -99,3 +103,71 @@ def test_an_outage_longer_than_the_budget_is_raised():
         "run the same command again to resume"
     )
     assert isinstance(raised.value, optuna.exceptions.StorageInternalError)  # handled where storage errors are
+
+
+def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
+    """``--workers``: every worker meets the same outage; one "retrying" warning for all of them,
+    and the next outage (after the storage answered again) is announced anew."""
+    context = multiprocessing.get_context("fork")  # Forked: the local functions need no pickling.
+    flag, warned = context.Value("b", 0), context.Value("i", 0)
+    down, ready = context.Event(), context.Barrier(3)
+    error = connection_error()
+
+    class Count(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "retrying" in record.getMessage():
+                with warned.get_lock():
+                    warned.value += 1
+
+    def worker() -> None:
+        share_outage_warning(flag)
+        logging.getLogger("search").addHandler(Count())
+
+        def call() -> None:
+            if down.is_set():
+                raise error
+
+        for _ in range(2):  # Two outages.
+            ready.wait()  # The storage goes down.
+            ready.wait()  # Both workers are about to hit it.
+            with_retry(call, what="test", budget=60, sleep=lambda s: time.sleep(0.05))
+            ready.wait()  # Both rode it out.
+
+    workers = [context.Process(target=worker) for _ in range(2)]
+    for p in workers:
+        p.start()
+    try:
+        for outage in (1, 2):
+            down.set()
+            ready.wait()
+            ready.wait()
+            time.sleep(0.5)  # Both workers are retrying.
+            down.clear()
+            ready.wait()
+            assert warned.value == outage, f"outage {outage}: {warned.value} warnings in all"
+    finally:
+        for p in workers:
+            p.join(timeout=10)
+            if p.exitcode is None:
+                p.kill()
+    assert [p.exitcode for p in workers] == [0, 0]
+
+
+def test_one_process_announces_each_outage():
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("search")
+    logger.addHandler(handler)
+    try:
+        for _ in range(2):
+            errors = [connection_error(), connection_error()]
+
+            def call() -> None:
+                if errors:
+                    raise errors.pop()
+
+            with_retry(call, what="test", budget=60, sleep=lambda s: None)
+    finally:
+        logger.removeHandler(handler)
+    assert sum("retrying" in r for r in records) == 2, records

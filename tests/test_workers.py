@@ -216,6 +216,7 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
             proc.kill()
     assert proc.returncode == 0, err
     assert "storage unreachable" in err, "the outage should have been noticed and ridden out"
+    assert err.count("storage unreachable while") <= 2, "one warning per outage, not one per worker"
     assert "hunter2" not in out + err and "Traceback" not in err
     trials = trials_of(postgres_url, SLOW_STUDY)
     assert seen_complete <= {t.number for t in trials if t.state == TrialState.COMPLETE}
