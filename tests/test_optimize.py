@@ -187,6 +187,47 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
     assert len(failed) == 1 and failed[0].user_attrs["fail_reason"].startswith("interrupted")
 
 
+def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_path):
+    """Issue 14: two processes on one SQLite study; SIGTERM to one mid-trial while the other goes on.
+    The signalled process's summary holds every trial the database had finished before the signal."""
+    args = ["--trials", "40", "--task", "tasks_for_tests:slow", "--quiet"]
+    signalled, other = start_cli(args, tmp_path), start_cli(args, tmp_path)
+    flag = tmp_path / MID_TRIAL_FLAG
+    try:
+        deadline = time.time() + 150
+        complete: list[optuna.trial.FrozenTrial] = []
+        while time.time() < deadline:
+            time.sleep(0.5)
+            with contextlib.suppress(Exception):  # The study may not exist yet.
+                complete = load(tmp_path, "tasks_for_tests-slow").get_trials(states=(TrialState.COMPLETE,))
+            if len(complete) >= 9:
+                break
+        # The signalled process mid-trial, a third of the way into it; the other one has finished
+        # trials meanwhile.
+        flag.unlink(missing_ok=True)
+        while time.time() < deadline and not (flag.exists() and flag.read_text() == str(signalled.pid)):
+            time.sleep(0.02)
+        when = time.time()
+        signalled.send_signal(signal.SIGTERM)
+        out, err = signalled.communicate(timeout=60)
+    finally:
+        other.send_signal(signal.SIGTERM)
+        other.communicate(timeout=60)
+    assert signalled.returncode == 143, err
+    counted = int(out.split("trials: complete ", 1)[1].split()[0].rstrip(","))
+    trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
+    before = [t for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp() < when - 0.2]
+    # Each process's trial in flight was cut short: the signalled one's first.
+    cut = sorted((t for t in trials if t.state == TrialState.FAIL), key=lambda t: t.datetime_complete)
+    by_other = [
+        t
+        for t in before
+        if t.user_attrs["worker"] != cut[0].user_attrs["worker"] and t.datetime_complete.timestamp() > when - 5
+    ]
+    assert by_other, "the other process should have finished a trial in the 5 s before the signal"
+    assert len(before) <= counted <= len([t for t in trials if t.state == TrialState.COMPLETE]), out
+
+
 def _interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, call: int, before: bool) -> None:
     """Makes ``target.name``'s ``call``-th call send this process SIGINT, before or after it runs."""
     original = getattr(target, name)
