@@ -230,34 +230,24 @@ class TrialWriter:
         session.add(row)
         session.flush()
         tid = row.trial_id
-        rows: list[models.BaseModel] = []
-        for name, value in trial.params.items():
-            dist = trial.distributions[name]
-            rows.append(
-                models.TrialParamModel(
-                    trial_id=tid,
-                    param_name=name,
-                    param_value=dist.to_internal_repr(value),
-                    distribution_json=distribution_to_json(dist),
-                )
-            )
+        params = [
+            {
+                "trial_id": tid,
+                "param_name": name,
+                "param_value": trial.distributions[name].to_internal_repr(value),
+                "distribution_json": distribution_to_json(trial.distributions[name]),
+            }
+            for name, value in trial.params.items()
+        ]
+        _insert_rows(session, models.TrialParamModel, params)
+        values = []
         if trial.value is not None:
             stored, kind = models.TrialValueModel.value_to_stored_repr(trial.value)
-            rows.append(models.TrialValueModel(trial_id=tid, objective=0, value=stored, value_type=kind))
-        for step, value in trial.intermediate_values.items():
-            stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
-            rows.append(
-                models.TrialIntermediateValueModel(
-                    trial_id=tid, step=step, intermediate_value=stored, intermediate_value_type=kind
-                )
-            )
-        for key, value in trial.user_attrs.items():
-            rows.append(models.TrialUserAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value)))
-        for key, value in trial.system_attrs.items():
-            rows.append(
-                models.TrialSystemAttributeModel(trial_id=tid, key=key, value_json=json.dumps(value))
-            )
-        session.add_all(rows)
+            values.append({"trial_id": tid, "objective": 0, "value": stored, "value_type": kind})
+        _insert_rows(session, models.TrialValueModel, values)
+        _insert_rows(session, models.TrialIntermediateValueModel, _curve_rows(tid, trial.intermediate_values))
+        _insert_rows(session, models.TrialUserAttributeModel, _attr_rows(tid, trial.user_attrs))
+        _insert_rows(session, models.TrialSystemAttributeModel, _attr_rows(tid, trial.system_attrs))
         row.number = row.count_past_trials(session)
         return tid
 
@@ -365,24 +355,40 @@ class TrialWriter:
     ) -> None:
         attrs = models.TrialUserAttributeModel
         session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(list(user_attrs))).delete()
-        rows: list[models.BaseModel] = [
-            attrs(trial_id=row.trial_id, key=key, value_json=json.dumps(attr)) for key, attr in user_attrs.items()
-        ]
+        _insert_rows(session, attrs, _attr_rows(row.trial_id, user_attrs))
         if value is not None:
             stored, kind = models.TrialValueModel.value_to_stored_repr(value)
-            rows.append(models.TrialValueModel(trial_id=row.trial_id, objective=0, value=stored, value_type=kind))
+            _insert_rows(
+                session,
+                models.TrialValueModel,
+                [{"trial_id": row.trial_id, "objective": 0, "value": stored, "value_type": kind}],
+            )
         curve = models.TrialIntermediateValueModel
         session.query(curve).filter(
             curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
         ).delete()  # Steps the pruner already reported are written again, with the same value.
-        for step, reported in intermediate_values.items():
-            stored, kind = curve.intermediate_value_to_stored_repr(reported)
-            rows.append(
-                curve(trial_id=row.trial_id, step=step, intermediate_value=stored, intermediate_value_type=kind)
-            )
-        session.add_all(rows)
+        _insert_rows(session, curve, _curve_rows(row.trial_id, intermediate_values))
         row.state = state
         row.datetime_complete = datetime.datetime.now()
+
+
+def _insert_rows(session: sqlalchemy.orm.Session, model: type[models.BaseModel], rows: list[dict[str, Any]]) -> None:
+    # One executemany on the table, not an ORM object per row: a trial is ~60 rows (curve, attrs),
+    # and the ORM's unit of work cost ~3 ms a trial on SQLite for rows nobody reads back here.
+    if rows:
+        session.execute(sqlalchemy.insert(model.__table__), rows)
+
+
+def _attr_rows(trial_id: int, attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
+
+
+def _curve_rows(trial_id: int, curve: dict[int, float]) -> list[dict[str, Any]]:
+    rows = []
+    for step, value in curve.items():
+        stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
+        rows.append({"trial_id": trial_id, "step": step, "intermediate_value": stored, "intermediate_value_type": kind})
+    return rows
 
 
 def _tags_present(trials: list[FrozenTrial], tag: str) -> set:
@@ -395,8 +401,19 @@ def _unwrap_rdb(study: optuna.Study) -> RDBStorage | None:
     if not isinstance(backend, RDBStorage):
         return None
     try:
-        if backend.get_current_version() != backend.get_head_version():
+        if backend.get_current_version() != _head_version(backend):
             return None  # An older schema: let Optuna write it.
     except Exception:
         return None
     return backend
+
+
+_head_versions: dict[str, str] = {}  # Optuna's version -> the head revision of its schema
+
+
+def _head_version(backend: RDBStorage) -> str:
+    # Reading Optuna's alembic scripts costs ~15 ms a call, and a run builds several writers (the
+    # trial loop, end-of-run publishing); the head revision is the installed Optuna's own.
+    if optuna.__version__ not in _head_versions:
+        _head_versions[optuna.__version__] = backend.get_head_version()
+    return _head_versions[optuna.__version__]
