@@ -33,7 +33,16 @@ from torch import nn
 
 from search.tasks.base import Problem
 
-__all__ = ["FINAL_WEIGHTS", "LAST_STEP", "Evaluation", "evaluate", "evaluation_mode", "initial_evaluation"]
+__all__ = [
+    "FINAL_WEIGHTS",
+    "LAST_STEP",
+    "Evaluation",
+    "evaluate",
+    "evaluation_mode",
+    "evaluation_of",
+    "evaluation_values",
+    "initial_evaluation",
+]
 
 LAST_STEP = "last_step"  # Full batch: the last step's whole-data loss (the seed's final_loss).
 FINAL_WEIGHTS = "final_weights"  # The final weights' loss on the evaluation set, in fp32.
@@ -73,6 +82,14 @@ def evaluate(problem: Problem, model: nn.Module) -> Evaluation:
         problem: The problem (its evaluation set on the model's device).
         model: Its weights; put in eval mode for the evaluation and back in train mode after.
     """
+    return evaluation_of(evaluation_values(problem, model).tolist())
+
+
+def evaluation_values(problem: Problem, model: nn.Module) -> torch.Tensor:
+    """:func:`evaluate`'s numbers still on the device: the whole set's loss, then each chunk's.
+
+    For callers that evaluate many models and read the host once for all of them (population mode).
+    """
     inputs, targets = problem.evaluation_set()
     chunk = problem.batch_size if problem.batch_size is not None else len(inputs)
     was_training = model.training
@@ -89,9 +106,13 @@ def evaluate(problem: Problem, model: nn.Module) -> Evaluation:
                         for x, y in zip(inputs.split(chunk), targets.split(chunk))
                     ]
                 )
-            values = torch.cat([whole.reshape(1), chunks.reshape(-1)]).tolist()
+            return torch.cat([whole.reshape(1), chunks.reshape(-1)])
     finally:
         model.train(was_training)
+
+
+def evaluation_of(values: list[float]) -> Evaluation:
+    """The :class:`Evaluation` of :func:`evaluation_values` read to the host."""
     return Evaluation(loss=values[0], median_chunk_loss=statistics.median(values[1:]))
 
 

@@ -59,7 +59,8 @@ the per-member gradient norm of ``grad_clip`` (the clip coefficient, hence the w
 the batched GEMMs and cuBLAS's choice of algorithm, which this CPU test cannot cover.
 
 **Evaluation** uses :mod:`search.evaluation` unchanged, member by member, on a copy of the model that
-holds the member's final weights: the same numbers :func:`search.trainer.train` computes.
+holds the member's final weights: the same numbers :func:`search.trainer.train` computes, read to the
+host once for all members.
 """
 
 from __future__ import annotations
@@ -72,7 +73,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from search.evaluation import LAST_STEP, Evaluation, evaluate, evaluation_mode, initial_evaluation
+from search.evaluation import (
+    LAST_STEP,
+    Evaluation,
+    evaluation_mode,
+    evaluation_of,
+    evaluation_values,
+    initial_evaluation,
+)
 from search.tasks.base import Problem
 from search.trainer import ScalerConfig, TrainResult, TrialTimeout, batch_plan, fp32_zero_fraction
 
@@ -593,6 +601,19 @@ def train_population(
     fp32_zeros = fp32_zero_fraction(problem, epochs, steps)
     initial = initial_evaluation(problem) if mode != LAST_STEP else None
     model = copy.deepcopy(problem.model)
+    # Member by member through the same module code as search.trainer.train (the same numbers),
+    # but read to the host once for all members: per member that was 2 + one per parameter syncs.
+    on_device = []
+    with torch.no_grad():
+        for member in range(k):
+            for target, stacked in zip(model.parameters(), state.params):
+                target.copy_(stacked[member])
+            # float64 holds every number below exactly, whatever the task's loss returns.
+            final_fp32 = problem.loss_fn(model(inputs).float(), targets).double().reshape(1)
+            finite = torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all().double().reshape(1)
+            evaluated = evaluation_values(problem, model).double() if mode != LAST_STEP else final_fp32.new_empty(0)
+            on_device.append(torch.cat([final_fp32, finite, evaluated]))
+    read = [row.tolist() for row in torch.stack(on_device).cpu()] if k else []
     measured = []
     for member in range(k):
         n = taken if stopped_at[member] is None else stopped_at[member]
@@ -600,18 +621,14 @@ def train_population(
         skipped = [bool(s) for s in skip_table[member][:n]]
         counted = grad_size * sum(1 for s in skipped if not s)
         zeros = sum(z for z, s in zip(zero_table[member][:n], skipped) if not s)
-        with torch.no_grad():
-            for target, stacked in zip(model.parameters(), state.params):
-                target.copy_(stacked[member])
-            final_fp32 = float(problem.loss_fn(model(inputs).float(), targets))
-            weights_finite = all(bool(torch.isfinite(p).all()) for p in model.parameters())
+        final_fp32, weights_finite = read[member][0], bool(read[member][1])
         if mode == LAST_STEP:
             first = loss_curve[0] if loss_curve else float("nan")
             last = loss_curve[-1] if loss_curve else float("nan")
             before, after = Evaluation(first, first), Evaluation(last, last)
         else:
             assert initial is not None
-            before, after = initial, evaluate(problem, model)
+            before, after = initial, evaluation_of(read[member][2:])
         measured.append((loss_curve, scale_curve, skipped, zeros / counted if counted else 0.0, final_fp32,
                          weights_finite, before, after, n))
     seconds = time.perf_counter() - start
