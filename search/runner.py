@@ -452,31 +452,9 @@ class Runner:
             raise Interrupted(pending[0])
 
     def _train_population(self, members: list[optuna.Trial], configs: list[ScalerConfig]) -> list[TrialOutcome]:
-        run = self.settings.run
         # --trial-timeout: one deadline for the whole population (its members end together).
-        deadline = time.perf_counter() + run.trial_timeout if run.trial_timeout else None
-        should_prune = None
-        if self.pruner is not None:
-
-            def judge(trial: optuna.Trial) -> Callable[[int, float], bool]:
-                def should_prune(step: int, loss: float) -> bool:
-                    trial.report(loss, step)  # to the replica's copy of this member
-                    return trial.should_prune()
-
-                return should_prune
-
-            should_prune = [judge(trial) for trial in members]
-        outcomes = run_population(
-            self.problem,
-            configs,
-            epochs=run.epochs or self.problem.epochs,
-            steps=run.steps or None,
-            amp_dtype=self.amp_dtype,
-            penalty=self.settings.penalty,
-            device_label=self.device_label,
-            deadline=deadline,
-            should_prune=should_prune,
-        )
+        should_prune = [_pruning_judge(trial) for trial in members] if self.pruner is not None else None
+        outcomes = run_population(self.problem, configs, should_prune=should_prune, **self._training_kwargs())
         for outcome in outcomes:
             outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcomes
@@ -484,28 +462,22 @@ class Runner:
     # -- one trial -----------------------------------------------------------------------------
 
     def _train(self, trial: optuna.Trial, scaler_config: ScalerConfig) -> TrialOutcome:
-        run = self.settings.run
-        deadline = time.perf_counter() + run.trial_timeout if run.trial_timeout else None
-        should_prune = None
-        if self.pruner is not None:
-
-            def should_prune(step: int, loss: float) -> bool:
-                trial.report(loss, step)
-                return trial.should_prune()
-
-        outcome = run_trial(
-            self.problem,
-            scaler_config,
-            epochs=run.epochs or self.problem.epochs,
-            steps=run.steps or None,
-            amp_dtype=self.amp_dtype,
-            penalty=self.settings.penalty,
-            device_label=self.device_label,
-            deadline=deadline,
-            should_prune=should_prune,
-        )
+        should_prune = _pruning_judge(trial) if self.pruner is not None else None
+        outcome = run_trial(self.problem, scaler_config, should_prune=should_prune, **self._training_kwargs())
         outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome
+
+    def _training_kwargs(self) -> dict[str, Any]:
+        """What a trial and a population train with, from the settings; the deadline starts now."""
+        run = self.settings.run
+        return {
+            "epochs": run.epochs or self.problem.epochs,
+            "steps": run.steps or None,
+            "amp_dtype": self.amp_dtype,
+            "penalty": self.settings.penalty,
+            "device_label": self.device_label,
+            "deadline": time.perf_counter() + run.trial_timeout if run.trial_timeout else None,
+        }
 
     def _failure_attrs(self, error: BaseException, trials: int = 1) -> dict[str, Any]:
         """The attrs of a trial that failed with ``error``; ``trials`` counts a population's K as K failures."""
@@ -526,6 +498,16 @@ class Runner:
             self.stats.completed += 1
         else:
             self.stats.pruned += 1
+
+
+def _pruning_judge(trial: optuna.Trial) -> Callable[[int, float], bool]:
+    """The pruner's verdict on ``trial`` (the replica's copy) after each reported loss."""
+
+    def should_prune(step: int, loss: float) -> bool:
+        trial.report(loss, step)
+        return trial.should_prune()
+
+    return should_prune
 
 
 def _raise_task_exit(error: BaseException) -> None:
