@@ -62,6 +62,8 @@ def main() -> None:
     add("--only", default=",".join(PARTS), metavar="PARTS", help="parts to run, e.g. P1,S")
     add("--trials", type=int, default=60, metavar="N", help="trials per P1 measurement")
     add("--rounds", type=int, default=3, metavar="N", help="alternating rounds for P1")
+    add("--p1-user", default="20,40,160", metavar="A,B,C",
+        help="P1 from the user's side: the same command resumed from A to B, then from B to C trials")
     add("--repeats", type=int, default=40, metavar="N", help="interleaved runs for P2")
     add("--device", default="cpu", help="device of P2 and P5 (cpu, cuda, cuda:N)")
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
@@ -148,14 +150,15 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
         f.write(PLAIN_USER_SCRIPT)
     # A difference of differences of whole commands is noisy (one run gave 1.15x where the runs around it
     # gave 0.37x-0.52x): rounds, each a fresh directory, and the median of each arm.
+    counts = tuple(int(n) for n in args.p1_user.split(","))
     sides = []
     for r in range(args.rounds):
         user_dir = os.path.join(tmp, f"p1-user-{r}")
         os.makedirs(user_dir)
-        sides.append(user_side_per_trial(user_dir, script))
+        sides.append(user_side_per_trial(user_dir, script, *counts))
         print(f"  P1 user side, round {r + 1}: ours {sides[-1][0] * 1000:.1f} ms, plain script {sides[-1][1] * 1000:.1f} ms")
     user, plain_user = (statistics.median(col) for col in zip(*sides))
-    print(f"  from the user's side (whole commands resumed 20 -> 40 -> 100 trials, training subtracted; median of "
+    print(f"  from the user's side (whole commands resumed {' -> '.join(map(str, counts))} trials, training subtracted; median of "
           f"{args.rounds} rounds):")
     print(f"  plain Optuna script, SQLite, 3 params + 9 attrs      {plain_user * 1000:8.1f} ms   1.00x")
     print(f"  python -m search.optimize                            {user * 1000:8.1f} ms   {user / plain_user:.2f}x")

@@ -23,7 +23,9 @@ A failed baseline is queued again only if no unfailed trial holds it
 
 from __future__ import annotations
 
+import copy
 import datetime
+import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -67,6 +69,9 @@ class TrialRecorder:
         self.study = study
         self.writer = TrialWriter(study)
         self.retry_budget = retry_budget
+        # The trial the last :meth:`write` stored, as a read would return it, when this process's
+        # own add committed it (not found after a lost acknowledgement); else None.
+        self.last_written: FrozenTrial | None = None
 
     def write(
         self,
@@ -104,7 +109,11 @@ class TrialRecorder:
             if not done:
                 done.append(self.writer.add(trial))
 
+        self.last_written = None
         self._call_with_check(write, check_first, f"writing a {state.name} trial")
+        added = self.writer.last_added
+        if added is not None and added[0] == done[0]:
+            self.last_written = _as_stored(trial, *added)
         return done[0]
 
     def write_many(
@@ -225,3 +234,12 @@ class TrialRecorder:
 
     def _call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
         with_retry(call, what=what, budget=self.retry_budget, retrying=check)
+
+
+def _as_stored(trial: FrozenTrial, trial_id: int, number: int) -> FrozenTrial:
+    """``trial`` as reading it back from storage would give it: its id and number, attrs through JSON."""
+    stored = copy.copy(trial)
+    stored._trial_id, stored.number = trial_id, number
+    stored._user_attrs = json.loads(json.dumps(trial.user_attrs))
+    stored._system_attrs = json.loads(json.dumps(trial.system_attrs))
+    return stored

@@ -125,6 +125,7 @@ class Runner:
         self._handling = False  # A trial is being claimed, sampled, trained or recorded.
         self._in_flight: int | None = None  # Its storage id, once it has one.
         self._population: list[int] | None = None  # A population in flight: its storage ids, once stored.
+        self._known: list[FrozenTrial] | None = None  # The study after our last write, when it proves it.
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
@@ -139,7 +140,10 @@ class Runner:
                 while True:
                     self._handling, self._in_flight, self._population = False, None, None
                     self._fail_stale_trials()
-                    trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
+                    trials = self._known
+                    if trials is None:
+                        trials = self._storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
+                    self._known = None
                     queued_baseline = any(t.state == TrialState.WAITING and baseline_of(t) for t in trials)
                     if sum(t.state in FINISHED for t in trials) >= run.trials and not queued_baseline:
                         # A baseline queued again (its worker died) still runs: each ends up once.
@@ -315,9 +319,23 @@ class Runner:
         def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
             # The replica's trial carries the params and the sampler's system attrs.
             self._in_flight = self.recorder.write(self.replica.frozen(trial), state, value, attrs, values, started)
+            self._known = self._study_after_own_write(trials)
             return True
 
         self._train_and_record(trial, lambda: self._train(trial, scaler_config), record)
+
+    def _study_after_own_write(self, before: list[FrozenTrial]) -> list[FrozenTrial] | None:
+        """The study as it is right after this process's write, when the write proves it; else None.
+
+        Proof: the trial was numbered right after the trials last read (nobody added one in
+        between), and none of those could still change (none RUNNING or WAITING). Then the next
+        loop needs no read of its own trial back (4-5 ms a trial on SQLite, a quarter of the
+        overhead). Whatever others write after our commit is read at the next loop that reads.
+        """
+        written = self.recorder.last_written
+        if written is None or written.number != len(before) or not all(t.state.is_finished() for t in before):
+            return None
+        return [*before, written]
 
     def _run_registered(self, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime) -> None:
         """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""

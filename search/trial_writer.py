@@ -51,6 +51,10 @@ class TrialWriter:
         self.study = study
         self._rdb = _unwrap_rdb(study)
         self._study_id = None
+        self._numbered = -1
+        # (id, number) of the trial the last :meth:`add` committed, on RDB storages; None after a
+        # failed add. Its number counts every trial stored before it, whoever wrote them.
+        self.last_added: tuple[int, int] | None = None
         if self._rdb is not None:
             self._study_id = self._rdb.get_study_id_from_name(study.study_name)
 
@@ -70,13 +74,15 @@ class TrialWriter:
             self.study.add_trial(trial)
             return self.study.get_trials(deepcopy=False)[-1]._trial_id
         trial._validate()
+        self.last_added = None
         with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
             trial_id = self._insert(session, trial)
             if trial.state == TrialState.RUNNING:
                 session.add(models.TrialHeartbeatModel(trial_id=trial_id))  # Stamped by the database.
-            return trial_id
+        self.last_added = (trial_id, self._numbered)  # Committed.
+        return trial_id
 
     def claim(self, first: str | None = None) -> int | None:
         """Claims a WAITING trial (RUNNING, with its first heartbeat, in one transaction).
@@ -249,6 +255,7 @@ class TrialWriter:
         _insert_rows(session, models.TrialUserAttributeModel, _attr_rows(tid, trial.user_attrs))
         _insert_rows(session, models.TrialSystemAttributeModel, _attr_rows(tid, trial.system_attrs))
         row.number = row.count_past_trials(session)
+        self._numbered = row.number
         return tid
 
     def set_study_system_attrs(self, attrs: dict[str, Any]) -> None:
