@@ -4,7 +4,10 @@
 # 1. torch, the GPU and its driver; 2. the CUDA-marked tests (the GPU path against the plain loop,
 # host syncs, optimize and --workers on cuda); 3. seed-mlp studies on cuda and cpu, fp16 and bf16, with
 # trials/s from the user's side; 4. --workers 2 placement; 5. a deep-mlp-large study on cuda;
-# 6. P2 on cuda: our trainer against the seed's loop, and the same with a fused optimizer.
+# 6. P2 on cuda: our trainer against the seed's loop, and the same with a fused optimizer;
+# 7. population mode on cuda: a --population 64 study through the command, and P5 (trials/s of
+# populations of 64 and 256 against ordinary trials; target >= 20x). Its CUDA equivalence with the
+# trainer is one of the CUDA-marked tests of step 2.
 set -uo pipefail
 trials=${1:-30}
 py=${PYTHON:-python3}
@@ -99,6 +102,18 @@ same = train(problem, cfg, epochs=30).loss_curve == train(fused, cfg, epochs=30)
 print(f"trainer on cuda, 30 steps: task's SGD {a * 1000:.1f} ms, fused SGD {b * 1000:.1f} ms ({a / b:.2f}x); "
       f"identical loss curves: {same}")
 PY
+
+step "population mode on cuda: a --population 64 study (whole run), then P5"
+begin=$SECONDS
+if $py -m search.optimize --population 64 --trials 133 --device cuda --storage "sqlite:///$work/population.db" \
+    --quiet > "$work/population.txt" 2>&1; then
+  head -3 "$work/population.txt"
+  echo "--population 64: 133 trials in $((SECONDS - begin)) s (whole run, start-up included)"
+  cp "$work/population.txt" "$out/population-summary.txt"
+else
+  echo "FAILED: --population 64"; tail -5 "$work/population.txt"; status=1
+fi
+$py -m bench --only P5 --device cuda --p5-populations 64,256 2>&1 | tail -8 || status=1
 
 rm -rf "$work"
 echo

@@ -139,3 +139,41 @@ def test_workers_on_cuda_place_every_trial_on_a_gpu(cuda, tmp_path):
     count = torch.cuda.device_count()
     assert devices and all(d.startswith("cuda:") for d in devices), devices
     assert {d.split(" ")[0] for d in devices} == {f"cuda:{i % count}" for i in range(2)}
+
+
+def population_against_trainer(problem, configs: list[ScalerConfig], steps: int) -> float:
+    """Population mode (issue 16) member by member against the trainer on the same device: skipped
+    steps, float32 scale curves and failure codes exactly; returns the worst relative difference of
+    the finite losses and evaluations (batched GEMMs may round differently from single ones)."""
+    from search.penalty import assess
+    from search.population import train_population
+
+    population = train_population(problem, configs, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16)
+    worst = 0.0
+    for cfg, member in zip(configs, population):
+        ordinary = train(problem, cfg, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16)
+        where = f"{cfg} on {steps} steps"
+        assert member.skipped == ordinary.skipped, where
+        assert member.scale_curve == ordinary.scale_curve, where
+        assert assess(member, PenaltyConfig()).failure == assess(ordinary, PenaltyConfig()).failure, where
+        pairs = [(a, b) for a, b in zip(member.loss_curve, ordinary.loss_curve) if b == b and abs(b) != float("inf")]
+        pairs.append((member.eval_loss, ordinary.eval_loss))
+        worst = max([worst] + [abs(a - b) / max(abs(b), 1e-12) for a, b in pairs])
+    assert worst < 1e-3, f"worst relative loss difference {worst:.2e}"
+    return worst
+
+
+def test_population_members_on_cuda_equal_ordinary_trials(cuda):
+    from test_population import _sampled
+
+    seed = build_seed(42).to(cuda)
+    configs = _sampled(12, seed=11, low=-20, high=40) + [
+        ScalerConfig(1.787735685558448e-05, 2.548, 0.581, 19),  # underflows
+        ScalerConfig(3.2393562610e8, 2.692, 0.885, 7),  # churns
+        ScalerConfig(4.219e-05, 3.79, 0.156, 1),  # overflows, backs off, grows again
+    ]
+    worst_seed = population_against_trainer(seed, configs, 30)
+    deep = build_deep(42).to(cuda)
+    worst_deep = population_against_trainer(deep, _sampled(6, seed=3, low=-10, high=40), 64)
+    print(f"\npopulation on {torch.cuda.get_device_name(cuda)}: worst relative loss difference against the "
+          f"trainer: seed-mlp {worst_seed:.2e}, deep-mlp {worst_deep:.2e}")
