@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 
@@ -79,6 +80,9 @@ def main() -> None:
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
     add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
+    counts = [int(n) for n in args.p1_user.split(",") if n.strip().isdigit()]
+    if len(counts) != 3 or not 0 < counts[0] < counts[1] < counts[2] or counts[2] - counts[1] == counts[1] - counts[0]:
+        parser.error(f"--p1-user {args.p1_user}: three trial counts A < B < C with C - B != B - A")
     for name in ("p4_save", "p4_from"):  # The parts run in a temporary directory.
         if getattr(args, name, None):
             setattr(args, name, os.path.abspath(getattr(args, name)))
@@ -200,11 +204,16 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     tasks = [t.strip() for t in args.p4_tasks.split(",") if t.strip()]
     results = []
     rows = []
-    saved = load_runs(args.p4_from, args.p4_budget) if getattr(args, "p4_from", None) else None
+    try:
+        saved = load_runs(args.p4_from, args.p4_budget) if getattr(args, "p4_from", None) else None
+    except (OSError, ValueError, KeyError) as e:
+        print(f"bench: error: --p4-from: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     for task in [r.task for r in saved] if saved else tasks:
         r = next(x for x in saved if x.task == task) if saved else search_efficiency(task, args.p4_budget, args.p4_seeds)
         results.append(r)
-        print(f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {args.p4_seeds} sampler seeds; "
+        seeds = len({x.seed for x in r.runs})
+        print(f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {seeds} sampler seeds; "
               f"best-known {r.best:.4f}, seed default {r.default:.4f}):", flush=True)
         for target, words in TARGETS.items():
             print(f"  {words} (<= {r.targets[target]:.4f}):")

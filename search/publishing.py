@@ -169,7 +169,7 @@ def explorer_json(trials: list[FrozenTrial], space: SpaceConfig) -> str:
     for key, value in layout.items():
         old = data["layout"].get(key)
         data["layout"][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
-    return json.dumps(data, cls=plotly.utils.PlotlyJSONEncoder)
+    return json.dumps(data, cls=plotly.utils.PlotlyJSONEncoder, separators=(",", ":"))  # Compact, as plotly writes.
 
 
 def _explorer_parts(trials: list[FrozenTrial], space: SpaceConfig) -> tuple[go.Figure, dict[str, Any]]:

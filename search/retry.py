@@ -114,6 +114,8 @@ def with_retry(
             return result
         except Exception as error:
             if not is_transient(error):
+                if attempt:
+                    _announced.clear()  # The storage answered (with an error): that outage is over.
                 raise
             if time.monotonic() + delay > deadline:
                 # Not the driver's or Optuna's words ("An exception is raised during the commit..."):

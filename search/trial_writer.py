@@ -73,8 +73,8 @@ class TrialWriter:
         if self._rdb is None:
             self.study.add_trial(trial)
             return self.study.get_trials(deepcopy=False)[-1]._trial_id
-        trial._validate()
         self.last_added = None
+        trial._validate()
         with self._transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             models.StudyModel.find_or_raise_by_id(self._study_id, session, for_update=True)
