@@ -171,3 +171,30 @@ def test_one_process_announces_each_outage():
     finally:
         logger.removeHandler(handler)
     assert sum("retrying" in r for r in records) == 2, records
+
+
+def test_an_outage_that_ends_in_another_error_is_over_too():
+    """The storage answered with a non-transient error: the next outage is announced again."""
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("search")
+    logger.addHandler(handler)
+    try:
+        errors = [wrapped(integrity_error()), connection_error()]
+
+        def call() -> None:
+            raise errors.pop()
+
+        with pytest.raises(optuna.exceptions.StorageInternalError):
+            with_retry(call, what="test", budget=60, sleep=lambda s: None)
+        outage = [connection_error()]
+
+        def recovering() -> None:
+            if outage:
+                raise outage.pop()
+
+        with_retry(recovering, what="test", budget=60, sleep=lambda s: None)
+    finally:
+        logger.removeHandler(handler)
+    assert sum("retrying" in r for r in records) == 2, records
