@@ -118,6 +118,10 @@ def with_retry(
                     _announced.clear()  # The storage answered (with an error): that outage is over.
                 raise
             if time.monotonic() + delay > deadline:
+                if _announced.shared is None:
+                    # This process's outage is over for it. Shared with --workers it stays announced:
+                    # a worker that meets the same outage later must not announce it again.
+                    _announced.clear()
                 # Not the driver's or Optuna's words ("An exception is raised during the commit..."):
                 # what happened and what to do.
                 raise StorageUnreachable(

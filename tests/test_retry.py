@@ -15,7 +15,16 @@ import optuna
 import pytest
 import sqlalchemy
 
+from search import retry
 from search.retry import StorageUnreachable, is_transient, share_outage_warning, with_retry
+
+
+@pytest.fixture(autouse=True)
+def _no_outage_announced_yet():
+    """Each test starts with no outage announced in this process, whatever ran before it."""
+    retry._announced.clear()
+    yield
+    retry._announced.clear()
 
 
 def connection_error() -> sqlalchemy.exc.OperationalError:
