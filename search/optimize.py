@@ -200,6 +200,10 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
     logger.propagate = False
+    # psycopg's own warnings while a server is away ("error ignored terminating <psycopg.Pipeline
+    # [BAD]>: the connection is lost") would reach stderr through logging's last-resort handler, as
+    # a second line about an outage our retry line already reports.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
