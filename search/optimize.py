@@ -204,6 +204,9 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
     # [BAD]>: the connection is lost") would reach stderr through logging's last-resort handler, as
     # a second line about an outage our retry line already reports.
     logging.getLogger("psycopg").setLevel(logging.ERROR)
+    # Likewise Optuna's "Caught an error from sqlalchemy … Falling back to a slower alternative": its
+    # trial read takes a dropped connection for a too-long IN list; search.retry handles what follows.
+    logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:

@@ -67,9 +67,26 @@ class StorageUnreachable(optuna.exceptions.StorageInternalError):
 
 
 def is_transient(error: BaseException) -> bool:
-    """Whether ``error`` (or the SQLAlchemy error Optuna wrapped) is worth retrying."""
-    if isinstance(error, optuna.exceptions.StorageInternalError):
-        error = error.__cause__ or error
+    """Whether ``error`` (or the SQLAlchemy error Optuna wrapped) is worth retrying.
+
+    An error that is not itself the database's verdict (Optuna's wrapper, SQLAlchemy's "roll back
+    first" after a failed statement) is judged by the error it was raised from or while handling:
+    Optuna's trial read catches a dropped connection as if it were a too-long IN list and retries
+    on the dead session, which fails again with PendingRollbackError.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if _transient_itself(current):
+            return True
+        if isinstance(current, sqlalchemy.exc.DBAPIError):
+            return False  # The database's own answer (a constraint, bad data): final.
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _transient_itself(error: BaseException) -> bool:
     if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
         return True
     if not isinstance(error, _TRANSIENT):

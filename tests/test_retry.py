@@ -207,3 +207,25 @@ def test_an_outage_that_ends_in_another_error_is_over_too():
     finally:
         logger.removeHandler(handler)
     assert sum("retrying" in r for r in records) == 2, records
+
+
+def test_an_error_raised_while_handling_a_dropped_connection_is_transient():
+    """A chaos run: Optuna's trial read caught a dropped connection (taking it for a too-long IN list),
+    retried on the dead session and raised PendingRollbackError, wrapped as "An exception is raised
+    during the commit". That is the outage, not bad data."""
+    try:
+        try:
+            raise connection_error()
+        except sqlalchemy.exc.OperationalError:
+            raise sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
+    except sqlalchemy.exc.PendingRollbackError as e:
+        follow_up = e
+    assert is_transient(follow_up) and is_transient(wrapped(follow_up))
+    # The database's own verdict stays final, whatever it was raised while handling.
+    try:
+        try:
+            raise connection_error()
+        except sqlalchemy.exc.OperationalError:
+            raise integrity_error()
+    except sqlalchemy.exc.IntegrityError as e:
+        assert not is_transient(e) and not is_transient(wrapped(e))
