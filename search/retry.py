@@ -74,16 +74,21 @@ def is_transient(error: BaseException) -> bool:
     Optuna's trial read catches a dropped connection as if it were a too-long IN list and retries
     on the dead session, which fails again with PendingRollbackError.
     """
+    return _transient_cause(error) is not None
+
+
+def _transient_cause(error: BaseException) -> BaseException | None:
+    """The connection-level error that makes ``error`` transient (itself or one it came from), or None."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if _transient_itself(current):
-            return True
+            return current
         if isinstance(current, sqlalchemy.exc.DBAPIError):
-            return False  # The database's own answer (a constraint, bad data): final.
+            return None  # The database's own answer (a constraint, bad data): final.
         current = current.__cause__ or current.__context__
-    return False
+    return None
 
 
 def _transient_itself(error: BaseException) -> bool:
@@ -147,7 +152,8 @@ def with_retry(
                 ) from error
             attempt += 1
             if attempt == 1 and _announced.claim():
-                reason = str(getattr(error, "orig", None) or error.__cause__ or error).strip()
+                cause = _transient_cause(error) or error  # The driver's words, not a follow-up's.
+                reason = str(getattr(cause, "orig", None) or cause).strip()
                 _logger.warning(
                     "storage unreachable while %s (%s); retrying for up to %.0f s",
                     what,

@@ -229,3 +229,27 @@ def test_an_error_raised_while_handling_a_dropped_connection_is_transient():
             raise integrity_error()
     except sqlalchemy.exc.IntegrityError as e:
         assert not is_transient(e) and not is_transient(wrapped(e))
+
+
+def test_the_warning_gives_the_drivers_words_not_a_follow_ups():
+    try:
+        try:
+            raise connection_error()
+        except sqlalchemy.exc.OperationalError:
+            raise sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
+    except sqlalchemy.exc.PendingRollbackError as e:
+        errors = [wrapped(e)]
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("search").addHandler(handler)
+    try:
+
+        def call() -> None:
+            if errors:
+                raise errors.pop()
+
+        with_retry(call, what="reading trials", budget=60, sleep=lambda s: None)
+    finally:
+        logging.getLogger("search").removeHandler(handler)
+    assert len(records) == 1 and "Connection refused" in records[0] and "rolled back" not in records[0], records
