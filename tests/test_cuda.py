@@ -175,5 +175,6 @@ def test_population_members_on_cuda_equal_ordinary_trials(cuda):
     worst_seed = population_against_trainer(seed, configs, 30)
     deep = build_deep(42).to(cuda)
     worst_deep = population_against_trainer(deep, _sampled(6, seed=3, low=-10, high=40), 64)
+    assert worst_seed < 1e-3 and worst_deep < 1e-3
     print(f"\npopulation on {torch.cuda.get_device_name(cuda)}: worst relative loss difference against the "
           f"trainer: seed-mlp {worst_seed:.2e}, deep-mlp {worst_deep:.2e}")

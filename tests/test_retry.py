@@ -19,6 +19,18 @@ from search import retry
 from search.retry import StorageUnreachable, is_transient, share_outage_warning, with_retry
 
 
+@pytest.fixture
+def warnings_logged():
+    """The messages the "search" logger emits during the test."""
+    records: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger("search")
+    logger.addHandler(handler)
+    yield records
+    logger.removeHandler(handler)
+
+
 @pytest.fixture(autouse=True)
 def _no_outage_announced_yet():
     """Each test starts with no outage announced in this process, whatever ran before it."""
@@ -162,94 +174,70 @@ def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
     assert [p.exitcode for p in workers] == [0, 0]
 
 
-def test_one_process_announces_each_outage():
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("search")
-    logger.addHandler(handler)
-    try:
-        for _ in range(2):
-            errors = [connection_error(), connection_error()]
-
-            def call() -> None:
-                if errors:
-                    raise errors.pop()
-
-            with_retry(call, what="test", budget=60, sleep=lambda s: None)
-    finally:
-        logger.removeHandler(handler)
-    assert sum("retrying" in r for r in records) == 2, records
-
-
-def test_an_outage_that_ends_in_another_error_is_over_too():
-    """The storage answered with a non-transient error: the next outage is announced again."""
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logger = logging.getLogger("search")
-    logger.addHandler(handler)
-    try:
-        errors = [wrapped(integrity_error()), connection_error()]
+def test_one_process_announces_each_outage(warnings_logged):
+    for _ in range(2):
+        errors = [connection_error(), connection_error()]
 
         def call() -> None:
-            raise errors.pop()
+            if errors:
+                raise errors.pop()
 
-        with pytest.raises(optuna.exceptions.StorageInternalError):
-            with_retry(call, what="test", budget=60, sleep=lambda s: None)
-        outage = [connection_error()]
+        with_retry(call, what="test", budget=60, sleep=lambda s: None)
+    assert sum("retrying" in r for r in warnings_logged) == 2, warnings_logged
 
-        def recovering() -> None:
-            if outage:
-                raise outage.pop()
 
-        with_retry(recovering, what="test", budget=60, sleep=lambda s: None)
-    finally:
-        logger.removeHandler(handler)
-    assert sum("retrying" in r for r in records) == 2, records
+def test_an_outage_that_ends_in_another_error_is_over_too(warnings_logged):
+    """The storage answered with a non-transient error: the next outage is announced again."""
+    errors = [wrapped(integrity_error()), connection_error()]
+
+    def call() -> None:
+        raise errors.pop()
+
+    with pytest.raises(optuna.exceptions.StorageInternalError):
+        with_retry(call, what="test", budget=60, sleep=lambda s: None)
+    outage = [connection_error()]
+
+    def recovering() -> None:
+        if outage:
+            raise outage.pop()
+
+    with_retry(recovering, what="test", budget=60, sleep=lambda s: None)
+    assert sum("retrying" in r for r in warnings_logged) == 2, warnings_logged
+
+
+def raised_while_handling_a_dropped_connection(error: Exception) -> Exception:
+    """``error`` as raised inside an ``except`` of a dropped connection (its ``__context__``)."""
+    try:
+        try:
+            raise connection_error()
+        except sqlalchemy.exc.OperationalError:
+            raise error
+    except Exception as e:
+        return e
 
 
 def test_an_error_raised_while_handling_a_dropped_connection_is_transient():
     """A chaos run: Optuna's trial read caught a dropped connection (taking it for a too-long IN list),
     retried on the dead session and raised PendingRollbackError, wrapped as "An exception is raised
     during the commit". That is the outage, not bad data."""
-    try:
-        try:
-            raise connection_error()
-        except sqlalchemy.exc.OperationalError:
-            raise sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
-    except sqlalchemy.exc.PendingRollbackError as e:
-        follow_up = e
+    follow_up = raised_while_handling_a_dropped_connection(
+        sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
+    )
     assert is_transient(follow_up) and is_transient(wrapped(follow_up))
     # The database's own verdict stays final, whatever it was raised while handling.
-    try:
-        try:
-            raise connection_error()
-        except sqlalchemy.exc.OperationalError:
-            raise integrity_error()
-    except sqlalchemy.exc.IntegrityError as e:
-        assert not is_transient(e) and not is_transient(wrapped(e))
+    verdict = raised_while_handling_a_dropped_connection(integrity_error())
+    assert not is_transient(verdict) and not is_transient(wrapped(verdict))
 
 
-def test_the_warning_gives_the_drivers_words_not_a_follow_ups():
-    try:
-        try:
-            raise connection_error()
-        except sqlalchemy.exc.OperationalError:
-            raise sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
-    except sqlalchemy.exc.PendingRollbackError as e:
-        errors = [wrapped(e)]
-    records: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-    logging.getLogger("search").addHandler(handler)
-    try:
+def test_the_warning_gives_the_drivers_words_not_a_follow_ups(warnings_logged):
+    errors = [wrapped(raised_while_handling_a_dropped_connection(
+        sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
+    ))]
 
-        def call() -> None:
-            if errors:
-                raise errors.pop()
+    def call() -> None:
+        if errors:
+            raise errors.pop()
 
-        with_retry(call, what="reading trials", budget=60, sleep=lambda s: None)
-    finally:
-        logging.getLogger("search").removeHandler(handler)
+    with_retry(call, what="reading trials", budget=60, sleep=lambda s: None)
+    records = warnings_logged
     assert len(records) == 1 and "Connection refused" in records[0] and "rolled back" not in records[0], records
