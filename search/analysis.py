@@ -13,9 +13,12 @@ is *bad*.
 **Safe range** of a parameter: from the smallest to the largest value of that parameter among
 the good trials. The good set need not be an interval in one parameter alone, so each range also
 lists the bad trials whose value lies inside it, and splits them: those with another setting
-outside *its* safe range fail through that setting; the rest (*holes*: every setting inside its
-safe range, and still bad) show that the safe set is not an interval (not a box). With holes, the
-*clean* stretch is the widest interval of good values around the best trial with no hole in it.
+outside *its* safe range that acted in the trial's run (:func:`idle_settings`: a growth_factor
+acts only if the scale grew, a backoff_factor only if a step was skipped) do not count against
+this range; the rest (*holes*: every setting inside its safe range or idle, and still bad) show
+that the safe set is not an interval (not a box). With holes, the *clean* stretch is the widest
+interval of good values around the best trial with no hole in it. A setting idle in every good
+trial gets a range that is only what was tried, and says so.
 
 **Recommendation.** Not the argmin, which among many near-equal trials is noise, and not the
 middle of a box of ties, which can sit next to a failure edge. Every trial is placed in a space of
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import struct
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +50,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import ParamRange, SpaceConfig
-from search.record import FAILURE, default_trial, device_kind
+from search.record import FAILURE, SCALE_CURVE, default_trial, device_kind
 from search.space import PARAM_NAMES, SEED_BASELINES, format_scale, scaler_config
 from search.trainer import ScalerConfig
 
@@ -66,6 +70,7 @@ __all__ = [
     "format_range",
     "format_value",
     "good_trials",
+    "idle_settings",
     "is_safe",
     "param_values",
     "recommend",
@@ -98,6 +103,12 @@ class SafeRange:
             with no hole inside.
         clean_high: Upper end of that stretch.
         text: The range in words.
+        blamed: For each of ``bad_inside`` that is not a hole, ``(trial, settings)``: its other
+            settings outside their safe ranges that could have changed its run (see
+            :func:`idle_settings`); a setting that could not is never blamed.
+        idle_in_good: Whether this setting could not act in any good trial (growth_factor: no good
+            trial's scale grew; backoff_factor: none skipped a step; growth_interval: no scale
+            grew, so any larger interval runs the same): the range is then only what was tried.
     """
 
     param: str
@@ -111,6 +122,8 @@ class SafeRange:
     clean_low: float | None
     clean_high: float | None
     text: str
+    blamed: tuple[tuple[int, tuple[str, ...]], ...] = ()
+    idle_in_good: bool = False
 
     @property
     def is_interval(self) -> bool:
@@ -131,6 +144,8 @@ class SafeRange:
             "holes": list(self.holes),
             "clean_low": self.clean_low,
             "clean_high": self.clean_high,
+            "blamed": [{"trial": n, "settings": list(q)} for n, q in self.blamed],
+            "idle_in_good": self.idle_in_good,
             "text": self.text,
         }
 
@@ -141,7 +156,10 @@ class Recommendation:
 
     Attributes:
         config: The recommended settings (PyTorch's default when ``keep_default``).
-        source_trial: The measured trial whose values it is, or the default's trial.
+        source_trial: The measured trial whose values it is, or the default's trial. When
+            confirmation runs turn the answer to the default (``keep_default`` with ``confirmed``),
+            the trial they tested against it; ``depth``, ``nearest_bad``, ``edge`` and
+            ``neighbours`` then describe that trial, ``default_depth`` the default.
         depth: Distance from ``source_trial`` to the nearest trial that is not good, in searched
             ranges (see the module docstring); ``inf`` when every trial is good.
         nearest_bad: That nearest trial's number, or None.
@@ -307,6 +325,7 @@ def safe_ranges(
         if good
     }
     pct = f"{tolerance * 100:g}%"
+    idle = {t.number: idle_settings(t, values[t.number], bounds) for t in done}
     out = []
     for name in PARAM_NAMES:
         p: ParamRange = getattr(space, name)
@@ -327,7 +346,13 @@ def safe_ranges(
             continue
         low, high = bounds[name]
         inside = [t for t in bad if low <= values[t.number][name] <= high]
-        holes = [t for t in inside if not _outside_elsewhere(values[t.number], name, bounds)]
+        # Only a setting that could have changed the trial's run can explain its failure.
+        culprits_of = {
+            t.number: [q for q in _outside(values[t.number], name, bounds) if q not in idle[t.number]]
+            for t in inside
+        }
+        holes = [t for t in inside if not culprits_of[t.number]]
+        idle_in_good = name != "init_scale" and all(name in idle[t.number] for t in good)
         clean_low, clean_high = _clean_stretch(name, good, holes, best, values)
         lo_txt, hi_txt = format_value(name, low), format_value(name, high)
         span = f"{name} from {lo_txt} to {hi_txt}" if lo_txt != hi_txt else f"{name} = {lo_txt}"
@@ -335,6 +360,12 @@ def safe_ranges(
             f"{span} is safe for this task: {len(good)} of {len(done)} trials stayed within {pct} "
             "of the best objective without non-finite values or silent failures"
         )
+        if idle_in_good:
+            text += (
+                f" ({_IDLE_WHY[name]} in none of the good trials, so any {name}"
+                + (f" above {hi_txt}" if name == "growth_interval" else "")
+                + " would have run them the same: the range is only what was tried)"
+            )
         if not inside:
             text += ", and every other trial lies outside this range."
         else:
@@ -342,23 +373,19 @@ def safe_ranges(
             text += f"; {n} other trial{'s' if n > 1 else ''} inside it did not ({_trial_list([t.number for t in inside])})"
             explained = n - len(holes)
             if not holes:
-                culprits = Counter(
-                    q
-                    for t in inside
-                    for q, (lo, hi) in bounds.items()
-                    if q != name and not lo <= values[t.number][q] <= hi
-                )
+                culprits = Counter(q for t in inside for q in culprits_of[t.number])
                 which = ", ".join(f"{q} {c}x" for q, c in culprits.most_common())
                 text += (
                     f", but {'each of them has' if n > 1 else 'it has'} another setting outside its safe "
-                    f"range ({which}), so {'they fail' if n > 1 else 'it fails'} through that setting, "
-                    "not through this one."
+                    f"range that acted in its run ({which}), so {'none of them shows' if n > 1 else 'it does not show'} "
+                    "this range failing with every other setting inside its own."
                 )
             else:
                 text += (
                     f"; {len(holes)} of them ({_trial_list([t.number for t in holes])}) "
                     f"{'have' if len(holes) > 1 else 'has'} every other setting inside its safe range "
-                    f"too{f' (the other {explained} do not)' if explained else ''}, so the safe set is "
+                    "or unable to act in its run (a growth_factor whose scale never grew, a backoff_factor "
+                    f"that never backed off){f' (the other {explained} do not)' if explained else ''}, so the safe set is "
                     f"not an interval: safety here depends on the combination of settings."
                 )
                 if clean_low is not None:
@@ -379,14 +406,69 @@ def safe_ranges(
                 clean_low,
                 clean_high,
                 text,
+                tuple((t.number, tuple(culprits_of[t.number])) for t in inside if culprits_of[t.number]),
+                idle_in_good,
             )
         )
     return out
 
 
-def _outside_elsewhere(values: dict[str, float], param: str, bounds: dict[str, tuple[float, float]]) -> bool:
-    """Whether a setting other than ``param`` lies outside its safe range."""
-    return any(not lo <= values[p] <= hi for p, (lo, hi) in bounds.items() if p != param)
+def _outside(values: dict[str, float], param: str, bounds: dict[str, tuple[float, float]]) -> list[str]:
+    """The settings other than ``param`` that lie outside their safe ranges."""
+    return [p for p, (lo, hi) in bounds.items() if p != param and not lo <= values[p] <= hi]
+
+
+_IDLE_WHY = {  # What would have to happen in a run for the setting to act in it.
+    "growth_factor": "the scale grew",
+    "backoff_factor": "a step was skipped",
+    "growth_interval": "the scale grew",
+}
+
+
+def idle_settings(
+    trial: FrozenTrial, values: dict[str, float], bounds: dict[str, tuple[float, float]]
+) -> frozenset[str]:
+    """The settings that could not have changed this trial's run, read from its scale curve.
+
+    GradScaler multiplies the scale by ``growth_factor`` only when it grows and by
+    ``backoff_factor`` only on a skipped step, and it grows only after ``growth_interval``
+    unskipped steps in a row. So when the scale never grew, ``growth_factor`` did not act, nor
+    would any ``growth_interval`` longer than the longest unskipped stretch (that stretch is
+    shorter than the trial's own interval); when no step was skipped, ``backoff_factor`` did not
+    act. ``init_scale`` always acts. A trial without a readable scale curve gets no idle setting.
+
+    Args:
+        trial: A COMPLETE trial.
+        values: Its four settings (:func:`param_values`).
+        bounds: The safe ranges, ``{setting: (low, high)}``: ``growth_interval`` is idle when the
+            whole stretch above the longest unskipped run is out of reach, i.e. when the range
+            holds an interval that would run the same.
+    """
+    curve = trial.user_attrs.get(SCALE_CURVE)
+    if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
+        return frozenset()
+    try:  # GradScaler keeps the scale in float32.
+        previous = struct.unpack("f", struct.pack("f", values["init_scale"]))[0]
+    except OverflowError:
+        return frozenset()
+    grew, skipped, stretch, longest = False, False, 0, 0
+    for scale in curve:
+        if scale > previous:
+            grew = True
+        elif scale < previous:
+            skipped, stretch = True, 0
+        else:
+            stretch += 1
+            longest = max(longest, stretch)
+        previous = scale
+    idle = set()
+    if not grew:
+        idle.add("growth_factor")
+        if "growth_interval" not in bounds or bounds["growth_interval"][1] > longest:
+            idle.add("growth_interval")
+    if not skipped:
+        idle.add("backoff_factor")
+    return frozenset(idle)
 
 
 def _clean_stretch(

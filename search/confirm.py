@@ -516,7 +516,9 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
     )
     print(
         f"  {len(plan.candidates)} configs x {len(seeds)} seeds (data seeds {seeds[0]}..{seeds[-1]}: "
-        f"new data and initial weights each), {settings.run.epochs} epochs, {settings.run.amp_dtype} "
+        f"new data and initial weights each), "
+        + (f"{settings.run.steps} optimizer steps" if settings.run.steps else f"{settings.run.epochs} epochs")
+        + f", {settings.run.amp_dtype} "
         f"on {plan.device.type}"
     )
     stored = len(plan.candidates) * len(seeds)

@@ -215,15 +215,33 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
     depth = rec["depth"]
     margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
     ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
-    if rec["keep_default"]:
+    if rec["keep_default"] and rec.get("confirmed"):
+        # Confirmation turned the answer to the default: source_trial is the trial it tested.
+        why = (
+            f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), was "
+            f"{rec['confirmed']} on new seeds against the default; {_default_status(rec)}"
+        )
+    elif rec["keep_default"]:
         why = f"seed-1 (#{rec['source_trial']}) is good here and {margin}"
-        if rec.get("confirmed"):
-            why += f"; confirmation on new seeds: {rec['confirmed']}"
     else:
         why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
         if rec.get("confirmed"):
             why += f"; {rec['confirmed']} on new seeds"
     return f"({why}{'; ' + ties if ties else ''}; {report} explains)"
+
+
+def _default_status(rec: dict[str, Any]) -> str:
+    """What the search itself says of PyTorch's default (seed-1)."""
+    if rec["default_trial"] is None:
+        return "seed-1 has not run in this study"
+    if rec["default_depth"] is None:
+        return f"seed-1 (#{rec['default_trial']}) is not good in the search"
+    if not math.isfinite(rec["default_depth"]):
+        return f"seed-1 (#{rec['default_trial']}) is good here and no trial failed"
+    return (
+        f"seed-1 (#{rec['default_trial']}) is good here and {rec['default_depth']:.1f} octaves from the "
+        "nearest trial that is not good"
+    )
 
 
 def write_best_json(data: dict[str, Any], path: str) -> None:

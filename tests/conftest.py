@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
+from collections.abc import Callable
 
 import optuna
 import pytest
@@ -174,3 +176,13 @@ def own_postgres():
         yield server
     finally:
         server.remove()
+
+
+def slowed(function: Callable, seconds: float) -> Callable:
+    """``function`` that first sleeps ``seconds``: shows whether a measured time includes its calls."""
+
+    def wrapped(*args, **kwargs):
+        time.sleep(seconds)
+        return function(*args, **kwargs)
+
+    return wrapped

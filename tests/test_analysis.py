@@ -140,8 +140,47 @@ def test_bad_trial_inside_explained_by_another_setting_is_no_hole():
     ranges = _by_param(safe_ranges(trials, SPACE))
     r = ranges["init_scale"]
     assert r.bad_inside == (3,) and r.holes == () and r.is_interval
-    assert "growth_interval 1x" in r.text and "not through this one" in r.text
+    assert "growth_interval 1x" in r.text and "does not show this range failing" in r.text
+    assert r.blamed == ((3, ("growth_interval",)),)
     assert ranges["growth_interval"].bad_inside == ()
+
+
+def test_a_setting_that_could_not_act_explains_nothing():
+    """The scale curve says which settings acted: growth_factor only if the scale grew, backoff_factor only
+    if a step was skipped, growth_interval only if the scale grew or a shorter interval within range would
+    have made it grow. A bad trial whose outside settings were all idle is a hole."""
+    from search.analysis import idle_settings, param_values
+
+    trials = _study(
+        [
+            {"exp": 0, "value": 0.4203, "growth": 1.4},
+            {"exp": 10, "value": 0.4202, "growth": 1.5},
+            {"exp": 20, "value": 0.4204, "growth": 1.45},
+            # Inside init_scale's range; growth 3.7 is outside its range (1.4..1.5) but never acted.
+            {"exp": 12, "value": 1.58, "growth": 3.7, "failure": "underflow"},
+        ]
+    )
+    flat = [2.0**12] * 6  # no skip, no growth: 6 unskipped steps in a row
+    for t, curve in zip(trials, ([1.0] * 6, [2.0**10] * 6, [2.0**20] * 6, flat)):
+        t.user_attrs["scale_curve"] = curve
+    ranges = _by_param(safe_ranges(trials, SPACE))
+    assert ranges["init_scale"].holes == (3,) and ranges["init_scale"].blamed == ()
+    assert "not an interval" in ranges["init_scale"].text
+    assert ranges["growth_factor"].idle_in_good and "the range is only what was tried" in ranges["growth_factor"].text
+    assert ranges["backoff_factor"].idle_in_good and ranges["growth_interval"].idle_in_good
+    assert not ranges["init_scale"].idle_in_good
+
+    t, v = trials[3], param_values(trials[3], SPACE)
+    wide = {"growth_interval": (3.0, 2000.0)}
+    assert idle_settings(t, v, wide) == {"growth_factor", "growth_interval", "backoff_factor"}
+    # An interval of 6 or less within range would have grown the scale: then the interval acts.
+    assert idle_settings(t, v, {"growth_interval": (3.0, 6.0)}) == {"growth_factor", "backoff_factor"}
+    t.user_attrs["scale_curve"] = [2.0**12, 2.0**11, 2.0**11, 2.0**11 * 3.7]  # a skip, then growth
+    assert idle_settings(t, v, wide) == frozenset()
+    t.user_attrs["scale_curve"] = [2.0**12 * 0.5] + [2.0**11] * 3  # a skip, no growth
+    assert idle_settings(t, v, wide) == {"growth_factor", "growth_interval"}
+    del t.user_attrs["scale_curve"]  # an old record: nothing is assumed idle
+    assert idle_settings(t, v, wide) == frozenset()
 
 
 def test_only_complete_trials_count():
@@ -368,3 +407,90 @@ def test_format_value():
     assert format_value("init_scale", 213.66) == "2^7.74"
     assert format_value("growth_interval", 662.0) == "662"
     assert format_value("backoff_factor", 0.46875) == "0.469"
+
+
+# -- the safe ranges' words against the plain loop ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sum_trials() -> list[optuna.trial.FrozenTrial]:
+    """deep-mlp-sum (the default is not the best there), the seed's baselines and 20 random settings,
+    recorded as the service records trials."""
+    import torch
+
+    from search.objective import run_trial
+    from search.space import baseline_trials, distributions
+    from search.tasks import build_problem, resolve_task
+
+    problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
+    dists = distributions(SPACE)
+    sampler = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
+    points = [params for _, params in baseline_trials(SPACE)[0]] + [sampler.ask(dists).params for _ in range(20)]
+    store = optuna.create_study()
+    for params in points:
+        out = run_trial(problem, scaler_config(params, SPACE), epochs=problem.epochs, amp_dtype=torch.float16,
+                        penalty=DEFAULTS.penalty, device_label="cpu")
+        store.add_trial(optuna.trial.create_trial(value=out.value, params=params, distributions=dists, user_attrs=out.user_attrs))
+    return store.get_trials()
+
+
+@pytest.mark.parametrize("tolerance", [0.01, 0.2])
+def test_what_the_safe_ranges_say_of_each_setting_holds_in_the_plain_loop(sum_trials, tolerance):
+    """A setting said to be idle in a trial changes nothing there when moved into its safe range; one
+    blamed for a bad trial does change its run; a hole is bad with every setting moved into its range; a
+    range said to be only what was tried runs the same for good trials well outside it."""
+    from search.analysis import param_values
+    from search.tasks import build_problem, resolve_task
+
+    from plain_loop import plain_fp32_zero_fraction, plain_run
+
+    problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
+    steps = len(sum_trials[0].user_attrs["loss_curve"])
+    zeros = plain_fp32_zero_fraction(problem, steps)
+    ranges = {r.param: r for r in safe_ranges(sum_trials, SPACE, tolerance)}
+    bounds = {p: (r.low, r.high) for p, r in ranges.items()}
+    values = {t.number: param_values(t, SPACE) for t in sum_trials}
+    best = min(t.value for t in sum_trials)
+    cache: dict[tuple, object] = {}
+
+    def plain(v: dict):
+        key = tuple(sorted(v.items()))
+        if key not in cache:
+            cache[key] = plain_run(problem, v["init_scale"], v["growth_factor"], v["backoff_factor"],
+                                   int(round(v["growth_interval"])), steps, fp32_zeros=zeros)
+        return cache[key]
+
+    def moved(number: int, settings) -> dict:
+        v = dict(values[number])
+        for q in settings:
+            v[q] = min(max(v[q], bounds[q][0]), bounds[q][1])
+        return v
+
+    def same(a, b) -> bool:
+        return a.losses == b.losses and a.scales == b.scales and a.skipped == b.skipped
+
+    blamed = {(n, q) for r in ranges.values() for n, qs in r.blamed for q in qs}
+    for n, q in blamed:  # it acted: moved into its range, the run changes
+        assert not same(plain(moved(n, [q])), plain(values[n])), (n, q)
+    idle_seen = 0
+    for r in ranges.values():
+        for n in r.bad_inside:
+            outside = [q for q, (lo, hi) in bounds.items() if q != r.param and not lo <= values[n][q] <= hi]
+            idle = [q for q in outside if (n, q) not in blamed]
+            if idle:  # said not to act: moved into range, the run is the same
+                idle_seen += 1
+                assert same(plain(moved(n, idle)), plain(values[n])), (n, idle)
+        for n in r.holes:  # every setting inside its range, and still not good
+            run = plain(moved(n, bounds))
+            assert run.failure != "none" or run.objective > best + tolerance * abs(best), (r.param, n)
+        if r.idle_in_good:  # far outside the range tried, the good trials run the same
+            for t in good_trials(sum_trials, tolerance):
+                v = dict(values[t.number])
+                v[r.param] = {"growth_factor": 7.3, "backoff_factor": 0.93, "growth_interval": 1999}[r.param]
+                assert same(plain(v), plain(values[t.number])), (r.param, t.number)
+    # Each kind of claim was made and checked at least once (at 1%: idle ranges; at 20%: holes).
+    assert blamed and idle_seen
+    if tolerance == 0.01:
+        assert any(r.idle_in_good for r in ranges.values())
+    else:
+        assert any(r.holes for r in ranges.values())

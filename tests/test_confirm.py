@@ -423,3 +423,26 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
         assert plain(point) == "none", point
     for failed in rec.together_failed:
         assert plain(failed["point"]) == failed["failure"], failed
+
+
+def test_confirm_trains_the_study_steps_and_says_so(tmp_path):
+    """A study run with --steps: confirmation runs train that many steps (checked against the plain loop on the
+    new seed) and its header says steps, not the epochs that --steps overrode."""
+    from search.tasks import build_problem, resolve_task
+
+    from plain_loop import plain_run
+
+    task = "deep-mlp-sum"
+    made = run_cli(["--task", task, "--steps", "23", "--trials", "6", "--quiet"], tmp_path)
+    assert made.returncode == 0, made.stderr
+    proc = run_confirm(["--study-name", task, "--top", "1", "--seeds", "2", "--no-corners"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "23 optimizer steps" in proc.stdout and "epochs" not in proc.stdout.splitlines()[1]
+    runs = _trials(f"sqlite:///{tmp_path / 'study.db'}", f"{task}.confirm")
+    default = [t for t in runs if t.user_attrs["config"] == DEFAULT_LABEL and t.user_attrs["data_seed"] == 43]
+    assert len(default) == 1
+    plain = plain_run(build_problem(resolve_task(task), task, 43), 2.0**16, 2.0, 0.5, 2000, 23)
+    attrs = default[0].user_attrs
+    assert len(attrs["loss_curve"]) == 23 == len(plain.losses)
+    assert attrs["skipped_steps"] == plain.skipped
+    assert attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-6)

@@ -260,3 +260,25 @@ def test_what_cannot_be_vectorised_gets_one_clear_line():
         train_population(cases[1][1], [ScalerConfig(2.0**16, 2.0, 0.5, 2000)], epochs=1)
     check_population(seed)  # the built-in tasks can
     check_population(build_sum(42))
+
+
+def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatch):
+    """As for ordinary trials: the first population of a process does not carry the once-per-problem references."""
+    import time
+
+    import search.population
+
+    from conftest import slowed
+
+    problem = build_deep(7)
+    zeros, initial = search.population.fp32_zero_fraction, search.population.initial_evaluation
+
+    monkeypatch.setattr(search.population, "fp32_zero_fraction", slowed(zeros, 1.0))
+    monkeypatch.setattr(search.population, "initial_evaluation", slowed(initial, 1.0))
+    begin = time.perf_counter()
+    results = train_population(problem, [ScalerConfig(3.1e4, 1.7, 0.3, 9), ScalerConfig(97.0, 2.3, 0.61, 3)],
+                               epochs=problem.epochs, steps=8, amp_dtype=torch.float16)
+    assert time.perf_counter() - begin > 2.0
+    assert all(r.train_seconds < 1.0 for r in results)
+    assert all(r.fp32_zero_fraction == zeros(problem, problem.epochs, 8) for r in results)
+    assert all(r.initial_eval_loss == initial(problem).loss for r in results)

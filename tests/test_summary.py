@@ -1,6 +1,7 @@
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 
+from search.analysis import recommend
 from search.config import DEFAULTS
 from search.summary import format_summary, summarize
 
@@ -12,8 +13,8 @@ DISTS = {
 }
 
 
-def _add(study, value, device, **attrs):
-    params = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+def _add(study, value, device, init_scale=2.0**16, **attrs):
+    params = {"init_scale": init_scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
     base = {
         "device": device,
         "final_loss": value,
@@ -48,3 +49,40 @@ def test_devices_are_kept_apart_and_failures_counted():
 
 def test_empty_study():
     assert "no completed trial yet" in format_summary(summarize(optuna.create_study(), DEFAULTS.space))
+
+
+def _overturned(study):
+    """A confirmation in which the default beat the search's recommendation beyond noise."""
+    rec = recommend(study.get_trials(), DEFAULTS.space)
+    params = {p: getattr(rec.config, p) for p in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")}
+    entry = {"label": "recommended", "params": params, "mean_diff": 3.7e-4, "sd_diff": 1.8e-4, "n": 5, "p": 0.011,
+             "significant": True, "default_sd": 0.025}
+    return rec, {"comparisons": [entry]}
+
+
+def test_an_overturned_recommendation_names_the_trial_tested_not_a_default_that_never_ran():
+    study = optuna.create_study()
+    for e in (-9.3, -9.1, -8.9, -8.7, -8.6):
+        _add(study, 0.4203, "cpu", init_scale=2.0**e)
+    _add(study, 1.7, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
+    rec, confirmation = _overturned(study)
+    data = summarize(study, DEFAULTS.space, confirmation=confirmation)
+    line = format_summary(data)
+    assert "keep the default: torch.amp.GradScaler(" in line
+    assert (
+        f"trial #{rec.source_trial}, the deepest of 5 good trials ({rec.depth:.1f} octaves from the nearest trial "
+        "that is not good), was overturned on new seeds against the default; seed-1 has not run in this study"
+    ) in line
+    assert "seed-1 (#" not in line
+
+
+def test_an_overturned_recommendation_says_what_the_search_said_of_the_default():
+    study = optuna.create_study()
+    _add(study, 0.50, "cpu", baseline="seed-1", failure="underflow", learned=False)  # #0: not good here
+    for e in (-9.3, -9.1, -8.9, -8.7, -8.6):
+        _add(study, 0.4203, "cpu", init_scale=2.0**e)
+    rec, confirmation = _overturned(study)
+    assert rec.source_trial != 0
+    line = format_summary(summarize(study, DEFAULTS.space, confirmation=confirmation))
+    assert f"trial #{rec.source_trial}, the deepest of 5 good trials" in line
+    assert "seed-1 (#0) is not good in the search" in line and "seed-1 (#0) is good" not in line

@@ -169,3 +169,26 @@ def test_clipping_uses_unscaled_gradients():
     assert result.skipped_steps == 0
     moved = torch.sqrt(sum(((p.detach() - b) ** 2).sum() for p, b in zip(trained, before)))
     assert float(moved) == pytest.approx(0.1 * 1e-3, rel=0.02)  # lr 0.1 x clip 1e-3
+
+
+def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatch):
+    """The fp32 zero fraction and the initial weights' evaluation are computed once per problem: the first
+    trial of a process must not carry them in its train_seconds (it showed 0.59 s against 0.36 s)."""
+    import time
+
+    import search.trainer
+
+    from conftest import slowed
+    from search.tasks.deep_mlp import build as build_deep
+
+    problem = build_deep(7)
+    zeros, initial = search.trainer.fp32_zero_fraction, search.trainer.initial_evaluation
+
+    monkeypatch.setattr(search.trainer, "fp32_zero_fraction", slowed(zeros, 1.0))
+    monkeypatch.setattr(search.trainer, "initial_evaluation", slowed(initial, 1.0))
+    begin = time.perf_counter()
+    result = train(problem, ScalerConfig(3.1e4, 1.7, 0.3, 9), epochs=problem.epochs, steps=8)
+    assert time.perf_counter() - begin > 2.0  # Both references really ran in the call...
+    assert result.train_seconds < 1.0  # ...outside the trial's own time,
+    assert result.fp32_zero_fraction == zeros(problem, problem.epochs, 8)  # and their values are the trial's.
+    assert result.initial_eval_loss == initial(problem).loss

@@ -193,7 +193,8 @@ def _recommendation_section(
             [
                 "setting",
                 "recommended",
-                f"trial #{rec.source_trial}",
+                f"trial #{rec.source_trial}"
+                + (f" ({rec.confirmed} on new seeds)" if rec.keep_default and rec.confirmed else ""),
                 "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
                 "octaves to it",
                 {
