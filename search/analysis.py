@@ -384,8 +384,8 @@ def safe_ranges(
                 text += (
                     f"; {len(holes)} of them ({_trial_list([t.number for t in holes])}) "
                     f"{'have' if len(holes) > 1 else 'has'} every other setting inside its safe range "
-                    "or unable to act in its run (a growth_factor whose scale never grew, a backoff_factor "
-                    f"that never backed off){f' (the other {explained} do not)' if explained else ''}, so the safe set is "
+                    f"or idle in {'their runs' if len(holes) > 1 else 'its run'}"
+                    f"{f' (the other {explained} do not)' if explained else ''}, so the safe set is "
                     f"not an interval: safety here depends on the combination of settings."
                 )
                 if clean_low is not None:

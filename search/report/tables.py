@@ -114,8 +114,11 @@ def _safe_section(
         "failure (failure code none). A setting's safe range runs from its smallest to its largest value "
         "among the good trials, one setting at a time: a combination of values each inside its range can "
         "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
-        "a trial is inside its own safe range too, the safe set is not an interval (not a box), and the "
-        "stretch around the best trial without such a trial is given.",
+        "a trial is inside its own safe range too, or idle in its run (its scale curve shows that it could not "
+        "have acted: a growth_factor when the scale never grew, a backoff_factor when no step was skipped, a "
+        "growth_interval when the scale never grew and a longer interval in range would not have grown it either), "
+        "the safe set is not an interval (not a box), and the stretch around the best trial without such a "
+        "trial is given.",
     )
     ranges = analysis.safe_ranges(done, space, tolerance)
     data = [r.to_dict() for r in ranges]
