@@ -250,6 +250,17 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
 # -- the command --------------------------------------------------------------------------------
 
 
+def _point_distributions(values: dict[str, float], settings: Settings) -> dict[str, BaseDistribution]:
+    """One-point distributions for a corner run, with the search's kinds and log flags: Optuna refuses
+    to hold (and optuna.copy_study to copy) a parameter whose log flag differs between trials."""
+    searched = distributions(settings.space)
+    out: dict[str, BaseDistribution] = {}
+    for name, v in values.items():
+        log = getattr(searched.get(name), "log", False)
+        out[name] = IntDistribution(int(v), int(v), log=log) if name == "growth_interval" else FloatDistribution(v, v, log=log)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
@@ -582,10 +593,7 @@ def _check_corners(
                     state=TrialState.COMPLETE,
                     value=outcome.value,
                     params=values,
-                    distributions={
-                        name: IntDistribution(int(v), int(v)) if name == "growth_interval" else FloatDistribution(v, v)
-                        for name, v in values.items()
-                    },
+                    distributions=_point_distributions(values, settings),
                     user_attrs=attrs,
                     intermediate_values=outcome.intermediate_values,
                 )

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import optuna
+from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
@@ -120,6 +121,8 @@ class TransferReport:
         mismatches: What differs, when not verified.
         siblings: The reports of the studies copied along: search.confirm's ``<study>.confirm``.
         skipped: Sibling studies the source holds that were not copied (``--no-confirm``).
+        aligned_distributions: Trials whose one-value distributions were given the study's log
+            flag so that Optuna would take them (the only change the copy makes to a trial).
     """
 
     study_name: str
@@ -139,6 +142,7 @@ class TransferReport:
     mismatches: tuple[str, ...] = ()
     siblings: tuple[TransferReport, ...] = ()
     skipped: tuple[str, ...] = ()
+    aligned_distributions: tuple[int, ...] = ()
 
     @property
     def trials(self) -> int:
@@ -161,6 +165,7 @@ class _Snapshot:
     id_keyed_system_attrs: dict[str, Any]  # Re-keyed after the copy.
     trials: list[FrozenTrial]
     running_converted: tuple[int, ...]
+    aligned: tuple[int, ...] = ()  # Trials whose one-value distributions took the study's log flag.
 
 
 def transfer_study(
@@ -305,6 +310,7 @@ def _report(
         overwritten=overwritten,
         verified=not mismatches,
         mismatches=tuple(mismatches),
+        aligned_distributions=snapshot.aligned,
     )
 
 
@@ -368,7 +374,36 @@ def _read(source: optuna.storages.RDBStorage, name: str) -> _Snapshot:
             converted.append(trial.number)
     plain = {k: v for k, v in system_attrs.items() if not _is_id_keyed(k, v)}
     keyed = {k: v for k, v in system_attrs.items() if _is_id_keyed(k, v)}
-    return _Snapshot(directions, user_attrs, plain, keyed, trials, tuple(converted))
+    return _Snapshot(directions, user_attrs, plain, keyed, trials, tuple(converted), _align_point_distributions(trials))
+
+
+def _align_point_distributions(trials: list[FrozenTrial]) -> tuple[int, ...]:
+    """Gives one-value distributions (low == high) the log flag of the study's others; returns the trials changed.
+
+    Optuna refuses a parameter whose log flag differs between trials of a study, and
+    ``optuna.copy_study`` with it; search.confirm's corner runs wrote one-value distributions
+    without the flag before 2026-12-04. A range of one value has no scale, so the flag says nothing there.
+    """
+    reference: dict[str, Any] = {}
+    for trial in trials:
+        for name, dist in trial.distributions.items():
+            if name not in reference or (_one_value(reference[name]) and not _one_value(dist)):
+                reference[name] = dist
+    changed = []
+    for trial in trials:
+        dists = dict(trial.distributions)
+        for name, dist in dists.items():
+            ref = reference[name]
+            if _one_value(dist) and type(dist) is type(ref) and dist.log != ref.log:
+                dists[name] = type(dist)(dist.low, dist.high, log=ref.log)
+        if dists != trial.distributions:
+            trial.distributions = dists
+            changed.append(trial.number)
+    return tuple(changed)
+
+
+def _one_value(dist: Any) -> bool:
+    return isinstance(dist, (FloatDistribution, IntDistribution)) and dist.low == dist.high
 
 
 def _is_id_keyed(key: str, value: Any) -> bool:
@@ -527,6 +562,11 @@ def _format_one(report: TransferReport, along: str = "") -> list[str]:
         lines.append(
             f"  running: {len(report.running_converted)} trial(s) RUNNING in the source ({numbers}) "
             "copied as FAIL with fail_reason: no worker would ever finish them in the copy"
+        )
+    if report.aligned_distributions:
+        lines.append(
+            f"  distributions: {len(report.aligned_distributions)} trial(s) with one-value ranges written with the "
+            "study's log flags (Optuna refuses mixed flags; a one-value range has no scale); values unchanged"
         )
     lines.append(f"  study attrs: {report.user_attrs} user (recorded settings), {report.system_attrs} system")
     remapped = f"{report.dashboard_keys_remapped} dashboard key(s) (trial notes, artifacts)"
