@@ -44,24 +44,47 @@ class StorageError(RuntimeError):
     """A storage URL that cannot be parsed, reached or opened."""
 
 
+# Query parameters that carry a secret: libpq and the MySQL drivers take ``password``/``passwd`` there too.
+_SECRET_KEY = r"[^=&?#\s]*(?:pass|pwd|secret|token)[^=&?#\s]*"
+_SECRET_QUERY = re.compile(rf"([?&]{_SECRET_KEY}=)[^&#\s'\"]*", re.IGNORECASE)
+
+
 def mask_url(url: str) -> str:
-    """Returns ``url`` with its password replaced by ``***``."""
+    """Returns ``url`` with its password, and any secret query parameter (``?password=``), as ``***``."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        rendered = make_url(url).render_as_string(hide_password=True)
     except Exception:  # Not a URL SQLAlchemy can parse: mask anything like user:pass@.
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+        rendered = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
+    return _SECRET_QUERY.sub(r"\1***", rendered)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password of ``url`` and the values of its secret query parameters."""
+    try:
+        parsed = make_url(url)
+    except Exception:
+        return []
+    found = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if re.fullmatch(_SECRET_KEY, key, re.IGNORECASE):
+            found += [value] if isinstance(value, str) else list(value)
+    return [str(v) for v in found if v]
 
 
 def redact(text: str, url: str) -> str:
-    """Removes the password of ``url`` (and the raw URL) from an arbitrary message."""
-    text = text.replace(url, mask_url(url))
-    try:
-        password = make_url(url).password
-    except Exception:
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
-    return text
+    """Removes the secrets of ``url`` (and the raw URL) from an arbitrary message.
+
+    A secret is replaced where it stands alone, not inside a longer word, and never inside the masked
+    URL itself: a password ``postgres`` must not turn ``postgresql+psycopg://postgres:***@`` into
+    ``***ql+psycopg://***:***@``.
+    """
+    masked = mask_url(url)
+    text = text.replace(url, masked)
+    secrets = sorted(set(_secrets(url)), key=len, reverse=True)
+    if not secrets:
+        return text
+    alone = re.compile(r"(?<![A-Za-z0-9])(?:" + "|".join(map(re.escape, secrets)) + r")(?![A-Za-z0-9])")
+    return masked.join(alone.sub("***", part) for part in text.split(masked))
 
 
 def sqlite_path(url: str) -> str | None:

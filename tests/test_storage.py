@@ -17,6 +17,25 @@ def test_mask_url_hides_passwords():
     assert mask_url("postgresql+psycopg://me:s3cret@db:5432/x") == "postgresql+psycopg://me:***@db:5432/x"
     assert mask_url("sqlite:///study.db") == "sqlite:///study.db"
     assert "s3cret" not in redact("could not log in as me with s3cret", "mysql+pymysql://me:s3cret@h/x")
+    # libpq and the MySQL drivers take a password in the query string too.
+    assert mask_url("postgresql+psycopg://me@db/x?password=hunter99&sslmode=require") == (
+        "postgresql+psycopg://me@db/x?password=***&sslmode=require"
+    )
+    assert "abc" not in mask_url("mysql+pymysql://me@h/x?passwd=abc&charset=utf8")
+    query = "postgresql+psycopg://me@db/x?password=hunter99"
+    assert redact(f"cannot open {query}: hunter99 refused", query) == (
+        "cannot open postgresql+psycopg://me@db/x?password=***: *** refused"
+    )
+
+
+def test_redact_leaves_the_masked_url_readable():
+    # A password that is also a word of the URL: the masked URL stays as mask_url writes it.
+    url = "postgresql+psycopg://postgres:postgres@127.0.0.1:5432/x"
+    text = redact(f"storage {url} failed: connection refused", url)
+    assert text == "storage postgresql+psycopg://postgres:***@127.0.0.1:5432/x failed: connection refused"
+    # Another, longer value that merely contains the password is not cut into pieces.
+    url = "postgresql+psycopg://me:secret@h/x"
+    assert redact("the secret2 file; secret", url) == "the secret2 file; ***"
 
 
 def test_sqlite_is_wal_with_a_busy_timeout(tmp_path):
@@ -68,6 +87,15 @@ def test_password_never_appears_in_output(postgres_url, tmp_path):
     for proc in (ok, bad):
         assert "hunter2" not in proc.stdout + proc.stderr
     assert "postgres:***@" in bad.stderr
+    # The same password in the query string (libpq reads it there): masked in output and in the report.
+    query = postgres_url + "?password=hunter3"
+    ok = run_cli(["--trials", "6", "--storage", query], tmp_path)
+    bad = run_cli(["--trials", "6", "--storage", query.replace(":5432", ":1")], tmp_path)
+    report = run_cli(["--storage", query, "--out", "r.html"], tmp_path, module="search.report")
+    assert ok.returncode == 0 and bad.returncode == 2 and report.returncode == 0, ok.stderr + bad.stderr + report.stderr
+    for proc in (ok, bad, report):
+        assert "hunter3" not in proc.stdout + proc.stderr
+    assert "?password=***" in bad.stderr and "hunter3" not in (tmp_path / "r.html").read_text()
 
 
 def test_concurrent_first_opens_of_a_new_database(tmp_path):
