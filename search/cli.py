@@ -77,6 +77,19 @@ def check_output(flag: str, path: str) -> None:
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
         raise UsageError(f"{flag} {path}: directory {parent} does not exist or is not writable")
+    if os.path.isdir(path):
+        raise UsageError(f"{flag} {path}: is a directory, not a file")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path}: the file is not writable")
+        return
+    # os.access trusts root and pseudo file systems (/proc): only creating the file tells. It is
+    # removed at once, so bad input still leaves nothing behind.
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot be created ({e.strerror})") from None
+    os.unlink(path)
 
 
 def prog_name(module: str) -> str:

@@ -281,6 +281,8 @@ def _add_studies(db: pathlib.Path) -> None:
         (["--study-name", "empty"], "study 'empty' has no COMPLETE trials"),
         (["--study-name", "foreign"], "was not created by search.optimize"),
         (["--json", "no/such/dir/out.json"], "does not exist or is not writable"),
+        (["--json", "."], "--json .: is a directory"),
+        (["--json", "/proc/c.json"], "--json /proc/c.json: cannot be created"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(study_dir, monkeypatch, capsys, args, message):

@@ -355,6 +355,9 @@ BAD_CONFIGS = {
         (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
         (["--storage", "sqlite:////no/such/dir/s.db"], "/no/such/dir does not exist"),
         (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
+        # Found before any trial runs, not after all of them.
+        (["--trials", "14", "--best-out", "."], "--best-out .: is a directory"),
+        (["--trials", "14", "--best-out", "/proc/best.json"], "--best-out /proc/best.json: cannot be created"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(existing, monkeypatch, capsys, args, message):

@@ -503,6 +503,7 @@ def test_bad_input_is_one_line_exit_2_nothing_written(study_dir, tmp_path, capsy
         ["--storage", good, "--out", str(tmp_path / "no" / "r.html")], capsys, tmp_path
     )
     assert "is a directory" in _bad(["--storage", good, "--out", str(tmp_path)], capsys, tmp_path)
+    assert "cannot be created" in _bad(["--storage", good, "--out", "/proc/r.html"], capsys, tmp_path)
     # Several studies and no --study-name; a study search.optimize did not make.
     two = _sqlite(tmp_path / "two.db")
     optuna.create_study(storage=two, study_name="seed-mlp")

@@ -177,9 +177,9 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     import time
 
     import search.trainer
+    from search.tasks.deep_mlp import build as build_deep
 
     from conftest import slowed
-    from search.tasks.deep_mlp import build as build_deep
 
     problem = build_deep(7)
     zeros, initial = search.trainer.fp32_zero_fraction, search.trainer.initial_evaluation

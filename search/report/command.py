@@ -15,12 +15,12 @@ from collections.abc import Sequence
 import optuna
 
 from search import analysis, startup
-from search.cli import OneLineParser, UsageError, fail, first_line, percent, prog_name
+from search.cli import OneLineParser, UsageError, check_output, fail, first_line, percent, prog_name
 from search.interrupts import Interrupted, held_interrupts, interrupts_as_exceptions
 from search.report.build import build_report, report_json
 from search.report.page import render_html
 from search.report.reading import load_snapshot
-from search.report.writing import _check_out, write_report
+from search.report.writing import write_report
 from search.storage import mask_url, redact
 
 PROG = "search.report"
@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = build_parser().parse_args(argv)
         url = args.storage
         out = args.out or ("report.json" if args.format == "json" else "report.html")
-        _check_out(out)
+        check_output("--out", out)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with interrupts_as_exceptions():
             snapshot = load_snapshot(url, args.study_name)
