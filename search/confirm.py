@@ -83,7 +83,7 @@ from search.confirmations import (
     config_key as _config_key,
 )
 from search.devices import device_label, resolve_device
-from search.interrupts import Interrupted, interrupts_as_exceptions
+from search.interrupts import Interrupted, interrupts_as_exceptions, take_pending
 from search.objective import TrialOutcome, run_trial
 from search.record import (
     CHECK,
@@ -437,7 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:  # An unexpected failure while reading the study is still bad input.
             return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
         try:
-            return _run(plan, args)
+            code = _run(plan, args)
+            signum = take_pending()  # Recorded outside the training (search.startup): not a success.
+            if signum is not None and code == 0:
+                raise Interrupted(signum)
+            return code
         except Interrupted as e:
             _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
             return 128 + e.signum

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -19,7 +20,7 @@ from optuna.artifacts import FileSystemArtifactStore
 
 from search import startup
 from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
-from search.interrupts import Interrupted, interrupts_as_exceptions
+from search.interrupts import Interrupted, interrupts_as_exceptions, raise_interrupted, take_pending
 from search.publishing import PublishReport, publish
 from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 from search.trial_pictures import publish_pictures
@@ -88,11 +89,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _publish_all(url, [args.study_name] if args.study_name else names, artifact_dir)
         except Interrupted as e:  # Each study's figures and notes are written in one transaction.
             return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
+    signum = take_pending()  # Recorded while starting or publishing outside its block (search.startup).
+    if signum is not None:
+        return fail("search.dashboard", f"interrupted ({signal.Signals(signum).name}) before serving", 128 + signum)
     if args.publish_only:
         return 0
     print(f"search.dashboard: serving {mask_url(url)} on http://{args.host}:{args.port}/", file=sys.stderr)
     from optuna_dashboard import run_server
 
+    # Serving ends with Ctrl-C (a success: that is how a server is stopped) or SIGTERM.
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, raise_interrupted),
+    }
     try:
         store = FileSystemArtifactStore(artifact_dir) if os.path.isdir(artifact_dir) else None
         run_server(storage, host=args.host, port=args.port, artifact_store=store)
@@ -100,6 +109,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot serve on {args.host}:{args.port}: {e.strerror or first_line(e)}")
     except KeyboardInterrupt:
         return 0
+    except Interrupted as e:
+        return 128 + e.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0
 
 

@@ -27,6 +27,8 @@ __all__ = [
     "held_interrupts",
     "interrupts_as_exceptions",
     "raise_interrupted",
+    "record_interrupts",
+    "take_pending",
 ]
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
@@ -43,6 +45,34 @@ class Interrupted(BaseException):
 def raise_interrupted(signum: int, _frame: Any) -> NoReturn:
     """A signal handler that raises :class:`Interrupted` on every SIGINT/SIGTERM."""
     raise Interrupted(signum)
+
+
+# Signals recorded by record_interrupts' handler, not yet turned into an Interrupted.
+_pending: list[int] = []
+
+
+def _record(signum: int, _frame: Any) -> None:
+    _pending.append(signum)
+
+
+def record_interrupts() -> None:
+    """From now on, until a block of this module takes over, SIGINT/SIGTERM are only recorded.
+
+    For a command between its start and its own handling (``search.startup.started``): a handler
+    that raised there could land in a weakref callback or a ``__del__``, where Python prints
+    "Exception ignored" and carries on (a Ctrl-C lost, the run finished, exit 0), and SIGTERM's
+    default would kill the process with no word. A recorded signal is raised as :class:`Interrupted`
+    when :func:`interrupts_as_exceptions` is entered, or taken with :func:`take_pending`.
+    """
+    for s in INTERRUPTS:
+        signal.signal(s, _record)
+
+
+def take_pending() -> int | None:
+    """The first signal recorded since :func:`record_interrupts` and not yet raised, or None; clears them."""
+    signum = _pending[0] if _pending else None
+    _pending.clear()
+    return signum
 
 
 @contextlib.contextmanager
@@ -64,6 +94,9 @@ def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
     on every signal, for a block that leaves nothing half-written when it is cut short
     (``search.confirm`` writes each run finished, in one transaction, after it has trained).
     """
+    pending = take_pending()
+    if pending is not None:  # Came while the command was starting: now is the time to stop.
+        raise Interrupted(pending)
     if not first_only:
         with _handling(raise_interrupted):
             yield

@@ -30,7 +30,7 @@ from search.cli import OneLineParser, UsageError, check_output, fail, first_line
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
-from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted
+from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted, take_pending
 from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
 from search.retry import StorageUnreachable, share_outage_warning, with_retry
@@ -227,10 +227,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return _main(args, argv)
-    except KeyboardInterrupt:  # Ctrl-C outside the trial loop (start-up, summary): no trial in flight.
-        _note("interrupted before or after the trials; no trial was in flight")
-        return 130
+        code = _main(args, argv)
+        signum = take_pending()  # A signal recorded outside the trial loop (start-up, summary).
+        if signum is not None and code == 0:
+            raise Interrupted(signum)
+        return code
+    except (KeyboardInterrupt, Interrupted) as e:  # Outside the trial loop: no trial in flight.
+        signum = getattr(e, "signum", signal.SIGINT)
+        _note(f"interrupted ({signal.Signals(signum).name}) before or after the trials; no trial was in flight")
+        return 128 + signum
     finally:
         _close_all_storages()
 
@@ -607,8 +612,12 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
             and t.number not in before
             and str(t.user_attrs.get(FAIL_REASON, "")).startswith("interrupted")
         ]
-        what = f"recorded as FAIL: {', '.join(cut)}" if cut else "none was cut short (each had finished or not begun)"
-        _note(f"interrupted by {signal.Signals(result.signum).name}; the workers' trials in flight {what}")
+        what = (
+            f"the workers' trials in flight were recorded as FAIL: {', '.join(cut)}"
+            if cut
+            else "no worker's trial was cut short (each had finished or not begun)"
+        )
+        _note(f"interrupted by {signal.Signals(result.signum).name}; {what}")
         _finish(handle.study, settings, args, "interrupted")
         return 128 + result.signum
     abnormal = []

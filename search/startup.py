@@ -59,15 +59,31 @@ def command_being_started(orig_argv: list[str] | None = None, argv0: str | None 
     return next((module for module, name in COMMANDS.items() if name == script), None)
 
 
+# Set by search.workers in the environment a --workers process is spawned with (multiprocessing
+# names the process only once its imports are done, too late for this guard).
+WORKER_ENV = "SEARCH_WORKER_PROCESS"
+
+
+def _is_worker_process() -> bool:
+    """Whether this is a ``--workers`` process being spawned; its own children will not be."""
+    return os.environ.pop(WORKER_ENV, None) == "1"
+
+
 def guard() -> None:
-    """Until :func:`started`: SIGINT/SIGTERM end a starting command with one line (nothing in a library)."""
+    """Until :func:`started`: SIGINT/SIGTERM end a starting command with one line (nothing in a library).
+
+    A ``--workers`` process still importing ends quietly with 128 + signum: its parent, which
+    forwarded the signal or got it from the terminal too, says what happened, once.
+    """
+    worker = _is_worker_process()
     command = command_being_started()
-    if command is None or _previous:
+    if (command is None and not worker) or _previous:
         return
 
     def handler(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        os.write(2, f"{command}: interrupted while starting ({name}); nothing was written\n".encode())
+        if not worker:
+            name = signal.Signals(signum).name
+            os.write(2, f"{command}: interrupted while starting ({name}); nothing was written\n".encode())
         os._exit(128 + signum)
 
     for s in _INTERRUPTS:
@@ -75,7 +91,17 @@ def guard() -> None:
 
 
 def started() -> None:
-    """The command's ``main`` is running: its own interrupt handling takes over (a no-op when unguarded)."""
-    for s, handler in _previous.items():
-        signal.signal(s, handler)
+    """The command's ``main`` is running: signals are recorded until its own handling takes over.
+
+    A no-op when unguarded (``search`` used as a library, or a command's ``main`` called in-process).
+    From here a signal is only recorded (:func:`search.interrupts.record_interrupts`), never raised
+    or fatal, so it can neither be lost nor leave a half-made file without a word; the command
+    raises it where it can stop cleanly (``interrupts_as_exceptions``) or checks it before it
+    reports success (``take_pending``).
+    """
+    if not _previous:
+        return
+    from search.interrupts import record_interrupts  # Light: signal and contextlib only.
+
+    record_interrupts()
     _previous.clear()

@@ -20,9 +20,12 @@ from typing import Any
 
 import torch
 
+from search.interrupts import take_pending
+from search.startup import WORKER_ENV
+
 __all__ = ["PoolResult", "WorkerSpec", "plan_workers", "run_pool", "threads_per_process"]
 
-# Not search.interrupts: the parent has no trial in flight to record, so a signal does not stop
+# Not search.interrupts' handlers: the parent has no trial in flight to record, so a signal does not stop
 # it; it forwards the signal, once to each worker, and waits for them to record theirs. SIGHUP is
 # forwarded too, as SIGTERM: the workers, in their own process group, never get the terminal's.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -140,9 +143,16 @@ def run_pool(
         send()
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    pending = take_pending()  # Recorded while the command was starting (search.startup).
+    if pending is not None:
+        received.append(pending)
     try:
-        for process in processes:
-            process.start()
+        os.environ[WORKER_ENV] = "1"  # A signal while a worker imports ends it quietly (search.startup).
+        try:
+            for process in processes:
+                process.start()
+        finally:
+            del os.environ[WORKER_ENV]
         if received:  # A signal that came while the workers were starting.
             send()
         while any(p.is_alive() for p in processes):

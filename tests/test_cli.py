@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import optuna
 import pytest
 
 from search.startup import command_being_started
@@ -88,6 +90,53 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(command, tmp_path):
 def test_sigterm_while_importing_is_one_line_and_exit_143(tmp_path):
     proc = _signal_while_torch_imports("optimize", signal.SIGTERM, tmp_path)
     assert proc.returncode == 143 and proc.stderr.strip().endswith("(SIGTERM); nothing was written")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_signal_between_start_up_and_the_trial_loop_stops_the_run_with_one_line(tmp_path, sig, workers):
+    """After main starts and before the trial loop, SIGINT once raised where Python ignored it (a weakref
+    callback: the run went on and exited 0) and SIGTERM killed with no word. Now it is recorded and raised
+    where the command can stop cleanly."""
+    from tasks_for_tests import BUILDING_FLAG
+
+    args = ["--task", "tasks_for_tests:slow_to_build", "--trials", "20", "--workers", str(workers), "--quiet"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", *args], cwd=tmp_path, env=cli_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.time() + 60
+    while not (tmp_path / BUILDING_FLAG).exists() and time.time() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + sig, err
+    assert len(err.strip().splitlines()) == 1 and f"interrupted by {sig.name}" in err, err
+    assert "Traceback" not in err and "Exception ignored" not in err
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    (name,) = optuna.get_all_study_names(url)
+    trials = optuna.load_study(storage=url, study_name=name).trials
+    assert not any(t.state.name in ("RUNNING", "COMPLETE") for t in trials)  # Stopped before any trial ran.
+
+
+def test_recorded_interrupts_are_raised_where_the_command_handles_them():
+    from search.interrupts import Interrupted, interrupts_as_exceptions, record_interrupts, take_pending
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        record_interrupts()
+        os.kill(os.getpid(), signal.SIGTERM)  # Recorded only: neither fatal nor raised here.
+        time.sleep(0.05)
+        with pytest.raises(Interrupted) as raised:
+            with interrupts_as_exceptions():
+                pytest.fail("the block must not run with a signal pending")
+        assert raised.value.signum == signal.SIGTERM and take_pending() is None
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)
+        assert take_pending() == signal.SIGINT and take_pending() is None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def test_only_the_commands_are_guarded_not_a_script_that_imports_search():

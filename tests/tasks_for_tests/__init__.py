@@ -105,6 +105,17 @@ def still(seed: int) -> Problem:
     return replace(build_seed(seed), make_optimizer=lambda params: torch.optim.SGD(params, lr=0.0))
 
 
+BUILDING_FLAG = "building.flag"
+
+
+def slow_to_build(seed: int) -> Problem:
+    """seed-mlp after 3 s of building, a flag file saying it started: a signal lands after the command's
+    start-up guard is lifted and before its trial loop (where Python's defaults lost or muted it)."""
+    pathlib.Path(BUILDING_FLAG).write_text(str(os.getpid()))
+    time.sleep(3)
+    return build_seed(seed)
+
+
 def exits_at_build(seed: int) -> Problem:
     """A user task that calls sys.exit(0) while building: an error, never a success."""
     import sys
