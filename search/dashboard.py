@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 
@@ -22,7 +23,7 @@ from search import startup
 from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
 from search.interrupts import Interrupted, interrupts_as_exceptions, raise_interrupted, take_pending
 from search.publishing import PublishReport, publish
-from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
+from search.storage import StorageError, close_storage, is_read_only, mask_url, open_existing_storage, redact
 from search.trial_pictures import publish_pictures
 
 __all__ = ["PublishReport", "publish", "main"]
@@ -58,7 +59,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit code (2 for bad input)."""
+    """Runs the command; returns the exit code (2 for bad input, 1 when --publish-only could not publish)."""
     startup.started()  # Imports are done: this command's own interrupt handling from here.
     try:
         args = build_parser().parse_args(argv)
@@ -66,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     if not 0 < args.port < 65536:
         return _fail(f"--port must be 1..65535, got {args.port}")
+    if args.no_publish and args.publish_only:
+        return _fail("--no-publish and --publish-only contradict each other (write nothing, or only write)")
     url = args.storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
@@ -80,15 +83,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     except Exception as e:  # Unreachable or not an Optuna database.
         return _fail(f"cannot read {mask_url(url)}: {redact(first_line(e), url)}")
+    try:
+        return _publish_and_serve(args, storage, names, path)
+    finally:
+        close_storage(storage)  # Every connection closed: SQLite removes its -wal/-shm.
+
+
+def _publish_and_serve(
+    args: argparse.Namespace, storage: optuna.storages.RDBStorage, names: list[str], path: str | None
+) -> int:
+    url = args.storage
     if args.study_name is not None and args.study_name not in names:
         return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
+    publishing = not args.no_publish
+    if publishing and is_read_only(url):  # Read-only media: optuna-dashboard can still show it.
+        if args.publish_only:
+            return _fail(f"{mask_url(url)} is read-only: nothing can be published to it")
+        print(f"search.dashboard: note: {mask_url(url)} is read-only: serving it without publishing", file=sys.stderr)
+        publishing = False
     artifact_dir = args.artifact_dir or (f"{path}-artifacts" if path is not None else "dashboard-artifacts")
-    if not args.no_publish:
+    # Everything that can be refused is checked before anything is written.
+    try:
+        if not args.publish_only:
+            _check_can_serve(args.host, args.port)
+        if publishing:
+            _make_artifact_dir(artifact_dir)
+    except UsageError as e:
+        return _fail(str(e))
+    if publishing:
         try:
             with interrupts_as_exceptions():
-                _publish_all(url, [args.study_name] if args.study_name else names, artifact_dir)
+                missed = _publish_all(url, [args.study_name] if args.study_name else names, artifact_dir)
         except Interrupted as e:  # Each study's figures and notes are written in one transaction.
             return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
+        if missed and args.publish_only:
+            return fail("search.dashboard", f"not published: {', '.join(missed)} (the warnings above say why)", 1)
     signum = take_pending()  # Recorded while starting or publishing outside its block (search.startup).
     if signum is not None:
         return fail("search.dashboard", f"interrupted ({signal.Signals(signum).name}) before serving", 128 + signum)
@@ -117,8 +146,42 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _publish_all(url: str, names: list[str], artifact_dir: str) -> None:
+def _check_can_serve(host: str, port: int) -> None:
+    """Binds ``host:port`` once as the server will (address reuse on), so a port in use or an
+    address not of this machine is refused before anything is published."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise UsageError(f"--host {host}: {getattr(e, 'strerror', None) or first_line(e)}") from None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise UsageError(f"cannot serve on {host}:{port}: {e.strerror or first_line(e)}") from None
+
+
+def _make_artifact_dir(path: str) -> None:
+    """The trial pictures' directory: an existing writable one, or one made now in an existing parent."""
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"--artifact-dir {path} is not writable")
+        return
+    if os.path.exists(path):
+        raise UsageError(f"--artifact-dir {path} is not a directory")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--artifact-dir {path}: {parent} does not exist")
+    try:
+        os.mkdir(path)
+    except OSError as e:  # os.access trusts root and /proc: only making it tells.
+        raise UsageError(f"--artifact-dir {path}: cannot be created ({e.strerror})") from None
+
+
+def _publish_all(url: str, names: list[str], artifact_dir: str) -> list[str]:
+    """Publishes every study of this service among ``names``; returns those that could not be."""
     # Writes take SQLite's write lock up front (BEGIN IMMEDIATE), like the workers' own writes.
+    missed: list[str] = []
     writer = open_existing_storage(url, immediate=True)
     try:
         for name in names:
@@ -131,6 +194,7 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> None:
                 pictures = publish_pictures(study, artifact_dir, trials)
             except Exception as e:  # The study is fine; only its figures are not refreshed.
                 print(f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}", file=sys.stderr)
+                missed.append(name)
                 continue
             print(
                 f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes, "
@@ -139,6 +203,7 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> None:
             )
     finally:
         close_storage(writer)
+    return missed
 
 
 if __name__ == "__main__":

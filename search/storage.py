@@ -121,9 +121,9 @@ def _check_sqlite_file(path: str, read_only: bool = False) -> None:
             raise StorageError(f"SQLite storage {path} is not a file")
         if not os.access(path, os.R_OK):
             raise StorageError(f"cannot read SQLite storage {path}: permission denied")
-        _probe_sqlite_file(path, read_only)
-        if not read_only and not os.access(path, os.W_OK):
+        if not read_only and not os.access(path, os.W_OK):  # Before the probe, which would need to write.
             raise StorageError(f"SQLite storage {path} is not writable")
+        _probe_sqlite_file(path, read_only)
     else:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -153,7 +153,7 @@ def _probe_sqlite_file(path: str, read_only: bool = False) -> None:
     if problem is None:
         return
     for suffix in set(SIDECARS) - existed:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # Best effort: gone already, or read-only media.
             os.remove(path + suffix)
     if problem == "not a database":
         raise StorageError(f"{path} is not a SQLite database")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
@@ -11,7 +12,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import optuna
 import pytest
@@ -186,3 +187,14 @@ def slowed(function: Callable, seconds: float) -> Callable:
         return function(*args, **kwargs)
 
     return wrapped
+
+
+@contextlib.contextmanager
+def read_only_media(*paths: pathlib.Path) -> Iterator[None]:
+    """Makes ``paths`` immutable (``chattr +i``) while the block runs: unlike chmod, that holds for root
+    too (the tests run as root), so a command really cannot write the file or create one beside it."""
+    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)

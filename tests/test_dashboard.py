@@ -253,3 +253,76 @@ def test_each_trial_gets_a_picture_of_its_recorded_curves(study_dir, tmp_path):
     shutil.rmtree(directory)  # e.g. browsing from another host: drawn again under the recorded ids
     assert "12 new trial pictures" in publish_only()
     assert sorted(p.name for p in directory.iterdir()) == sorted(m["artifact_id"] for m in records.values())
+
+
+def _files(directory: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"" for p in sorted(directory.rglob("*"))}
+
+
+@pytest.fixture
+def port_in_use():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--no-publish", "--publish-only"], "contradict each other"),
+        (["--publish-only", "--artifact-dir", "/proc/art"], "--artifact-dir /proc/art: cannot be created"),
+        (["--publish-only", "--artifact-dir", "no/such/art"], "does not exist"),
+        (["--host", "999.1.1.1"], "--host 999.1.1.1"),
+        (["--port", "PORT_IN_USE"], "cannot serve on 127.0.0.1:"),
+    ],
+)
+def test_bad_input_is_refused_before_anything_is_published(study_dir, tmp_path, capsys, port_in_use, args, message):
+    """A port in use, an address not of this machine, an artifact directory that cannot be made: found
+    before publishing (it once wrote 30 pictures and the figures, printed 'Listening on', then failed)."""
+    import shutil
+
+    from search.dashboard import main
+
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")
+    before = _files(tmp_path)
+    args = [str(port_in_use) if a == "PORT_IN_USE" else a for a in args]
+    assert main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert _files(tmp_path) == before
+
+
+def test_publish_only_that_publishes_nothing_is_not_a_success(study_dir, tmp_path, capsys, monkeypatch):
+    import shutil
+
+    import search.dashboard as dashboard
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(dashboard, "publish", broken)
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")
+    assert dashboard.main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--publish-only"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["search.dashboard: warning: seed-mlp: not published: disk full",
+                   "search.dashboard: error: not published: seed-mlp (the warnings above say why)"]
+
+
+def test_a_study_on_read_only_media_is_served_but_not_published(study_dir, tmp_path, capsys):
+    import shutil
+
+    from search.dashboard import main
+
+    from conftest import read_only_media
+
+    db = tmp_path / "study.db"
+    shutil.copy(study_dir / "study.db", db)
+    before = _files(tmp_path)
+    with read_only_media(db, tmp_path):
+        code = main(["--storage", f"sqlite:///{db}", "--publish-only"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip().splitlines() == [
+        f"search.dashboard: error: sqlite:///{db} is read-only: nothing can be published to it"
+    ]
+    assert _files(tmp_path) == before

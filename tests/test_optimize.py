@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from search.optimize import main
 from search.sampling import sampler_seed
 
-from conftest import cli_env, load, run_cli, start_cli
+from conftest import cli_env, load, read_only_media, run_cli, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 REQUIRED_ATTRS = {
@@ -542,17 +542,6 @@ def test_trials_zero_on_a_new_sqlite_file_writes_nothing(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "study.db does not exist and --trials is 0: nothing to do" in proc.stderr
     assert list(tmp_path.iterdir()) == []
-
-
-@contextlib.contextmanager
-def read_only_media(*paths: pathlib.Path):
-    """Makes ``paths`` immutable (``chattr +i``) while the block runs: unlike chmod, that holds for root
-    too (the tests run as root), so the command really cannot write the file or create one beside it."""
-    subprocess.run(["chattr", "+i", *map(str, paths)], check=True)
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", *map(str, paths)], check=True)
 
 
 def test_a_finished_study_on_read_only_media_prints_its_summary(finished, tmp_path, capsys):
