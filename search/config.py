@@ -172,6 +172,14 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
             raise ConfigError(f"cannot read config {path}: {e.strerror}")
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"malformed TOML in {path}: {e}")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"config {path} is not UTF-8 text (byte {e.start}: {e.reason})")
+        for name, spec in user.get("space", {}).items() if isinstance(user.get("space"), dict) else ():
+            searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if isinstance(spec, dict) and k in spec)
+            if isinstance(spec, dict) and "fixed" in spec and searched:
+                raise ConfigError(
+                    f"[space.{name}] sets fixed and {', '.join(searched)}: a fixed setting is not searched, keep one"
+                )
         _merge(data, user, path="")
     for key, value in (overrides or {}).items():
         if value is not None:
@@ -264,6 +272,10 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"seed must be >= 0, got {run.seed}")
     if run.steps < 0:
         raise ConfigError(f"steps must be >= 1 (or 0: as many as the epochs make), got {run.steps}")
+    if run.steps and run.epochs:
+        raise ConfigError(
+            f"steps ({run.steps}) and epochs ({run.epochs}) both set: steps replaces epochs, give one of them"
+        )
     if run.heartbeat_interval < 1:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.workers < 1:

@@ -32,7 +32,7 @@ from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
 from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted, take_pending
 from search.population import PopulationError, check_population
-from search.record import DEVICE, FAIL_REASON, FINISHED, unfinished_baselines
+from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of, unfinished_baselines
 from search.retry import StorageUnreachable, share_outage_warning, with_retry
 from search.runner import Runner, TooManyFailures
 from search.sampling import make_pruner, make_sampler, sampler_seed
@@ -492,15 +492,25 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
         publish=True,
     )
-    missing = _missing_baselines(settings, _read_trials(handle.study, settings))
+    trials = _read_trials(handle.study, settings)
+    missing = _missing_baselines(settings, trials)
     if missing:
-        interval = settings.run.heartbeat_interval
-        _note(
-            f"not done: baseline{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-            f"{'have' if len(missing) > 1 else 'has'} no finished trial yet (RUNNING in a live worker, or in "
-            f"a dead one, whose trial is failed and re-run once its heartbeat is silent for {2 * interval} s); "
-            "run the same command again"
-        )
+        running = {baseline_of(t) for t in trials if t.state == TrialState.RUNNING}
+        queued = [tag for tag in missing if tag not in running]
+        elsewhere = [tag for tag in missing if tag in running]
+        parts = []
+        if queued:
+            parts.append(
+                f"baseline{'s' if len(queued) > 1 else ''} {', '.join(queued)} "
+                f"{'are' if len(queued) > 1 else 'is'} queued and not run yet (this run stopped first: {stats.stop_reason})"
+            )
+        if elsewhere:
+            parts.append(
+                f"baseline{'s' if len(elsewhere) > 1 else ''} {', '.join(elsewhere)} "
+                f"{'are' if len(elsewhere) > 1 else 'is'} RUNNING in another worker (a live one finishes it; a dead "
+                f"one's is failed and re-run once its heartbeat is silent for {2 * settings.run.heartbeat_interval} s)"
+            )
+        _note(f"not done: {'; '.join(parts)}; run the same command again")
         return 1
     return code
 

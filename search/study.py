@@ -86,8 +86,27 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
                     continue  # Another task or seed builds other data and weights: that line says it.
                 diffs.append("the task's data/initial weights differ (another torch build?)")
             else:
-                diffs.append(f"{key}: study has {_short(stored[key])}, this run {_short(wanted[key])}")
+                diffs += _leaf_differences(key, stored[key], wanted[key])
     return diffs
+
+
+_UNSET = object()
+
+
+def _leaf_differences(where: str, stored: Any, wanted: Any) -> list[str]:
+    """``space.growth_interval.low: study has 1, this run 10``: the settings that differ, not two whole tables."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        out = []
+        for key in sorted(set(stored) | set(wanted)):
+            a, b = stored.get(key, _UNSET), wanted.get(key, _UNSET)
+            if a is _UNSET or b is _UNSET or _canon(a) != _canon(b):
+                out += _leaf_differences(f"{where}.{key}", a, b)
+        return out
+
+    def text(value: Any) -> str:
+        return "(unset)" if value is _UNSET else _short(value)
+
+    return [f"{where}: study has {text(stored)}, this run {text(wanted)}"]
 
 
 def _canon(value: Any) -> str:

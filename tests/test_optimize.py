@@ -139,6 +139,15 @@ def test_failing_trials_are_recorded_and_bounded(tmp_path):
     assert [t.user_attrs["baseline"] for t in waiting].count("seed-1") == 1
 
 
+def test_a_timeout_before_the_baselines_ran_says_they_are_queued(tmp_path):
+    proc = run_cli(["--trials", "10", "--timeout", "0.01", "--quiet"], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert line.count("\n") == 0 and "seed-5 are queued and not run yet (this run stopped first: timeout (0.01 s))" in line
+    waiting = [t for t in load(tmp_path).trials if t.state == TrialState.WAITING]
+    assert waiting and all(t.user_attrs.get("baseline") for t in waiting)
+
+
 def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
     args = [
         "--trials",
@@ -330,6 +339,9 @@ BAD_CONFIGS = {
     "range.toml": "[space.init_scale]\nlow = 1e6\nhigh = 1.0\n",
     "backoff.toml": "[space.backoff_factor]\nhigh = 1.5\n",
     "growth.toml": "[space.growth_factor]\nlow = 0.9\n",
+    "fixed.toml": "[space.growth_interval]\nfixed = 2000\nlow = 10\n",
+    "interval.toml": "[space.growth_interval]\nlow = 10\n",
+    "latin1.toml": "[run]\n# caf\xe9\n",  # written as Latin-1 below: not UTF-8
 }
 
 
@@ -341,6 +353,11 @@ BAD_CONFIGS = {
         (["--config", "range.toml"], "must not exceed high"),
         (["--config", "backoff.toml"], "must be in (0, 1)"),
         (["--config", "growth.toml"], "must be > 1"),
+        (["--config", "fixed.toml"], "[space.growth_interval] sets fixed and low: a fixed setting is not searched"),
+        (["--config", "latin1.toml"], "config latin1.toml is not UTF-8 text"),
+        (["--steps", "10", "--epochs", "10"], "steps (10) and epochs (10) both set"),
+        # The setting that differs, not two tables cut at the same place (a newcomer could not tell).
+        (["--config", "interval.toml"], "space.growth_interval.low: study has 1.0, this run 10.0 (use another"),
         (["--config", "missing.toml"], "cannot read config"),
         (["--trials", "-3"], "trials must be >= 0"),
         (["--task", "no-such-task"], "unknown task 'no-such-task'"),
@@ -363,7 +380,7 @@ BAD_CONFIGS = {
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(existing, monkeypatch, capsys, args, message):
     monkeypatch.chdir(existing)
     for name, text in BAD_CONFIGS.items():
-        (existing / name).write_text(text)
+        (existing / name).write_text(text, encoding="latin-1" if name == "latin1.toml" else "utf-8")
     (existing / "not-a-db.txt").write_text("hello")
     before = _snapshot(existing)
     assert main(args + ["--quiet"]) == 2
@@ -498,7 +515,7 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
     # A long interval: the claim is not stale yet, so this run cannot know the worker is dead.
     early = run_cli(["--trials", "8", "--heartbeat-interval", "3600", "--quiet"], tmp_path)
     assert early.returncode == 1, early.stderr
-    assert "not done: baseline seed-3 has no finished trial yet" in early.stderr
+    assert "not done: baseline seed-3 is RUNNING in another worker" in early.stderr
     assert early.stderr.count("\n") == 1 and "Traceback" not in early.stderr
     # Once silent for twice the interval it is failed, queued again and re-run, though 8 trials are finished.
     time.sleep(2.5)
