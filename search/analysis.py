@@ -733,7 +733,10 @@ def recommend(
     depth, nearest = depths[deepest.number]
     neighbours = support(deepest.number)
     default_depth = depths[default.number][0] if default is not None and default.number in good_ids else None
-    keep_default = default_depth is not None and default_depth >= DEFAULT_MARGIN
+    # Deep enough, and judged on the trials around it (as any recommendation), not on itself alone.
+    keep_default = (
+        default_depth is not None and default_depth >= DEFAULT_MARGIN and len(support(default.number)) >= MIN_SUPPORT
+    )
 
     reasons: list[str] = []
     if keep_default:

@@ -227,7 +227,13 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
         why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
         if rec.get("confirmed"):
             why += f"; {rec['confirmed']} on new seeds"
-    return f"({why}{'; ' + ties if ties else ''}; {report} explains)"
+    n = len(rec["neighbours"])
+    weak = (
+        f"; weak: only {n} good trial{'s' if n != 1 else ''} around it, more trials would show how wide the good region is"
+        if n < analysis.MIN_SUPPORT and not (rec["keep_default"] and rec.get("confirmed"))
+        else ""
+    )
+    return f"({why}{weak}{'; ' + ties if ties else ''}; {report} explains)"
 
 
 def _default_status(rec: dict[str, Any]) -> str:

@@ -494,3 +494,16 @@ def test_what_the_safe_ranges_say_of_each_setting_holds_in_the_plain_loop(sum_tr
         assert any(r.idle_in_good for r in ranges.values())
     else:
         assert any(r.holes for r in ranges.values())
+
+
+def test_the_default_alone_is_not_kept_on_its_own_word():
+    """A run stopped after the default's trial: one good trial is not a region, whatever its depth."""
+    trials = _study([{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": -12, "value": 1.7, "failure": "underflow"}])
+    rec = recommend(trials, SPACE)
+    assert not rec.keep_default and rec.neighbours == (0,)
+    assert "Only 1 good trial around any good trial" in rec.text
+    with_support = _study(
+        [{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": 15, "value": 0.4203}, {"exp": 17, "value": 0.4204},
+         {"exp": -12, "value": 1.7, "failure": "underflow"}]
+    )
+    assert recommend(with_support, SPACE).keep_default

@@ -86,3 +86,12 @@ def test_an_overturned_recommendation_says_what_the_search_said_of_the_default()
     line = format_summary(summarize(study, DEFAULTS.space, confirmation=confirmation))
     assert f"trial #{rec.source_trial}, the deepest of 5 good trials" in line
     assert "seed-1 (#0) is not good in the search" in line and "seed-1 (#0) is good" not in line
+
+
+def test_a_recommendation_on_one_good_trial_says_it_is_weak():
+    study = optuna.create_study()
+    _add(study, 0.4203, "cpu", baseline="seed-1")
+    _add(study, 1.7, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
+    text = format_summary(summarize(study, DEFAULTS.space))
+    assert "recommended: torch.amp.GradScaler(" in text and "keep the default" not in text
+    assert "weak: only 1 good trial around it" in text
