@@ -92,8 +92,7 @@ def test_sigterm_while_importing_is_one_line_and_exit_143(tmp_path):
     assert proc.returncode == 143 and proc.stderr.strip().endswith("(SIGTERM); nothing was written")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("sig, workers", [(signal.SIGINT, 1), (signal.SIGTERM, 2)])
 def test_a_signal_between_start_up_and_the_trial_loop_stops_the_run_with_one_line(tmp_path, sig, workers):
     """After main starts and before the trial loop, SIGINT once raised where Python ignored it (a weakref
     callback: the run went on and exited 0) and SIGTERM killed with no word. Now it is recorded and raised
