@@ -27,6 +27,7 @@ __all__ = [
     "held_interrupts",
     "interrupts_as_exceptions",
     "raise_interrupted",
+    "raise_pending",
     "record_interrupts",
     "take_pending",
 ]
@@ -68,6 +69,13 @@ def record_interrupts() -> None:
         signal.signal(s, _record)
 
 
+def raise_pending() -> None:
+    """Raises :class:`Interrupted` for a recorded signal (see :func:`take_pending`); nothing otherwise."""
+    signum = take_pending()
+    if signum is not None:
+        raise Interrupted(signum)
+
+
 def take_pending() -> int | None:
     """The first signal recorded since :func:`record_interrupts` and not yet raised, or None; clears them."""
     signum = _pending[0] if _pending else None
@@ -94,9 +102,7 @@ def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
     on every signal, for a block that leaves nothing half-written when it is cut short
     (``search.confirm`` writes each run finished, in one transaction, after it has trained).
     """
-    pending = take_pending()
-    if pending is not None:  # Came while the command was starting: now is the time to stop.
-        raise Interrupted(pending)
+    raise_pending()  # A signal recorded while the command was starting: now is the time to stop.
     if not first_only:
         with _handling(raise_interrupted):
             yield

@@ -30,7 +30,7 @@ from search.cli import OneLineParser, UsageError, check_output, fail, first_line
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
-from search.interrupts import INTERRUPTS, Interrupted, raise_interrupted, take_pending
+from search.interrupts import Interrupted, record_interrupts, take_pending
 from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of, unfinished_baselines
 from search.retry import StorageUnreachable, share_outage_warning, with_retry
@@ -380,17 +380,18 @@ def _worker(argv: list[str], outage_flag: Any, spec: WorkerSpec) -> int:
     ``outage_flag`` is shared by the parent and every worker, so that an outage they all meet is
     announced once (:func:`search.retry.share_outage_warning`)."""
     share_outage_warning(outage_flag)
-    # Until the trial loop installs its own handlers: a signal while starting up ends the
-    # worker quietly (nothing of its own is in storage yet). Installed for the process's whole
-    # life, not restored: the loop restores this one when it ends, and the worker then exits.
-    for s in INTERRUPTS:
-        signal.signal(s, raise_interrupted)
+    # Until the trial loop installs its own handlers, a signal is recorded, and raised when the
+    # loop starts (nothing of this worker's is in storage yet); a worker with nothing to run
+    # still exits with it. Recorded, not raised at once: a raise can land where Python ignores it.
+    record_interrupts()
     torch.set_num_threads(spec.threads)
     args = build_parser().parse_args(argv)
     args.quiet = True
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return _main(args, argv, worker=spec)
+        code = _main(args, argv, worker=spec)
+        signum = take_pending()
+        return 128 + signum if signum is not None and code == 0 else code
     except Interrupted as e:
         return 128 + e.signum
     finally:

@@ -9,12 +9,15 @@ budget, is raised. Finished trials wait in memory while the database is away, so
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import optuna
 import sqlalchemy.exc
+
+from search.interrupts import raise_pending
 
 __all__ = ["DEFAULT_BUDGET_S", "StorageUnreachable", "is_transient", "share_outage_warning", "with_retry"]
 
@@ -104,13 +107,27 @@ def _transient_itself(error: BaseException) -> bool:
     return True
 
 
+def _sleep_unless_interrupted(seconds: float) -> None:
+    """Sleeps, but a SIGINT/SIGTERM that was only recorded (a command before its trial loop, see
+    :func:`search.interrupts.record_interrupts`) ends the wait within 0.1 s instead of after it."""
+    end = time.monotonic() + seconds
+    main = threading.current_thread() is threading.main_thread()  # Signals are the main thread's.
+    while True:
+        if main:
+            raise_pending()
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.1))
+
+
 def with_retry(
     call: Callable[[], T],
     *,
     what: str,
     budget: float = DEFAULT_BUDGET_S,
     retrying: Callable[[], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], None] = _sleep_unless_interrupted,
 ) -> T:
     """Runs ``call()``, retrying transient storage errors with backoff (0.25 s doubling to 8 s).
 

@@ -241,3 +241,31 @@ def test_the_warning_gives_the_drivers_words_not_a_follow_ups(warnings_logged):
     with_retry(call, what="reading trials", budget=60, sleep=lambda s: None)
     records = warnings_logged
     assert len(records) == 1 and "Connection refused" in records[0] and "rolled back" not in records[0], records
+
+
+def test_a_recorded_interrupt_ends_the_wait_for_the_storage():
+    """Before its trial loop a command only records SIGINT/SIGTERM (search.startup): a wait of up to
+    --storage-retry for a database that is down must still end at once, not after minutes."""
+    import os
+    import signal
+    import threading
+
+    from search.interrupts import Interrupted, record_interrupts, take_pending
+
+    error = connection_error()
+
+    def down():
+        raise error
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        record_interrupts()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        begin = time.monotonic()
+        with pytest.raises(Interrupted) as raised:
+            with_retry(down, what="reading trials", budget=60)
+        assert raised.value.signum == signal.SIGTERM and time.monotonic() - begin < 2.0
+        assert take_pending() is None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
