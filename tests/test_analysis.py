@@ -414,7 +414,7 @@ def test_format_value():
 
 @pytest.fixture(scope="module")
 def sum_trials() -> list[optuna.trial.FrozenTrial]:
-    """deep-mlp-sum (the default is not the best there), the seed's baselines and 20 random settings,
+    """deep-mlp-sum (the default is not the best there), the seed's baselines and 12 random settings,
     recorded as the service records trials."""
     import torch
 
@@ -425,7 +425,7 @@ def sum_trials() -> list[optuna.trial.FrozenTrial]:
     problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
     dists = distributions(SPACE)
     sampler = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
-    points = [params for _, params in baseline_trials(SPACE)[0]] + [sampler.ask(dists).params for _ in range(20)]
+    points = [params for _, params in baseline_trials(SPACE)[0]] + [sampler.ask(dists).params for _ in range(12)]
     store = optuna.create_study()
     for params in points:
         out = run_trial(problem, scaler_config(params, SPACE), epochs=problem.epochs, amp_dtype=torch.float16,

@@ -435,7 +435,7 @@ def test_confirm_trains_the_study_steps_and_says_so(tmp_path):
     from plain_loop import plain_run
 
     task = "deep-mlp-sum"
-    made = run_cli(["--task", task, "--steps", "23", "--trials", "6", "--quiet"], tmp_path)
+    made = run_cli(["--task", task, "--steps", "23", "--trials", "5", "--quiet"], tmp_path)
     assert made.returncode == 0, made.stderr
     proc = run_confirm(["--study-name", task, "--top", "1", "--seeds", "2", "--no-corners"], tmp_path)
     assert proc.returncode == 0, proc.stderr
