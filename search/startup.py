@@ -7,8 +7,10 @@ command can catch it, and Python prints a 20-line traceback. So the package call
 before its first heavy import: in one of the five commands' processes (and only there: a script
 that imports ``search`` as a library keeps its own handlers), SIGINT and SIGTERM print
 ``search.X: interrupted while starting (SIGINT); nothing was written`` and exit with 128 + signum
-(130, 143), like every other interrupt. The command's ``main`` calls :func:`started` first thing,
-which puts the previous handlers back, so from then on the command handles interrupts its own way.
+(130, 143), like every other interrupt. The command's ``main`` calls :func:`started` first thing:
+from then on a signal is recorded (:func:`search.interrupts.record_interrupts`) and the command
+raises it where it can stop cleanly, until its own handlers take over. A ``--workers`` process
+(:mod:`search.workers` marks its spawn environment) is guarded too, and ends quietly.
 
 Nothing is written before ``main`` runs, so the handler ends the process with :func:`os._exit`:
 there is nothing to save, and unwinding a half-finished ``import torch`` could only add noise.
