@@ -190,7 +190,7 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> list[str]:
                 continue  # Not a study of this service (or a search.confirm sibling).
             try:
                 trials = study.get_trials(deepcopy=False)  # Read once for both.
-                report = publish(study, trials)
+                report = publish(study, trials, storage_url=url)
                 pictures = publish_pictures(study, artifact_dir, trials)
             except Exception as e:  # The study is fine; only its figures are not refreshed.
                 print(f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}", file=sys.stderr)

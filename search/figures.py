@@ -44,7 +44,10 @@ def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | N
     """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None."""
     loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
     scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
-    init_scale = scaler_config(trial.params, space).init_scale if trial.params else math.nan
+    try:  # Every setting fixed: no params, and the space still knows init_scale.
+        init_scale = scaler_config(trial.params, space).init_scale
+    except KeyError:  # A searched setting this trial never got (it failed before suggesting).
+        init_scale = math.nan
     return loss, scale, skipped_steps_of(scale, init_scale)
 
 

@@ -33,9 +33,11 @@ from optuna_dashboard._custom_plot_data import SYSTEM_ATTR_PLOT_DATA, split_plot
 from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
 
 from search.config import SpaceConfig
+from search.confirmations import summarize_confirmation
 from search.figures import curves_figure, trial_curves
 from search.record import BASELINE, baseline_of, showcase
 from search.space import format_scale
+from search.storage import mask_url
 from search.study import settings_of
 from search.summary import format_summary, summarize
 from search.trial_writer import TrialWriter
@@ -225,7 +227,10 @@ def _explorer_parts(trials: list[FrozenTrial], space: SpaceConfig) -> tuple[go.F
 
 
 def publish(
-    study: optuna.Study, trials: list[FrozenTrial] | None = None, summary: dict[str, Any] | None = None
+    study: optuna.Study,
+    trials: list[FrozenTrial] | None = None,
+    summary: dict[str, Any] | None = None,
+    storage_url: str | None = None,
 ) -> PublishReport:
     """Writes the figures and notes described in the module docstring to ``study``.
 
@@ -235,7 +240,9 @@ def publish(
         study: The study.
         trials: Its trials, when the caller has read them already (read here otherwise).
         summary: :func:`search.summary.summarize` of the study, for the study note (computed here
-            otherwise).
+            otherwise, with its confirmation runs, as search.optimize's summary is).
+        storage_url: The storage's URL, for the commands the study note gives (password masked);
+            only used when ``summary`` is computed here.
     """
     space = settings_of(study).space
     trials = study.get_trials(deepcopy=False) if trials is None else trials
@@ -259,7 +266,11 @@ def publish(
     ours = system_attrs.get(OUR_NOTE_VERSION)
     wrote_study_note = False
     if named and (version == 0 or version == ours):
-        data = summary if summary is not None else summarize(study, space, trials=trials)
+        data = summary
+        if data is None:
+            data = summarize(study, space, summarize_confirmation(study._storage, study.study_name), trials)
+            if storage_url is not None:
+                data["storage"] = mask_url(storage_url)
         writes.update(_note_attrs(None, version + 1, _study_note(data), system_attrs))
         writes[OUR_NOTE_VERSION] = version + 1
         wrote_study_note = True

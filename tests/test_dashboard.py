@@ -17,7 +17,7 @@ from optuna_dashboard import get_note, save_note
 from search import publishing
 from search.storage import open_storage
 
-from conftest import cli_env, real_study
+from conftest import cli_env, real_study, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -326,3 +326,25 @@ def test_a_study_on_read_only_media_is_served_but_not_published(study_dir, tmp_p
         f"search.dashboard: error: sqlite:///{db} is read-only: nothing can be published to it"
     ]
     assert _files(tmp_path) == before
+
+
+def test_the_study_note_is_the_summary_search_optimize_prints_confirmation_included(study_dir, tmp_path):
+    """search.dashboard once wrote the note without the confirmation runs (stale 'not checked yet') and
+    without --storage in its commands (they would have read ./study.db)."""
+    import shutil
+
+    from optuna_dashboard import get_note
+
+    from search.dashboard import main
+
+    shutil.copy(study_dir / "study.db", tmp_path / "other.db")
+    url = f"sqlite:///{tmp_path / 'other.db'}"
+    confirm = run_cli(["--storage", url, "--top", "1", "--seeds", "2", "--quiet"], tmp_path, module="search.confirm")
+    assert confirm.returncode == 0, confirm.stderr
+    assert main(["--storage", url, "--publish-only"]) == 0
+    printed = run_cli(["--storage", url, "--trials", "12"], tmp_path)
+    assert printed.returncode == 0, printed.stderr
+    summary = printed.stdout.split("\n", 1)[1].rstrip("\n")  # After the headline: format_summary's text.
+    note = get_note(optuna.load_study(storage=url, study_name="seed-mlp"))
+    assert summary in note, (summary, note)
+    assert f"--storage {url}" in note and "not checked yet" not in note
