@@ -489,8 +489,9 @@ def _run(opened: _Opened, device: torch.device, args: argparse.Namespace, worker
         handle.study,
         settings,
         args,
-        f"this run: {stats.completed} complete, "
-        f"{stats.pruned} pruned, {stats.failed} failed in {stats.seconds:.1f} s ({stats.stop_reason})",
+        f"this run: {stats.completed} complete, {stats.pruned} pruned, {stats.failed} failed"
+        + _stale_text(stats.stale_failed)
+        + f" in {stats.seconds:.1f} s ({stats.stop_reason})",
         publish=True,
     )
     trials = _read_trials(handle.study, settings)
@@ -574,7 +575,6 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     )
     for note in handle.notes:
         _note(f"note: {note}")
-    failed_before = sum(t.state == TrialState.FAIL for t in existing)
     devices = ", ".join(sorted({spec.device for spec in opened.specs}))
     bar = tqdm(
         total=settings.run.trials,
@@ -608,10 +608,12 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
         raise StorageUnreachable("a worker gave up on the storage")  # _main prints the one line.
     trials = _read_trials(handle.study, settings)
     finished = sum(t.state in FINISHED for t in trials)
-    failed = sum(t.state == TrialState.FAIL for t in trials) - failed_before
+    before = {t.number for t in existing if t.state == TrialState.FAIL}
+    new_fails = [t for t in trials if t.state == TrialState.FAIL and t.number not in before]
+    stale = sum(FAIL_REASON not in t.user_attrs for t in new_fails)  # Optuna fails stale trials without one.
     headline = (
         f"this run: {len(opened.specs)} workers on {devices}, {finished - done} finished, "
-        f"{failed} failed in {seconds:.1f} s"
+        f"{len(new_fails) - stale} failed{_stale_text(stale)} in {seconds:.1f} s"
     )
     if result.signum is not None:
         # Read back, not assumed: a worker's trial can finish before the signal reaches it.
@@ -644,6 +646,13 @@ def _run_workers(opened: _Opened, args: argparse.Namespace, argv: list[str]) -> 
     if reached:
         return 0
     return 1 if abnormal else 0
+
+
+def _stale_text(n: int) -> str:
+    """The trials of stopped workers that this run failed (and Optuna queued again), if any."""
+    if not n:
+        return ""
+    return f", {n} trial{'s' if n > 1 else ''} of a stopped worker failed and queued again"
 
 
 def _read_trials(study: optuna.Study, settings: Settings) -> list[optuna.trial.FrozenTrial]:

@@ -75,6 +75,7 @@ class RunStats:
     pruned: int = 0
     failed: int = 0
     fail_reasons: list[str] = field(default_factory=list)
+    stale_failed: int = 0  # RUNNING trials of stopped workers this run failed (Optuna queues them again).
     seconds: float = 0.0
     stop_reason: str = ""
     # After an interrupt: what became of the trial in flight, read back from storage (a trial can
@@ -214,9 +215,16 @@ class Runner:
         if self._last_stale_check is not None and now - self._last_stale_check < interval:
             return
         self._last_stale_check = now
+        def stale_fails() -> set[int]:
+            # Optuna fails a stale trial without a fail_reason; every trial we fail has one.
+            trials = self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            return {t.number for t in trials if FAIL_REASON not in t.user_attrs}
+
+        before = self._storage_call(stale_fails, "reading failed trials")
         with warnings.catch_warnings():  # "Experimental" since Optuna 2.9.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             self._storage_call(lambda: optuna.storages.fail_stale_trials(self.study), "failing stale trials")
+        self.stats.stale_failed += len(self._storage_call(stale_fails, "reading failed trials") - before)
 
     def _storage_call(self, call: Callable[[], Any], what: str) -> Any:
         return with_retry(call, what=what, budget=self.settings.run.storage_retry)

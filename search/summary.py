@@ -83,7 +83,7 @@ def summarize(
         if rec is not None:
             data = rec.to_dict()
             data["n_good"] = len(analysis.good_trials(group))
-            data["best_ties"] = len(analysis.good_trials(group, analysis.DEFAULT_TIE_TOLERANCE)) - 1
+            data["best_ties"] = max(0, len(analysis.good_trials(group, analysis.DEFAULT_TIE_TOLERANCE)) - 1)
             recommended[kind] = data
 
     baselines = {}
@@ -160,7 +160,8 @@ def format_summary(data: dict[str, Any]) -> str:
     lines.append("")
     for kind, rec in data.get("recommended", {}).items():
         where = "" if len(data["best"]) == 1 else f" on {kind}"
-        lines.append(f"  {'keep the default' if rec['keep_default'] else 'recommended'}{where}: {rec['code']}")
+        label = "keep the default" if rec["keep_default"] else "recommended" if rec["n_good"] else "no safe setting; best found"
+        lines.append(f"  {label}{where}: {rec['code']}")
         lines.append("    " + _recommendation_reason(rec, data["best"][kind], _command("report", data)))
         together = _together_line(rec, _command("confirm", data))
         if together:
@@ -215,6 +216,11 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
     depth = rec["depth"]
     margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
     ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
+    if not rec["n_good"]:  # The best trial itself failed: nothing here is safe to use.
+        return (
+            f"(the best trial, #{rec['source_trial']}, failed ({best.get('failure') or '-'}), so no trial counts as good: "
+            f"this is only the lowest objective found, not a safe setting; {report} explains)"
+        )
     if rec["keep_default"] and rec.get("confirmed"):
         # Confirmation turned the answer to the default: source_trial is the trial it tested.
         why = (

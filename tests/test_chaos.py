@@ -189,6 +189,8 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     assert BASELINE not in failed.user_attrs and failed.datetime_start.timestamp() < signal_time
     (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == failed.number]
     assert retry.state == TrialState.COMPLETE and retry.params == failed.params
+    # The headline counts it as the storage does, apart from the trials that failed themselves.
+    assert "0 failed, 1 trial of a stopped worker failed and queued again in" in out.splitlines()[0], out
 
     resume = run_cli(["--trials", str(n + 6), *args], tmp_path)
     assert resume.returncode == 0, resume.stderr

@@ -466,6 +466,8 @@ def test_killed_worker_trial_is_failed_and_retried(tmp_path):
     assert len(retried) == 1 and retried[0].params == stale[0].params
     # The summary says why it failed (issue 15: it said "1x unknown").
     assert "failed trials (not counted): 1x worker stopped (no heartbeat)" in resumed.stdout
+    # This run failed it, as the storage shows: the headline says so (it said "0 failed" alone).
+    assert "0 failed, 1 trial of a stopped worker failed and queued again in" in resumed.stdout.splitlines()[0]
 
 
 @pytest.mark.parametrize("old", [None, 1])

@@ -95,3 +95,14 @@ def test_a_recommendation_on_one_good_trial_says_it_is_weak():
     text = format_summary(summarize(study, DEFAULTS.space))
     assert "recommended: torch.amp.GradScaler(" in text and "keep the default" not in text
     assert "weak: only 1 good trial around it" in text
+
+
+def test_a_study_whose_best_trial_failed_recommends_nothing_as_safe():
+    """It printed "the deepest of 0 good trials ... ties with -1 other trials"."""
+    study = optuna.create_study()
+    _add(study, 1.70, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
+    _add(study, 1.90, "cpu", init_scale=2.0**-15.5, failure="underflow", learned=False)
+    text = format_summary(summarize(study, DEFAULTS.space))
+    assert "no safe setting; best found: torch.amp.GradScaler(" in text
+    assert "(the best trial, #0, failed (underflow), so no trial counts as good: this is only the lowest" in text
+    assert "ties with -1" not in text and "0 good trials" not in text
