@@ -62,7 +62,9 @@ def _panel(
         return parts
     ys = [math.log2(v) if log else v for _, v in finite]
     low, high = min(ys), max(ys)
-    if high - low < 1e-12:
+    labelled = [(high, 4), (low, 0)]
+    if high - low < 1e-12:  # A constant: drawn mid-panel, labelled with its own value, not the padding.
+        labelled = [(low, 4)]
         low, high = low - 1, high + 1
     span_x = max(1, steps - 1)
 
@@ -76,7 +78,7 @@ def _panel(
     for i in skipped:
         parts.append(f'<line x1="{x_of(i):.1f}" y1="{top}" x2="{x_of(i):.1f}" y2="{top + 6}" stroke="#d62728"/>')
     label = (lambda y: f"2^{y:.1f}") if log else (lambda y: f"{y:.4g}")
-    for y, dy in ((high, 4), (low, 0)):
+    for y, dy in labelled:
         parts.append(
             f'<text x="{_LEFT - 4}" y="{y_of(y) + dy:.0f}" font-size="11" text-anchor="end">{label(y)}</text>'
         )
