@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import struct
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,7 +49,7 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.config import ParamRange, SpaceConfig
-from search.record import FAILURE, SCALE_CURVE, default_trial, device_kind
+from search.record import FAILURE, SCALE_CURVE, default_trial, device_kind, scale_moves
 from search.space import PARAM_NAMES, SEED_BASELINES, format_scale, scaler_config
 from search.trainer import ScalerConfig
 
@@ -447,20 +446,12 @@ def idle_settings(
     curve = trial.user_attrs.get(SCALE_CURVE)
     if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
         return frozenset()
-    try:  # GradScaler keeps the scale in float32.
-        previous = struct.unpack("f", struct.pack("f", values["init_scale"]))[0]
-    except OverflowError:
-        return frozenset()
-    grew, skipped, stretch, longest = False, False, 0, 0
-    for scale in curve:
-        if scale > previous:
-            grew = True
-        elif scale < previous:
-            skipped, stretch = True, 0
-        else:
-            stretch += 1
-            longest = max(longest, stretch)
-        previous = scale
+    moves = scale_moves(curve, values["init_scale"])
+    grew, skipped = 1 in moves, -1 in moves
+    longest = stretch = 0  # The longest run of steps that neither skipped nor grew.
+    for move in moves:
+        stretch = stretch + 1 if move == 0 else 0
+        longest = max(longest, stretch)
     idle = set()
     if not grew:
         idle.add("growth_factor")

@@ -174,9 +174,10 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
             raise ConfigError(f"malformed TOML in {path}: {e}")
         except UnicodeDecodeError as e:
             raise ConfigError(f"config {path} is not UTF-8 text (byte {e.start}: {e.reason})")
-        for name, spec in user.get("space", {}).items() if isinstance(user.get("space"), dict) else ():
-            searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if isinstance(spec, dict) and k in spec)
-            if isinstance(spec, dict) and "fixed" in spec and searched:
+        space = user.get("space")
+        for name, spec in space.items() if isinstance(space, dict) else ():
+            searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if k in spec) if isinstance(spec, dict) else []
+            if searched and "fixed" in spec:
                 raise ConfigError(
                     f"[space.{name}] sets fixed and {', '.join(searched)}: a fixed setting is not searched, keep one"
                 )

@@ -83,7 +83,7 @@ from search.confirmations import (
     config_key as _config_key,
 )
 from search.devices import device_label, resolve_device
-from search.interrupts import Interrupted, interrupts_as_exceptions, take_pending
+from search.interrupts import Interrupted, interrupts_as_exceptions, raise_pending
 from search.objective import TrialOutcome, run_trial
 from search.record import (
     CHECK,
@@ -438,9 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
         try:
             code = _run(plan, args)
-            signum = take_pending()  # Recorded outside the training (search.startup): not a success.
-            if signum is not None and code == 0:
-                raise Interrupted(signum)
+            if code == 0:
+                raise_pending()  # Recorded outside the training (search.startup): not a success.
             return code
         except Interrupted as e:
             _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")

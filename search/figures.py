@@ -10,13 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
 from search.config import SpaceConfig
-from search.record import LOSS_CURVE, SCALE_CURVE
+from search.record import LOSS_CURVE, SCALE_CURVE, scale_moves
 from search.space import scaler_config
 
 __all__ = ["curves_figure", "skipped_steps_of", "trial_curves"]
@@ -26,18 +25,9 @@ COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e
 
 
 def skipped_steps_of(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
-    """Steps (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``.
-
-    GradScaler keeps its scale in float32, so the first step is compared with ``init_scale`` rounded
-    to float32 (a float64 init_scale that rounds down would otherwise look like a backoff).
-    """
-    skipped = []
-    before = float(np.float32(init_scale))
-    for step, after in enumerate(scale_curve):
-        if after is None or before is None or after < before:
-            skipped.append(step)
-        before = after
-    return skipped
+    """Steps (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``
+    (:func:`search.record.scale_moves`)."""
+    return [step for step, move in enumerate(scale_moves(scale_curve, init_scale)) if move < 0]
 
 
 def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:

@@ -30,7 +30,7 @@ from search.cli import OneLineParser, UsageError, check_output, fail, first_line
 from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
 from search.confirmations import summarize_confirmation
 from search.devices import device_label, process_token, resolve_device
-from search.interrupts import Interrupted, record_interrupts, take_pending
+from search.interrupts import Interrupted, raise_pending, record_interrupts
 from search.population import PopulationError, check_population
 from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of, unfinished_baselines
 from search.retry import StorageUnreachable, share_outage_warning, with_retry
@@ -228,9 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         code = _main(args, argv)
-        signum = take_pending()  # A signal recorded outside the trial loop (start-up, summary).
-        if signum is not None and code == 0:
-            raise Interrupted(signum)
+        if code == 0:
+            raise_pending()  # A signal recorded outside the trial loop (start-up, summary): not a success.
         return code
     except (KeyboardInterrupt, Interrupted) as e:  # Outside the trial loop: no trial in flight.
         signum = getattr(e, "signum", signal.SIGINT)
@@ -390,8 +389,9 @@ def _worker(argv: list[str], outage_flag: Any, spec: WorkerSpec) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         code = _main(args, argv, worker=spec)
-        signum = take_pending()
-        return 128 + signum if signum is not None and code == 0 else code
+        if code == 0:
+            raise_pending()
+        return code
     except Interrupted as e:
         return 128 + e.signum
     finally:

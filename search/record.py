@@ -26,9 +26,10 @@ replaced. The names and values here are stored in users' studies: changing one b
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from optuna.trial import FrozenTrial, TrialState
 
 __all__ = [
@@ -61,6 +62,7 @@ __all__ = [
     "unfinished_baselines",
     "device_kind",
     "failure_of",
+    "scale_moves",
     "showcase",
 ]
 
@@ -130,6 +132,24 @@ def unfinished_baselines(trials: Iterable[FrozenTrial], tags: Iterable[str]) -> 
     """The baselines among ``tags`` with no finished (COMPLETE or PRUNED) trial yet, in order."""
     finished = {baseline_of(t) for t in trials if t.state in FINISHED}
     return [tag for tag in tags if tag not in finished]
+
+
+def scale_moves(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
+    """Per optimizer step, how GradScaler's ``update()`` moved the stored scale: -1 it backed off (the
+    step was skipped; a missing value counts so), +1 it grew, 0 neither.
+
+    GradScaler keeps its scale in float32, so the first step is compared with ``init_scale`` rounded
+    to float32 (a float64 init_scale that rounds down would otherwise look like a backoff).
+    """
+    moves = []
+    before: float | None = float(np.float32(init_scale))
+    for after in scale_curve:
+        if after is None or before is None or after < before:
+            moves.append(-1)
+        else:
+            moves.append(1 if after > before else 0)
+        before = after
+    return moves
 
 
 def failure_of(trial: FrozenTrial) -> str:
