@@ -47,7 +47,7 @@ from bench.p4_search import (
 )
 from bench.p5_population import population_throughput
 from bench.scaling import per_trial_vs_steps, per_trial_vs_study_size
-from search.workers import threads_per_process
+from search.study import threads_per_process
 
 PARTS = ("P1", "P2", "P3", "P4", "P5", "S")
 
@@ -88,7 +88,7 @@ def main() -> None:
             setattr(args, name, os.path.abspath(getattr(args, name)))
     parts = {p.strip().upper() for p in args.only.split(",")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # As the service trains (search.workers.threads_per_process): one thread unless OMP_NUM_THREADS says.
+    # As the service trains (search.study._workers.threads_per_process): one thread unless OMP_NUM_THREADS says.
     torch.set_num_threads(threads_per_process())
     print(
         f"torch {torch.__version__}, optuna {optuna.__version__}, {os.cpu_count()} CPUs, "
@@ -178,7 +178,7 @@ def p2(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     ratio, o, s = trainer_ratio(torch.device(args.device), args.repeats)
     print(f"\nP2 train time per trial on {args.device} (seed task, 30 epochs, median of {args.repeats}):")
     print(f"  seed loop, device-correct              {s * 1000:8.1f} ms   1.00x")
-    print(f"  search.trainer.train                   {o * 1000:8.1f} ms   {ratio:.2f}x")
+    print(f"  search.training._trainer.train                   {o * 1000:8.1f} ms   {ratio:.2f}x")
     return [("P2 our trainer / the seed's loop", f"{ratio:.2f}x", "target <= 1.0x")]
 
 

@@ -86,7 +86,7 @@ $py - <<'PY' || status=1
 # no longer reads found_inf on the host every step (torch's _step_supports_amp_scaling).
 import dataclasses, statistics, time, torch
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig, train
+from search.training._trainer import ScalerConfig, train
 device = torch.device("cuda")
 problem = build(42).to(device)
 fused = dataclasses.replace(problem, make_optimizer=lambda p: torch.optim.SGD(p, lr=0.1, fused=True))

@@ -16,12 +16,9 @@ import optuna
 import torch
 from optuna.trial import FrozenTrial
 
-from search.config import DEFAULTS, with_run
-from search.runner import Runner
-from search.sampling import make_sampler
-from search.space import suggest
+from search.core import DEFAULTS, suggest, with_run
 from search.storage import enable_wal, open_storage
-from search.study import prepare_study
+from search.study import Runner, make_sampler, prepare_study
 from search.tasks.seed_mlp import build
 
 
@@ -43,7 +40,7 @@ def plain_optuna_per_trial(storage: str | None, n_trials: int) -> float:
 def plain_same_values_per_trial(storage: str | None, n_trials: int, template: FrozenTrial, curve: bool) -> float:
     """Seconds per trial of plain Optuna storing what the service stores for ``template``.
 
-    The same search space (``search.space.distributions`` of the defaults: 3 floats and the integer
+    The same search space (``search.core._space.distributions`` of the defaults: 3 floats and the integer
     growth_interval), the same user attrs set one by one, and with ``curve`` the same loss curve
     reported as intermediate values (one ``trial.report`` per epoch, as plain Optuna code does it).
     """
@@ -153,7 +150,8 @@ PLAIN_USER_SCRIPT = '''
 """Plain Optuna as a user would write it: the seed task trained for real, 3 params + 9 attrs, SQLite."""
 import sys, time, optuna, torch
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig, train
+from search.core import ScalerConfig
+from search.training import train
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 problem = build(42)
 study = optuna.create_study(storage="sqlite:///plain-user.db", study_name="plain", load_if_exists=True)

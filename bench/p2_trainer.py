@@ -12,8 +12,9 @@ import time
 
 import torch
 
+from search.core import ScalerConfig
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig, train
+from search.training import train
 
 
 def seed_loop(

@@ -28,11 +28,8 @@ from dataclasses import dataclass
 import optuna
 import torch
 
-from search.config import DEFAULTS, with_run
-from search.record import DEFAULT_BASELINE, TRAIN_SECONDS, baseline_of
-from search.runner import Runner
-from search.sampling import make_sampler
-from search.study import prepare_study
+from search.core import DEFAULT_BASELINE, DEFAULTS, TRAIN_SECONDS, baseline_of, with_run
+from search.study import Runner, make_sampler, prepare_study
 from search.tasks import build_problem, resolve_task
 
 SAMPLERS = ("random", "tpe", "gp", "cmaes")

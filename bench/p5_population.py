@@ -1,7 +1,7 @@
 """P5: trials per second of population mode (K members in one process) against ordinary trials.
 
-Same task, same device, one run: ``search.trainer.train`` one setting after another, then
-``search.population.train_population`` with K = 64 and K = 256 settings at once. Both sides do a
+Same task, same device, one run: ``search.training._trainer.train`` one setting after another, then
+``search.training._population.train_population`` with K = 64 and K = 256 settings at once. Both sides do a
 trial's whole measurement (training, the fp32 loss of the final weights, the evaluation); the fp32
 zero-fraction reference and the initial evaluation, computed once per problem on both sides, are
 warmed up before the clocks start. The settings are sampled like a search samples them (init_scale
@@ -23,10 +23,10 @@ import time
 import numpy as np
 import torch
 
-from search.population import train_population
+from search.core import ScalerConfig
+from search.study import threads_per_process
 from search.tasks import build_problem, resolve_task
-from search.trainer import ScalerConfig, train
-from search.workers import threads_per_process
+from search.training import train, train_population
 
 __all__ = ["main", "population_throughput", "sampled_configs"]
 

@@ -1,79 +1,44 @@
 """Hyperparameter search for mixed-precision (AMP) loss scaling.
 
-The commands are ``python -m search.optimize`` (the search), ``search.transfer`` (move a study),
-``search.dashboard`` (optuna-dashboard with curves), ``search.report`` and ``search.confirm``; this
-package's public API lets a script run the same pieces: build a task's :class:`Problem`, train it
-with a :class:`ScalerConfig` (or K of them at once with :func:`train_population`), judge the run, evaluate it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it with
-:func:`transfer_study` and publish its figures with :func:`publish`.
+The commands are ``python -m search.optimize`` (the search), ``search.confirm`` (the answer tested on
+new seeds), ``search.report`` (one HTML page), ``search.dashboard`` (optuna-dashboard with curves) and
+``search.transfer`` (move a study). They are thin layers over the library's subpackages, grouped by
+job (docs/internals.md draws them):
+
+* :mod:`search.core`: settings, the search space, the trial record, devices, signals;
+* :mod:`search.tasks`: the built-in tasks and the :class:`Problem` interface a task of your own implements;
+* :mod:`search.training`: one AMP training run and its judgement, knowing nothing of Optuna;
+* :mod:`search.storage`: storage URLs, trial writes, retries, heartbeats;
+* :mod:`search.study`: creating and resuming a study, the trial loop, samplers, worker processes;
+* :mod:`search.results`: safe ranges, the recommendation, confirmation, the summary;
+* :mod:`search.publishing`: figures, dashboard notes, trial pictures, the HTML report;
+* :mod:`search.cli`: the command skeleton.
+
+This package's API lets a script run the same pieces: build a task's :class:`Problem`, train it with
+a :class:`ScalerConfig` (or K of them at once with :func:`train_population`), judge the run, evaluate
+it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it
+with :func:`transfer_study` and publish its figures with :func:`publish`. Every name is imported on
+first use, so ``import search`` imports neither torch nor Optuna.
 """
 
 # First, before torch and optuna import: a Ctrl-C while a command starts ends it with one line.
-from search import startup
+from search.cli import _startup
 
-startup.guard()
+_startup.guard()
 
-from search.analysis import Recommendation, recommend
-from search.config import DEFAULTS, ConfigError, PenaltyConfig, Settings, load_settings
-from search.evaluation import Evaluation, evaluate
-from search.figures import curves_figure
-from search.penalty import Assessment, assess
-from search.population import PopulationError, train_population
-from search.runner import Runner
-from search.space import SEED_BASELINES
-from search.storage import mask_url, open_storage
-from search.study import prepare_study
-from search.summary import format_summary, summarize
-from search.tasks import Problem, resolve_task
-from search.trainer import ScalerConfig, TrainResult, batch_plan, train
-from search.workers import plan_workers
+from search._exports import lazy_exports  # noqa: E402
 
-# Imported on first use: search.transfer is a command (importing it here would make ``python -m``
-# warn that it was imported before it ran), and publishing pulls in plotly and optuna-dashboard.
-_LAZY = {
-    "publish": "search.publishing",
-    "TransferReport": "search.transfer",
-    "transfer_study": "search.transfer",
-}
-
-
-def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'search' has no attribute {name!r}")
-
-
-__all__ = [
-    "Assessment",
-    "ConfigError",
-    "DEFAULTS",
-    "Evaluation",
-    "PenaltyConfig",
-    "PopulationError",
-    "Problem",
-    "Recommendation",
-    "Runner",
-    "SEED_BASELINES",
-    "ScalerConfig",
-    "Settings",
-    "TrainResult",
-    "TransferReport",
-    "assess",
-    "batch_plan",
-    "curves_figure",
-    "evaluate",
-    "format_summary",
-    "load_settings",
-    "mask_url",
-    "open_storage",
-    "plan_workers",
-    "prepare_study",
-    "publish",
-    "recommend",
-    "resolve_task",
-    "summarize",
-    "train",
-    "train_population",
-    "transfer_study",
-]
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "core": ("DEFAULTS", "SEED_BASELINES", "ConfigError", "PenaltyConfig", "ScalerConfig", "Settings", "load_settings"),
+        "tasks": ("Problem", "resolve_task"),
+        "training": ("Assessment", "Evaluation", "PopulationError", "TrainResult", "assess", "batch_plan", "evaluate",
+                     "train", "train_population"),
+        "storage": ("mask_url", "open_storage"),
+        "study": ("Runner", "plan_workers", "prepare_study"),
+        "results": ("Recommendation", "format_summary", "recommend", "summarize"),
+        "publishing": ("curves_figure", "publish"),
+        "transfer": ("TransferReport", "transfer_study"),
+    },
+)

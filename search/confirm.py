@@ -7,11 +7,11 @@ default GradScaler settings (the ``seed-1`` baseline, in the study's space: a fi
 its fixed value) on K new seeds: seed ``s`` in ``study_seed + 1 ... study_seed + K`` builds the
 study's task with new data and new initial weights. Every configuration is trained on every seed
 with the study's recorded epochs, autocast dtype and penalty, through
-:func:`search.objective.run_trial`, so each value is the search's own objective. All
+:func:`search.training._objective.run_trial`, so each value is the search's own objective. All
 configurations on one seed share that seed's data and weights (common random numbers), so the
 comparison with the default is paired by seed: a two-sided paired t-test (``scipy.stats.ttest_rel``,
 alpha 0.05), so a default that is significantly better is said so too. Besides the top-k, the
-search's recommendation (:func:`search.analysis.recommend`) is run when it is not the default
+search's recommendation (:func:`search.results._analysis.recommend`) is run when it is not the default
 itself; ``search.report`` then lets these runs decide the recommendation.
 
 The runs are stored apart from the search, in a sibling study ``<study>.confirm`` of the same
@@ -24,9 +24,9 @@ device kind of its runs) and ``configs``; ``seeds`` and ``configs`` are those of
 confirmation, which is what :func:`summarize_confirmation` reports. A (configuration, seed) pair
 already stored is never run again, so an interrupted confirmation resumes and a larger
 ``--top``/``--seeds`` adds only what is missing; each run is written finished, with its curve, in
-one transaction (:class:`search.trial_writer.TrialWriter`), so nothing is ever left RUNNING.
+one transaction (:class:`search.storage._trial_writer.TrialWriter`), so nothing is ever left RUNNING.
 
-Then the corners of the ranges that may be safe together (:func:`search.analysis.check_boxes`)
+Then the corners of the ranges that may be safe together (:func:`search.results._analysis.check_boxes`)
 are trained on the search's own data, box by box until one has no failing corner, and stored in
 the same sibling study with user attrs ``check`` = ``"corner"`` and ``point`` (``--no-corners``
 skips them).
@@ -55,19 +55,33 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.trial import FrozenTrial, TrialState
 from tqdm import tqdm
 
-from search import analysis, startup
-from search.cli import (
-    OneLineParser,
+from search.cli import OneLineParser, check_output, fail, percent, prog_name
+from search.cli import _startup as startup
+from search.core import (
+    CHECK,
+    CONFIG,
+    CORNER,
+    DATA_SEED,
+    DEFAULT_BASELINE,
+    FAILURE,
+    NONFINITE,
+    POINT,
+    POW2_NAME,
+    SEED_BASELINES,
+    SOURCE_TRIAL,
+    Interrupted,
+    ScalerConfig,
+    Settings,
     UsageError,
-    check_output,
-    choose_study,
-    fail,
-    first_line,
-    percent,
-    prog_name,
+    baseline_of,
+    device_label,
+    distributions,
+    interrupts_as_exceptions,
+    raise_pending,
+    resolve_device,
+    scaler_config,
 )
-from search.config import Settings
-from search.confirmations import (  # The read side, shared with search.report; re-exported here.
+from search.results import (
     ALPHA,
     DEFAULT_LABEL,
     SUFFIX,
@@ -79,30 +93,21 @@ from search.confirmations import (  # The read side, shared with search.report; 
     paired_test,
     summarize_confirmation,
 )
-from search.confirmations import (
-    config_key as _config_key,
+from search.results import _analysis as analysis
+from search.results import config_key as _config_key
+from search.storage import (
+    StorageError,
+    TrialWriter,
+    choose_study,
+    close_storage,
+    first_line,
+    mask_url,
+    open_existing_storage,
+    redact,
 )
-from search.devices import device_label, resolve_device
-from search.interrupts import Interrupted, interrupts_as_exceptions, raise_pending
-from search.objective import TrialOutcome, run_trial
-from search.record import (
-    CHECK,
-    CONFIG,
-    CORNER,
-    DATA_SEED,
-    DEFAULT_BASELINE,
-    FAILURE,
-    NONFINITE,
-    POINT,
-    SOURCE_TRIAL,
-    baseline_of,
-)
-from search.space import POW2_NAME, SEED_BASELINES, distributions, scaler_config
-from search.storage import StorageError, close_storage, mask_url, open_existing_storage, redact
 from search.study import settings_of
 from search.tasks import Problem, TaskError, build_problem, resolve_task
-from search.trainer import ScalerConfig
-from search.trial_writer import TrialWriter
+from search.training import TrialOutcome, run_trial
 
 __all__ = [
     "ALPHA",
@@ -198,7 +203,7 @@ def select_candidates(
 def recommended_candidate(
     trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = analysis.DEFAULT_TOLERANCE
 ) -> Candidate | None:
-    """The search's recommendation (:func:`search.analysis.recommend`) as a candidate, unless it is the default."""
+    """The search's recommendation (:func:`search.results._analysis.recommend`) as a candidate, unless it is the default."""
     rec = analysis.recommend(trials, settings.space, tolerance)
     if rec is None or rec.keep_default:
         return None
@@ -439,7 +444,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             code = _run(plan, args)
             if code == 0:
-                raise_pending()  # Recorded outside the training (search.startup): not a success.
+                raise_pending()  # Recorded outside the training (search.cli._startup): not a success.
             return code
         except Interrupted as e:
             _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
@@ -562,7 +567,7 @@ def _together_sentence(rec: analysis.Recommendation) -> str:
 def _check_corners(
     plan: _Plan, writer: TrialWriter, label: str, amp_dtype: torch.dtype, args: argparse.Namespace
 ) -> int:
-    """Trains the corners of :func:`search.analysis.check_boxes` on the search's own data, box by box,
+    """Trains the corners of :func:`search.results._analysis.check_boxes` on the search's own data, box by box,
     until a box has no failing corner; returns the number of runs made. Runs already stored are reused."""
     settings = plan.settings
     collected = collect_runs(plan.storage, plan.study_name)
@@ -610,7 +615,7 @@ def _check_corners(
 
 
 def _run_trial(*args: Any, **kwargs: Any) -> TrialOutcome:
-    """:func:`search.objective.run_trial`; a task's ``sys.exit`` is an error (exit 1), never a success."""
+    """:func:`search.training._objective.run_trial`; a task's ``sys.exit`` is an error (exit 1), never a success."""
     try:
         return run_trial(*args, **kwargs)
     except SystemExit as e:

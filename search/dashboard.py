@@ -1,7 +1,7 @@
 """``python -m search.dashboard``: optuna-dashboard on a study, with its curves published first.
 
 What optuna-dashboard then shows (each trial's loss curve and note, the study page's curves and
-trial explorer, the study note) is written by :func:`search.publishing.publish`, whose docstring
+trial explorer, the study note) is written by :func:`search.publishing._publish.publish`, whose docstring
 lists it. ``publish`` also runs at the end of every ``search.optimize`` run, so
 ``optuna-dashboard sqlite:///study.db`` alone shows the same. This command publishes (in one
 transaction) and then serves optuna-dashboard on 127.0.0.1.
@@ -19,12 +19,19 @@ from collections.abc import Sequence
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
-from search import startup
-from search.cli import OneLineParser, UsageError, fail, first_line, prog_name
-from search.interrupts import Interrupted, interrupts_as_exceptions, raise_interrupted, take_pending
-from search.publishing import PublishReport, publish
-from search.storage import StorageError, close_storage, is_read_only, mask_url, open_existing_storage, redact
-from search.trial_pictures import publish_pictures
+from search.cli import OneLineParser, fail, prog_name
+from search.cli import _startup as startup
+from search.core import Interrupted, UsageError, interrupts_as_exceptions, raise_interrupted, take_pending
+from search.publishing import PublishReport, publish, publish_pictures
+from search.storage import (
+    StorageError,
+    close_storage,
+    first_line,
+    is_read_only,
+    mask_url,
+    open_existing_storage,
+    redact,
+)
 
 __all__ = ["PublishReport", "publish", "main"]
 
@@ -118,7 +125,7 @@ def _publish_and_serve(
             return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
         if missed and args.publish_only:
             return fail("search.dashboard", f"not published: {', '.join(missed)} (the warnings above say why)", 1)
-    signum = take_pending()  # Recorded while starting or publishing outside its block (search.startup).
+    signum = take_pending()  # Recorded while starting or publishing outside its block (search.cli._startup).
     if signum is not None:
         return fail("search.dashboard", f"interrupted ({signal.Signals(signum).name}) before serving", 128 + signum)
     if args.publish_only:

@@ -25,45 +25,70 @@ import torch
 from optuna.trial import TrialState
 from tqdm import tqdm
 
-from search import publishing, startup
-from search.cli import OneLineParser, UsageError, check_output, fail, first_line, prog_name
-from search.config import DEFAULTS, SAMPLERS, ConfigError, Settings, load_settings, with_run
-from search.confirmations import summarize_confirmation
-from search.devices import device_label, process_token, resolve_device
-from search.interrupts import Interrupted, raise_pending, record_interrupts
-from search.population import PopulationError, check_population
-from search.record import DEVICE, FAIL_REASON, FINISHED, baseline_of, unfinished_baselines
-from search.retry import StorageUnreachable, share_outage_warning, with_retry
-from search.runner import Runner, TooManyFailures
-from search.sampling import make_pruner, make_sampler, sampler_seed
-from search.space import baseline_trials, growth_note
+from search.cli import OneLineParser, check_output, fail, prog_name
+from search.cli import _startup as startup
+from search.core import (
+    DEFAULTS,
+    DEVICE,
+    FAIL_REASON,
+    FINISHED,
+    SAMPLERS,
+    ConfigError,
+    Interrupted,
+    Settings,
+    UsageError,
+    baseline_of,
+    baseline_trials,
+    device_label,
+    growth_note,
+    load_settings,
+    process_token,
+    raise_pending,
+    record_interrupts,
+    resolve_device,
+    unfinished_baselines,
+    with_run,
+)
+from search.publishing import _publish as publishing
+from search.results import format_summary, summarize, summarize_confirmation, write_best_json
 from search.storage import (
     StorageError,
+    StorageUnreachable,
     close_storage,
     enable_wal,
+    first_line,
     is_read_only,
     mask_url,
     open_storage,
     redact,
+    share_outage_warning,
     sqlite_path,
+    with_retry,
 )
 from search.study import (
+    DevicePlanError,
     IncompatibleStudyError,
+    Runner,
+    TooManyFailures,
+    WorkerSpec,
     finished_and_best,
     inspect_study,
+    make_pruner,
+    make_sampler,
+    plan_workers,
     prepare_study,
     resolve_study_name,
+    run_pool,
+    sampler_seed,
 )
-from search.summary import format_summary, summarize, write_best_json
 from search.tasks import BUILTIN_TASKS, Problem, TaskError, build_problem, resolve_task
-from search.trainer import batch_plan
-from search.workers import DevicePlanError, WorkerSpec, plan_workers, run_pool
+from search.training import PopulationError, batch_plan, check_population
 
 __all__ = ["main", "make_pruner", "make_sampler", "resolve_device", "sampler_seed"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface; defaults shown come from :data:`search.config.DEFAULTS`."""
+    """The command-line interface; defaults shown come from :data:`search.core._config.DEFAULTS`."""
     d = DEFAULTS.run
     p = OneLineParser(
         prog=prog_name("search.optimize"),
@@ -205,7 +230,7 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
     # a second line about an outage our retry line already reports.
     logging.getLogger("psycopg").setLevel(logging.ERROR)
     # Likewise Optuna's "Caught an error from sqlalchemy … Falling back to a slower alternative": its
-    # trial read takes a dropped connection for a too-long IN list; search.retry handles what follows.
+    # trial read takes a dropped connection for a too-long IN list; search.storage._retry handles what follows.
     logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
 
 
@@ -377,7 +402,7 @@ def _worker(argv: list[str], outage_flag: Any, spec: WorkerSpec) -> int:
     """A worker process's whole life (``--workers``): the trial loop on its device, no summary.
 
     ``outage_flag`` is shared by the parent and every worker, so that an outage they all meet is
-    announced once (:func:`search.retry.share_outage_warning`)."""
+    announced once (:func:`search.storage._retry.share_outage_warning`)."""
     share_outage_warning(outage_flag)
     # Until the trial loop installs its own handlers, a signal is recorded, and raised when the
     # loop starts (nothing of this worker's is in storage yet); a worker with nothing to run

@@ -46,14 +46,15 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 
-from search import startup
-from search.cli import CONFIRM_SUFFIX, OneLineParser, UsageError, choose_study, fail, first_line, prog_name
-from search.confirmations import confirm_study_name
-from search.interrupts import Interrupted, interrupts_as_exceptions
-from search.record import FAIL_REASON
+from search.cli import OneLineParser, fail, prog_name
+from search.cli import _startup as startup
+from search.core import CONFIRM_SUFFIX, FAIL_REASON, Interrupted, UsageError, interrupts_as_exceptions
+from search.results import confirm_study_name
 from search.storage import (
     StorageError,
+    choose_study,
     close_storage,
+    first_line,
     mask_url,
     open_existing_storage,
     open_storage,

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy
 import torch
 
-# One torch thread in each test process, as the service trains (search.workers.threads_per_process):
+# One torch thread in each test process, as the service trains (search.study._workers.threads_per_process):
 # pytest-xdist runs two test processes on two cores, and intra-op threads that share cores with
 # another busy process stall at every barrier (docs/benchmarks.md measured 47x on deep-mlp).
 torch.set_num_threads(1)

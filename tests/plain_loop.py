@@ -1,6 +1,6 @@
 """An independent plain PyTorch AMP loop, written for the tests from the documented definitions.
 
-It shares nothing with ``search.trainer`` but the :class:`~search.Problem` it trains: it draws the
+It shares nothing with ``search.training._trainer`` but the :class:`~search.Problem` it trains: it draws the
 mini-batch order itself (docs/internals.md: ``torch.Generator().manual_seed(shuffle_seed)``, one
 ``randperm(n)`` per epoch, split into ``batch_size`` micro-batches, ``accumulation_steps`` of them per
 step), reads the host every step (``.item()``, ``get_scale()``), decides a skip *from the gradients

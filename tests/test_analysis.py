@@ -1,4 +1,4 @@
-"""search.analysis on synthetic trials: safe ranges (also when they are not intervals), plateau middle."""
+"""search.results._analysis on synthetic trials: safe ranges (also when they are not intervals), plateau middle."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.analysis import (
+from search.core import DEFAULTS, ParamRange, ScalerConfig, SpaceConfig, scaler_config
+from search.results import (
     best_trial,
     box_corners,
     check_boxes,
@@ -18,9 +19,6 @@ from search.analysis import (
     recommend,
     safe_ranges,
 )
-from search.config import DEFAULTS, ParamRange, SpaceConfig
-from search.space import scaler_config
-from search.trainer import ScalerConfig
 
 SPACE = DEFAULTS.space
 DISTS = {
@@ -149,7 +147,7 @@ def test_a_setting_that_could_not_act_explains_nothing():
     """The scale curve says which settings acted: growth_factor only if the scale grew, backoff_factor only
     if a step was skipped, growth_interval only if the scale grew or a shorter interval within range would
     have made it grow. A bad trial whose outside settings were all idle is a hole."""
-    from search.analysis import idle_settings, param_values
+    from search.results import idle_settings, param_values
 
     trials = _study(
         [
@@ -418,9 +416,9 @@ def sum_trials() -> list[optuna.trial.FrozenTrial]:
     recorded as the service records trials."""
     import torch
 
-    from search.objective import run_trial
-    from search.space import baseline_trials, distributions
+    from search.core import baseline_trials, distributions
     from search.tasks import build_problem, resolve_task
+    from search.training import run_trial
 
     problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
     dists = distributions(SPACE)
@@ -439,7 +437,7 @@ def test_what_the_safe_ranges_say_of_each_setting_holds_in_the_plain_loop(sum_tr
     """A setting said to be idle in a trial changes nothing there when moved into its safe range; one
     blamed for a bad trial does change its run; a hole is bad with every setting moved into its range; a
     range said to be only what was tried runs the same for good trials well outside it."""
-    from search.analysis import param_values
+    from search.results import param_values
     from search.tasks import build_problem, resolve_task
 
     from plain_loop import plain_fp32_zero_fraction, plain_run

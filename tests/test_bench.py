@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from bench.p4_search import SAMPLERS, SearchRun, TaskEfficiency, choose_default, efficiency_of, load_runs
-from search.config import DEFAULTS
+from search.core import DEFAULTS
 
 SAVED = pathlib.Path(__file__).parent.parent / "docs" / "measurements" / "p4-values-2026-12-04-budget100.json"
 

@@ -26,9 +26,8 @@ import sqlalchemy
 from optuna.storages._rdb import models
 from optuna.trial import FrozenTrial, TrialState
 
-from search.record import BASELINE, FINISHED
-from search.recorder import WRITE_ID_ATTR
-from search.space import SEED_BASELINES
+from search.core import BASELINE, FINISHED, SEED_BASELINES
+from search.storage import WRITE_ID_ATTR
 
 from conftest import OwnPostgres, cli_env, run_cli, start_cli
 

@@ -1,4 +1,4 @@
-"""search.cli: what every command shares (usage names, help)."""
+"""search.cli._parsing: what every command shares (usage names, help)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 import optuna
 import pytest
 
-from search.startup import command_being_started
+from search.cli import command_being_started
 
 from conftest import cli_env, run_cli
 
@@ -55,12 +55,13 @@ START_ARGS = {  # Each would write something if it got that far.
 }
 
 
-def _signal_while_torch_imports(command: str, sig: signal.Signals, cwd: pathlib.Path) -> subprocess.CompletedProcess:
-    """Starts ``python -m search.COMMAND`` and signals it once torch's shared library is mapped.
+def _signal_while_importing(command: str, sig: signal.Signals, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """Starts ``python -m search.COMMAND`` and signals it once SQLAlchemy's first shared library is mapped.
 
-    torch's native library is loaded early in ``import torch``, which then imports Python modules for
-    a second or so, and optuna and the rest follow: the signal lands in the middle of the imports,
-    whatever the machine's speed (a fixed delay would not, on a loaded 2-core machine).
+    Every command imports SQLAlchemy (its storage URLs) and Optuna before its ``main`` runs, and neither
+    is done for a tenth of a second or more after SQLAlchemy's first native module is loaded: the
+    signal lands in the middle of the imports, whatever the machine's speed (a fixed delay would not,
+    on a loaded 2-core machine). torch is no marker: the commands import it only when they train.
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", f"search.{command}", *START_ARGS[command]],
@@ -72,7 +73,7 @@ def _signal_while_torch_imports(command: str, sig: signal.Signals, cwd: pathlib.
     )
     maps = pathlib.Path(f"/proc/{proc.pid}/maps")
     deadline = time.time() + 60
-    while time.time() < deadline and "libtorch" not in maps.read_text():
+    while time.time() < deadline and "sqlalchemy" not in maps.read_text():
         time.sleep(0.002)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
@@ -81,14 +82,14 @@ def _signal_while_torch_imports(command: str, sig: signal.Signals, cwd: pathlib.
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_ctrl_c_while_importing_is_one_line_and_exit_130(command, tmp_path):
-    proc = _signal_while_torch_imports(command, signal.SIGINT, tmp_path)
+    proc = _signal_while_importing(command, signal.SIGINT, tmp_path)
     assert proc.returncode == 130, proc.stderr
     assert proc.stderr == f"search.{command}: interrupted while starting (SIGINT); nothing was written\n"
     assert proc.stdout == "" and list(tmp_path.iterdir()) == []
 
 
 def test_sigterm_while_importing_is_one_line_and_exit_143(tmp_path):
-    proc = _signal_while_torch_imports("optimize", signal.SIGTERM, tmp_path)
+    proc = _signal_while_importing("optimize", signal.SIGTERM, tmp_path)
     assert proc.returncode == 143 and proc.stderr.strip().endswith("(SIGTERM); nothing was written")
 
 
@@ -119,7 +120,7 @@ def test_a_signal_between_start_up_and_the_trial_loop_stops_the_run_with_one_lin
 
 
 def test_recorded_interrupts_are_raised_where_the_command_handles_them():
-    from search.interrupts import Interrupted, interrupts_as_exceptions, record_interrupts, take_pending
+    from search.core import Interrupted, interrupts_as_exceptions, record_interrupts, take_pending
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

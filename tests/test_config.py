@@ -2,7 +2,7 @@ import tomllib
 
 import pytest
 
-from search.config import DEFAULTS, ConfigError, load_settings, settings_from_dict
+from search.core import DEFAULTS, ConfigError, load_settings, settings_from_dict
 
 from conftest import ROOT
 
@@ -66,8 +66,8 @@ def test_missing_config_file():
 def test_a_study_name_the_storage_cannot_hold_is_bad_input(tmp_path):
     """Issue 14: a 600-character name on PostgreSQL failed at the first commit with Optuna's generic
     message (exit 1). It is bad input: one line, exit 2, nothing written, on every storage."""
-    from search.config import MAX_STUDY_NAME
-    from search.confirmations import SUFFIX
+    from search.core import MAX_STUDY_NAME
+    from search.results import SUFFIX
 
     from conftest import run_cli
 
@@ -80,7 +80,7 @@ def test_a_study_name_the_storage_cannot_hold_is_bad_input(tmp_path):
 
 
 def test_default_study_names_are_readable():
-    from search.config import default_study_name
+    from search.core import default_study_name
 
     assert default_study_name("seed-mlp") == "seed-mlp"
     assert default_study_name("examples.noisy_regression:build") == "noisy_regression"

@@ -351,8 +351,8 @@ def test_paired_test_matches_scipy_and_handles_ties():
 def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
     from test_analysis import _line_rows, _study
 
-    from search.config import DEFAULTS
     from search.confirm import recommended_candidate
+    from search.core import DEFAULTS
 
     settings = DEFAULTS
     rec = recommended_candidate(_study(_line_rows()), settings)
@@ -380,7 +380,7 @@ def default_run(tmp_path_factory) -> pathlib.Path:
 def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
     """The issue's bar: after confirmation, a default run either keeps the default or recommends a
     setting that is not worse than the default on new seeds."""
-    from search.analysis import recommend
+    from search.results import recommend
     from search.study import settings_of
 
     url = f"sqlite:///{default_run / 'study.db'}"
@@ -395,7 +395,7 @@ def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
 def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
     """The checked box's corners and random points inside it train without failure in the independent
     plain loop; every corner search.confirm saw fail fails there too."""
-    from search.analysis import recommend
+    from search.results import recommend
     from search.study import settings_of
     from search.tasks.seed_mlp import build
 
@@ -412,7 +412,7 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
     def plain(point: dict) -> str:
         return plain_run(problem, *(point[p] for p in order[:3]), int(round(point["growth_interval"])), 30, fp32_zeros=zeros).failure
 
-    from search.analysis import box_corners
+    from search.results import box_corners
 
     rng = np.random.default_rng(7)
     inside = []

@@ -16,11 +16,10 @@ import optuna
 import pytest
 import torch
 
-from search.config import PenaltyConfig
-from search.objective import run_trial
+from search.core import PenaltyConfig, ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
-from search.trainer import ScalerConfig, train
+from search.training import run_trial, train
 
 from conftest import run_cli
 from plain_loop import plain_fp32_zero_fraction, plain_run
@@ -145,8 +144,7 @@ def population_against_trainer(problem, configs: list[ScalerConfig], steps: int)
     """Population mode (issue 16) member by member against the trainer on the same device: skipped
     steps, float32 scale curves and failure codes exactly; returns the worst relative difference of
     the finite losses and evaluations (batched GEMMs may round differently from single ones)."""
-    from search.penalty import assess
-    from search.population import train_population
+    from search.training import assess, train_population
 
     population = train_population(problem, configs, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16)
     worst = 0.0

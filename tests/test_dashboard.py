@@ -14,7 +14,7 @@ import optuna
 import pytest
 from optuna_dashboard import get_note, save_note
 
-from search import publishing
+from search.publishing import _publish as publishing
 from search.storage import open_storage
 
 from conftest import cli_env, real_study, run_cli

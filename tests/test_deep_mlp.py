@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from search.config import DEFAULTS
-from search.objective import run_trial
+from search.core import DEFAULTS, ScalerConfig
 from search.tasks import BUILTIN_TASKS, build_problem, resolve_task
 from search.tasks.deep_mlp import (
     EVAL_SAMPLES,
@@ -27,7 +26,7 @@ from search.tasks.deep_mlp import (
     build_spikes,
     build_sum,
 )
-from search.trainer import ScalerConfig, batch_plan, train
+from search.training import batch_plan, run_trial, train
 
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)  # PyTorch's GradScaler defaults
 GOOD = ScalerConfig(2.0**20, 2.0, 0.5, 2000)

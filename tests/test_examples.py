@@ -8,7 +8,7 @@ import optuna
 from optuna.trial import TrialState
 
 from examples.noisy_regression import build
-from search.trainer import batch_plan
+from search.training import batch_plan
 
 from conftest import ROOT, load, run_cli
 

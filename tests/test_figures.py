@@ -1,4 +1,4 @@
-"""search.figures: the curves and skipped-step markers every picture and figure draws, against the plain loop."""
+"""search.publishing._figures: the curves and skipped-step markers every picture and figure draws, against the plain loop."""
 
 from __future__ import annotations
 
@@ -7,11 +7,10 @@ import dataclasses
 import optuna
 import torch
 
-from search.config import DEFAULTS, SpaceConfig
-from search.figures import trial_curves
-from search.objective import run_trial
-from search.space import scaler_config
+from search.core import DEFAULTS, SpaceConfig, scaler_config
+from search.publishing import trial_curves
 from search.tasks.seed_mlp import build
+from search.training import run_trial
 
 from plain_loop import plain_run
 

@@ -17,12 +17,11 @@ import pytest
 import torch
 
 import examples.noisy_regression
-from search.config import PenaltyConfig
-from search.objective import run_trial
+from search.core import PenaltyConfig, ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.deep_mlp import build_spikes, build_sum
 from search.tasks.seed_mlp import build as build_seed
-from search.trainer import ScalerConfig, train
+from search.training import run_trial, train
 
 from plain_loop import plain_fp32_zero_fraction, plain_run
 from tasks_for_tests import exploding, sensor_outliers, sensor_validation, still

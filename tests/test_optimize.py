@@ -18,7 +18,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search.optimize import main
-from search.sampling import sampler_seed
+from search.study import sampler_seed
 
 from conftest import cli_env, load, read_only_media, run_cli, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
@@ -268,10 +268,10 @@ def _interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, ca
 def test_the_interrupt_message_says_what_became_of_the_trial(
     tmp_path, monkeypatch, capsys, target, name, call, before, message, state
 ):
-    import search.recorder
-    import search.runner
+    import search.storage._recorder
+    import search.study._runner
 
-    where = search.recorder.TrialRecorder if target == "recorder" else search.runner
+    where = search.storage._recorder.TrialRecorder if target == "recorder" else search.study._runner
     _interrupt_at(monkeypatch, where, name, call, before)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
@@ -285,9 +285,9 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
 
 
 def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monkeypatch, capsys):
-    import search.runner
+    import search.study._runner
 
-    _interrupt_at(monkeypatch, search.runner.Runner, "_fail_stale_trials", 3, True)
+    _interrupt_at(monkeypatch, search.study._runner.Runner, "_fail_stale_trials", 3, True)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err

@@ -2,10 +2,9 @@ import math
 
 import pytest
 
-from search.config import PenaltyConfig
-from search.penalty import assess
+from search.core import PenaltyConfig, ScalerConfig
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig, TrainResult, train
+from search.training import TrainResult, assess, train
 
 from tasks_for_tests import exploding
 

@@ -1,6 +1,6 @@
 """Population mode (search/population.py) against the ordinary trainer, member by member, on the CPU.
 
-Every member of a population must measure what :func:`search.trainer.train` measures for its setting
+Every member of a population must measure what :func:`search.training._trainer.train` measures for its setting
 alone: the same skipped steps, the same float32 scale curve and the same failure code, exactly; the
 zero-gradient fraction is compared exactly too. Settings are non-powers of two, and include ones that
 skip and recover, one that underflows and one that churns.
@@ -33,13 +33,12 @@ import torch
 from torch import nn
 
 import examples.noisy_regression
-from search.config import PenaltyConfig
-from search.penalty import assess
-from search.population import PopulationError, _update_scale, check_population, train_population
+from search.core import PenaltyConfig, ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.deep_mlp import build_sum
 from search.tasks.seed_mlp import build as build_seed
-from search.trainer import ScalerConfig, TrainResult, train
+from search.training import PopulationError, TrainResult, assess, check_population, train, train_population
+from search.training._population import _update_scale
 
 CE_LOSS_REL = 1e-6  # measured: at most 2.5e-7 (module docstring)
 
@@ -266,15 +265,15 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     """As for ordinary trials: the first population of a process does not carry the once-per-problem references."""
     import time
 
-    import search.population
+    import search.training._population
 
     from conftest import slowed
 
     problem = build_deep(7)
-    zeros, initial = search.population.fp32_zero_fraction, search.population.initial_evaluation
+    zeros, initial = search.training._population.fp32_zero_fraction, search.training._population.initial_evaluation
 
-    monkeypatch.setattr(search.population, "fp32_zero_fraction", slowed(zeros, 1.0))
-    monkeypatch.setattr(search.population, "initial_evaluation", slowed(initial, 1.0))
+    monkeypatch.setattr(search.training._population, "fp32_zero_fraction", slowed(zeros, 1.0))
+    monkeypatch.setattr(search.training._population, "initial_evaluation", slowed(initial, 1.0))
     begin = time.perf_counter()
     results = train_population(problem, [ScalerConfig(3.1e4, 1.7, 0.3, 9), ScalerConfig(97.0, 2.3, 0.61, 3)],
                                epochs=problem.epochs, steps=8, amp_dtype=torch.float16)

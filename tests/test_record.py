@@ -1,4 +1,4 @@
-"""search.record: the one owner of the trial record."""
+"""search.core._record: the one owner of the trial record."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from search import record
-from search.config import PenaltyConfig
-from search.objective import run_trial
+from search.core import PenaltyConfig, ScalerConfig
+from search.core import _record as record
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig
+from search.training import run_trial
 
 
 def test_a_run_writes_exactly_the_record_modules_run_attrs():

@@ -17,7 +17,8 @@ import pytest
 from optuna.trial import TrialState
 
 from search import confirm
-from search.report import SECTION_TITLES, build_report, load_snapshot, main, render_html
+from search.publishing.report import SECTION_TITLES, build_report, load_snapshot, render_html
+from search.report import main
 from search.storage import open_storage
 
 from conftest import real_study, run_cli, start_cli
@@ -657,7 +658,7 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
 
 def test_parallel_coordinate_labels_are_not_crowded():
     # Issue 15: init_scale over 2^-12..2^31 got a label at every decade plus both ends, one on top of another.
-    from search.report.visualization import PARALLEL_MAX_LABELS, PARALLEL_MIN_GAP, tidy_parallel_ticks
+    from search.publishing.report import PARALLEL_MAX_LABELS, PARALLEL_MIN_GAP, tidy_parallel_ticks
 
     study = optuna.create_study()
     for i in range(30):
@@ -690,7 +691,7 @@ def test_an_interrupt_is_one_line_exit_130_and_writes_nothing(study_dir, tmp_pat
     import os
     import signal
 
-    import search.report.command as command
+    import search.report as command
 
     build = command.build_report
 

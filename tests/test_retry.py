@@ -15,8 +15,8 @@ import optuna
 import pytest
 import sqlalchemy
 
-from search import retry
-from search.retry import StorageUnreachable, is_transient, share_outage_warning, with_retry
+from search.storage import StorageUnreachable, is_transient, share_outage_warning, with_retry
+from search.storage import _retry as retry
 
 
 @pytest.fixture
@@ -244,13 +244,13 @@ def test_the_warning_gives_the_drivers_words_not_a_follow_ups(warnings_logged):
 
 
 def test_a_recorded_interrupt_ends_the_wait_for_the_storage():
-    """Before its trial loop a command only records SIGINT/SIGTERM (search.startup): a wait of up to
+    """Before its trial loop a command only records SIGINT/SIGTERM (search.cli._startup): a wait of up to
     --storage-retry for a database that is down must still end at once, not after minutes."""
     import os
     import signal
     import threading
 
-    from search.interrupts import Interrupted, record_interrupts, take_pending
+    from search.core import Interrupted, record_interrupts, take_pending
 
     error = connection_error()
 

@@ -7,11 +7,9 @@ import torch
 from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from search.config import DEFAULTS, with_run
-from search.runner import Runner
-from search.sampling import make_sampler
+from search.core import DEFAULTS, with_run
 from search.storage import enable_wal, open_storage
-from search.study import prepare_study
+from search.study import Runner, make_sampler, prepare_study
 from search.tasks.seed_mlp import build
 
 

@@ -1,8 +1,17 @@
 import optuna
 import pytest
 
-from search.config import DEFAULTS, ParamRange, SpaceConfig
-from search.space import SEED_BASELINES, baseline_trials, distributions, growth_note, scaler_config, suggest
+from search.core import (
+    DEFAULTS,
+    SEED_BASELINES,
+    ParamRange,
+    SpaceConfig,
+    baseline_trials,
+    distributions,
+    growth_note,
+    scaler_config,
+    suggest,
+)
 
 
 def test_default_space_searches_all_four_including_growth_interval():

@@ -104,7 +104,7 @@ def test_concurrent_first_opens_of_a_new_database(tmp_path):
     import sys
 
     code = (
-        "import sys; from search.storage import open_storage; "
+        "import sys; from search.storage._open import open_storage; "
         "open_storage(sys.argv[1], 60).engine.dispose(); print('ok')"
     )
     url = f"sqlite:///{tmp_path / 'new.db'}"

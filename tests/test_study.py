@@ -1,8 +1,8 @@
-"""search.study: what a refused resume says."""
+"""search.study._prepare: what a refused resume says."""
 
 from __future__ import annotations
 
-from search.study import _differences
+from search.study._prepare import _differences
 
 
 def _attrs(**changes) -> dict:

@@ -1,9 +1,8 @@
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 
-from search.analysis import recommend
-from search.config import DEFAULTS
-from search.summary import format_summary, summarize
+from search.core import DEFAULTS
+from search.results import format_summary, recommend, summarize
 
 DISTS = {
     "init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True),

@@ -3,8 +3,9 @@ import math
 import pytest
 import torch
 
+from search.core import ScalerConfig
 from search.tasks.seed_mlp import build
-from search.trainer import ScalerConfig, TrialTimeout, train
+from search.training import TrialTimeout, train
 
 from tasks_for_tests import exploding
 
@@ -130,7 +131,7 @@ def _minibatch(problem, **changes):
 
 
 def test_batch_plan_is_the_same_for_every_trial_and_covers_each_epoch():
-    from search.trainer import batch_plan
+    from search.training import batch_plan
 
     problem = _minibatch(build(42), batch_size=500, accumulation_steps=2, shuffle_seed=7)
     plan = batch_plan(problem, epochs=3)
@@ -176,16 +177,16 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     trial of a process must not carry them in its train_seconds (it showed 0.59 s against 0.36 s)."""
     import time
 
-    import search.trainer
+    import search.training._trainer
     from search.tasks.deep_mlp import build as build_deep
 
     from conftest import slowed
 
     problem = build_deep(7)
-    zeros, initial = search.trainer.fp32_zero_fraction, search.trainer.initial_evaluation
+    zeros, initial = search.training._trainer.fp32_zero_fraction, search.training._trainer.initial_evaluation
 
-    monkeypatch.setattr(search.trainer, "fp32_zero_fraction", slowed(zeros, 1.0))
-    monkeypatch.setattr(search.trainer, "initial_evaluation", slowed(initial, 1.0))
+    monkeypatch.setattr(search.training._trainer, "fp32_zero_fraction", slowed(zeros, 1.0))
+    monkeypatch.setattr(search.training._trainer, "initial_evaluation", slowed(initial, 1.0))
     begin = time.perf_counter()
     result = train(problem, ScalerConfig(3.1e4, 1.7, 0.3, 9), epochs=problem.epochs, steps=8)
     assert time.perf_counter() - begin > 2.0  # Both references really ran in the call...

@@ -18,9 +18,8 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.storage import open_storage
+from search.storage import TrialWriter, open_storage
 from search.transfer import RUNNING_FAIL_REASON, main, transfer_study
-from search.trial_writer import TrialWriter
 
 from conftest import run_cli
 

@@ -1,4 +1,4 @@
-"""search.trial_pictures: the SVG drawn for each trial."""
+"""search.publishing._trial_pictures: the SVG drawn for each trial."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 
-from search.config import DEFAULTS
-from search.trial_pictures import curves_svg
+from search.core import DEFAULTS
+from search.publishing import curves_svg
 
 
 def test_a_constant_scale_is_labelled_with_its_own_value():

@@ -10,8 +10,7 @@ import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.storage import open_storage
-from search.trial_writer import TrialWriter
+from search.storage import TrialWriter, open_storage
 
 
 def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
@@ -146,8 +145,8 @@ def _check_enqueue_once_from_many_processes(url: str) -> None:
     optuna.create_study(storage=storage, study_name="q")
     storage.engine.dispose()
     code = (
-        "import sys, optuna; from search.storage import open_storage; "
-        "from search.study import waiting_baseline; from search.trial_writer import TrialWriter; "
+        "import sys, optuna; from search.storage._open import open_storage; "
+        "from search.core import waiting_baseline; from search.storage._trial_writer import TrialWriter; "
         "s = optuna.load_study(storage=open_storage(sys.argv[1]), study_name='q'); "
         "w = TrialWriter(s); "
         "print(len(w.enqueue_once([waiting_baseline(f'seed-{i}', {'x': i}) for i in range(1, 6)], 'baseline')))"
@@ -204,8 +203,7 @@ def test_claimed_and_registered_trials_beat_in_the_same_transaction(request, fix
 def test_a_requeued_baseline_is_claimed_in_its_place_in_the_seed_table(request, fixture):
     """seed-1's retry, queued after seed-2..seed-5 and after another queued trial, is claimed first;
     the other baselines follow in the table's order, then the rest by trial id."""
-    from search.record import BASELINE
-    from search.study import waiting_baseline
+    from search.core import BASELINE, waiting_baseline
 
     value = request.getfixturevalue(fixture)
     url = f"sqlite:///{value / 's.db'}" if fixture == "tmp_path" else value

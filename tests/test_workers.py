@@ -16,14 +16,13 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from search.sampling import sampler_seed
-from search.workers import DevicePlanError, plan_workers, threads_per_process
+from search.study import DevicePlanError, plan_workers, sampler_seed, threads_per_process
 
 from conftest import POSTGRES_ADMIN, run_cli, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 SLOW = "tasks_for_tests:slow"
-SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.config.default_study_name).
+SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.core._config.default_study_name).
 TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
 

@@ -35,7 +35,7 @@ class Problem:
         grad_clip: Max global gradient norm (``clip_grad_norm_`` after ``scaler.unscale_``), or None.
         shuffle_seed: Seeds the order of the mini-batches, the same in every trial.
         eval_inputs: Validation inputs every trial's final weights are judged on, or None for
-            the training data (see :mod:`search.evaluation`).
+            the training data (see :mod:`search.training._evaluation`).
         eval_targets: Validation targets (given together with ``eval_inputs``).
         eval_fn: ``eval_fn(model, inputs, targets)`` returning a scalar tensor, the evaluation
             loss (lower is better); None uses ``loss_fn`` on fp32 outputs.

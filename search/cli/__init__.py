@@ -1,0 +1,19 @@
+"""The command skeleton the five commands share: their first seconds, argument parsing, one-line errors.
+
+* ``_startup``: a command's first seconds (imports): SIGINT/SIGTERM end it with one line, exit 130/143;
+* ``_parsing``: an argparse that raises :class:`~search.core.UsageError`, ``fail`` (the one-line
+  error), the checks of output paths and percentages, the name a command is called by.
+
+Nothing here imports torch or Optuna: ``search/__init__`` guards start-up through this package
+before anything heavy is imported.
+"""
+
+from search._exports import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "_startup": ("COMMANDS", "command_being_started", "guard", "started"),
+        "_parsing": ("OneLineParser", "check_output", "fail", "percent", "prog_name"),
+    },
+)

@@ -1,0 +1,99 @@
+"""What every layer shares: the settings, the search space, the trial record, devices, signals.
+
+* ``_config``: the settings: the defaults (once), TOML loading, validation;
+* ``_scaler_config``: the four GradScaler settings of one trial and the line that reproduces them;
+* ``_space``: the search space as Optuna distributions, the seed's five baselines, ``format_scale``;
+* ``_record``: the trial record, its one owner: attr keys, baseline names, failure codes, finished
+  states, reading a trial back;
+* ``_devices``: ``--device`` resolution, the device and process labels stored with trials;
+* ``_interrupts``: SIGINT/SIGTERM as an exception, held while a trial is written;
+* ``_errors``: :class:`UsageError`, bad input in any layer (one line, exit 2).
+
+Nothing here imports torch at import time (``_devices`` imports it when a device is resolved).
+"""
+
+from search._exports import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "_config": (
+            "DEFAULTS",
+            "MAX_POPULATION",
+            "MAX_STUDY_NAME",
+            "SAMPLERS",
+            "ConfigError",
+            "ParamRange",
+            "PenaltyConfig",
+            "RunConfig",
+            "Settings",
+            "SpaceConfig",
+            "default_study_name",
+            "load_settings",
+            "settings_from_dict",
+            "with_run",
+        ),
+        "_scaler_config": ("ScalerConfig",),
+        "_space": (
+            "PARAM_NAMES",
+            "POW2_NAME",
+            "SEED_BASELINES",
+            "baseline_trials",
+            "distributions",
+            "format_scale",
+            "growth_note",
+            "scaler_config",
+            "suggest",
+        ),
+        "_record": (
+            "BASELINE",
+            "CHECK",
+            "CONFIG",
+            "CONFIRM_SUFFIX",
+            "CORNER",
+            "DATA_SEED",
+            "DEFAULT_BASELINE",
+            "DEVICE",
+            "EVAL_LOSS",
+            "FAILURE",
+            "FAIL_REASON",
+            "FINAL_LOSS",
+            "FINISHED",
+            "LEARNED",
+            "LOSS_CURVE",
+            "NONFINITE",
+            "POINT",
+            "POPULATION",
+            "RUN_ATTRS",
+            "SCALE_CURVE",
+            "SILENT_FAILURES",
+            "SKIPPED_STEPS",
+            "SOURCE_TRIAL",
+            "TRAIN_SECONDS",
+            "WORKER",
+            "Showcase",
+            "baseline_of",
+            "default_trial",
+            "device_kind",
+            "failure_of",
+            "scale_moves",
+            "showcase",
+            "unfinished_baselines",
+            "waiting_baseline",
+        ),
+        "_devices": ("device_label", "process_token", "resolve_device"),
+        "_interrupts": (
+            "INTERRUPTS",
+            "WORKER_ENV",
+            "Interrupted",
+            "deferred_interrupts",
+            "held_interrupts",
+            "interrupts_as_exceptions",
+            "raise_interrupted",
+            "raise_pending",
+            "record_interrupts",
+            "take_pending",
+        ),
+        "_errors": ("UsageError",),
+    },
+)

@@ -1,0 +1,9 @@
+"""The error every layer raises for bad input."""
+
+from __future__ import annotations
+
+__all__ = ["UsageError"]
+
+
+class UsageError(ValueError):
+    """Bad input found by a command or the library under it: reported as one line, exit code 2."""

@@ -1,0 +1,211 @@
+"""The trial record: what a trial of ``search.optimize`` stores, and how every module reads it back.
+
+One trial is one training run. Optuna stores its params (the four GradScaler settings, in the
+study's space), its value (the objective) and its state; this module owns everything else the
+service writes into a trial, so that no other module spells a key:
+
+* user attrs written by :func:`search.training._objective.run_trial` for every run (:data:`RUN_ATTRS`): the
+  losses and evaluation (``final_loss``, ``eval_loss``, ...), ``skipped_steps``, ``nonfinite``,
+  ``failure``, the curves, the zero-gradient fractions, ``device``, ``versions``,
+  ``train_seconds``;
+* ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
+  configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
+  default GradScaler;
+* ``population`` (:data:`POPULATION`): written only by a member of a population
+  (``--population K``, :func:`search.training._objective.run_population`): how many trials trained together
+  with it (their ``train_seconds`` is the population's wall time divided by that); absent on an
+  ordinary trial, so that ``--population 1`` stores what it always stored;
+* ``worker`` (the process that ran it) and, on FAIL, ``fail_reason``;
+* confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,
+  ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``.
+
+A study counts COMPLETE and PRUNED trials as finished (:data:`FINISHED`); FAIL trials are
+replaced. The names and values here are stored in users' studies: changing one breaks resume.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from optuna.trial import FrozenTrial, TrialState, create_trial
+
+__all__ = [
+    "BASELINE",
+    "CONFIRM_SUFFIX",
+    "SILENT_FAILURES",
+    "CHECK",
+    "CONFIG",
+    "CORNER",
+    "DATA_SEED",
+    "DEFAULT_BASELINE",
+    "DEVICE",
+    "EVAL_LOSS",
+    "FAILURE",
+    "FAIL_REASON",
+    "FINAL_LOSS",
+    "FINISHED",
+    "LEARNED",
+    "LOSS_CURVE",
+    "NONFINITE",
+    "POINT",
+    "POPULATION",
+    "RUN_ATTRS",
+    "SCALE_CURVE",
+    "SKIPPED_STEPS",
+    "SOURCE_TRIAL",
+    "TRAIN_SECONDS",
+    "WORKER",
+    "Showcase",
+    "baseline_of",
+    "default_trial",
+    "unfinished_baselines",
+    "device_kind",
+    "failure_of",
+    "scale_moves",
+    "showcase",
+    "waiting_baseline",
+]
+
+# -- keys ----------------------------------------------------------------------------------------
+BASELINE = "baseline"
+WORKER = "worker"
+FAIL_REASON = "fail_reason"
+FINAL_LOSS = "final_loss"
+EVAL_LOSS = "eval_loss"
+SKIPPED_STEPS = "skipped_steps"
+NONFINITE = "nonfinite"
+FAILURE = "failure"
+LEARNED = "learned"
+LOSS_CURVE = "loss_curve"
+SCALE_CURVE = "scale_curve"
+DEVICE = "device"
+TRAIN_SECONDS = "train_seconds"
+POPULATION = "population"  # size of the population a trial trained in; population mode only
+# Confirmation runs (the sibling study of search.confirm).
+CONFIG = "config"
+SOURCE_TRIAL = "source_trial"
+DATA_SEED = "data_seed"
+CHECK = "check"
+POINT = "point"
+CORNER = "corner"  # the value of CHECK on a corner run of the ranges safe together
+
+RUN_ATTRS = (
+    FINAL_LOSS,
+    "final_loss_fp32",
+    EVAL_LOSS,
+    "initial_eval_loss",
+    "eval_median",
+    "initial_eval_median",
+    "evaluation",
+    SKIPPED_STEPS,
+    NONFINITE,
+    FAILURE,
+    "final_scale",
+    LOSS_CURVE,
+    SCALE_CURVE,
+    LEARNED,
+    "zero_grad_fraction",
+    "fp32_zero_fraction",
+    DEVICE,
+    "versions",
+    TRAIN_SECONDS,
+)
+
+# -- values --------------------------------------------------------------------------------------
+# The failure codes of a run that stayed finite but did not learn as it should (search.training._penalty).
+SILENT_FAILURES = ("overflow_churn", "underflow", "frozen")
+# search.confirm's sibling study: part of its study, not one to pick.
+CONFIRM_SUFFIX = ".confirm"
+DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials
+
+
+# -- reading a trial back --------------------------------------------------------------------------
+def baseline_of(trial: FrozenTrial) -> str | None:
+    """The seed baseline a trial re-measures (``seed-1`` ...), or None for a sampled trial."""
+    tag = trial.user_attrs.get(BASELINE)
+    return None if tag is None else str(tag)
+
+
+def default_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:
+    """The first trial of PyTorch's default settings (baseline ``seed-1``) among ``trials``."""
+    return next((t for t in trials if baseline_of(t) == DEFAULT_BASELINE), None)
+
+
+def unfinished_baselines(trials: Iterable[FrozenTrial], tags: Iterable[str]) -> list[str]:
+    """The baselines among ``tags`` with no finished (COMPLETE or PRUNED) trial yet, in order."""
+    finished = {baseline_of(t) for t in trials if t.state in FINISHED}
+    return [tag for tag in tags if tag not in finished]
+
+
+def scale_moves(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
+    """Per optimizer step, how GradScaler's ``update()`` moved the stored scale: -1 it backed off (the
+    step was skipped; a missing value counts so), +1 it grew, 0 neither.
+
+    GradScaler keeps its scale in float32, so the first step is compared with ``init_scale`` rounded
+    to float32 (a float64 init_scale that rounds down would otherwise look like a backoff).
+    """
+    moves = []
+    before: float | None = float(np.float32(init_scale))
+    for after in scale_curve:
+        if after is None or before is None or after < before:
+            moves.append(-1)
+        else:
+            moves.append(1 if after > before else 0)
+        before = after
+    return moves
+
+
+def failure_of(trial: FrozenTrial) -> str:
+    """The run's failure code, ``nonfinite`` first (see :mod:`search.training._penalty`)."""
+    if trial.user_attrs.get(NONFINITE):
+        return "nonfinite"
+    return str(trial.user_attrs.get(FAILURE, "none"))
+
+
+def device_kind(trial: FrozenTrial, default: str = "unknown") -> str:
+    """``cpu`` or ``cuda`` from the stored device label (``cuda:0 (NVIDIA H200)``), else ``default``."""
+    label = trial.user_attrs.get(DEVICE)
+    kind = str(label).split(":")[0].split(" ")[0] if label else ""
+    return kind or default
+
+
+@dataclass(frozen=True)
+class Showcase:
+    """The trials whose curves the dashboard and the report show side by side."""
+
+    best: FrozenTrial | None
+    default: FrozenTrial | None
+    worst_finite: FrozenTrial | None
+
+
+def showcase(trials: Iterable[FrozenTrial]) -> Showcase:
+    """The best COMPLETE trial, PyTorch's default and the worst one that stayed finite.
+
+    ``best`` and ``worst_finite`` break ties by the lower trial number. A trial stayed finite when
+    it is not ``nonfinite`` and every point of its loss curve is a number.
+    """
+    complete = [
+        t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
+    finite = [
+        t
+        for t in complete
+        if not t.user_attrs.get(NONFINITE) and all(v is not None for v in t.user_attrs.get(LOSS_CURVE) or [])
+    ]
+    return Showcase(
+        best=min(complete, key=lambda t: (t.value, t.number)) if complete else None,
+        default=default_trial(complete),
+        worst_finite=max(finite, key=lambda t: (t.value, -t.number)) if finite else None,
+    )
+
+
+def waiting_baseline(tag: str, params: dict[str, Any]) -> FrozenTrial:
+    """A baseline as ``study.enqueue_trial`` would store it: WAITING, with fixed params."""
+    return create_trial(
+        state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={BASELINE: tag}
+    )

@@ -1,0 +1,118 @@
+"""The search space: GradScaler settings as Optuna distributions, and the seed's baselines."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+
+from search.core._config import ParamRange, SpaceConfig
+from search.core._record import DEFAULT_BASELINE
+from search.core._scaler_config import ScalerConfig
+
+__all__ = ["SEED_BASELINES", "baseline_trials", "distributions", "format_scale", "scaler_config", "suggest"]
+
+PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+POW2_NAME = "init_scale_log2"
+
+# The seed script's table, with PyTorch's default growth_interval, which the seed left implicit.
+SEED_BASELINES: tuple[tuple[str, ScalerConfig], ...] = (
+    (DEFAULT_BASELINE, ScalerConfig(2.0**16, 2.0, 0.5, 2000)),  # PyTorch's default
+    ("seed-2", ScalerConfig(2.0**8, 2.0, 0.5, 2000)),  # low init_scale
+    ("seed-3", ScalerConfig(2.0**24, 2.0, 0.5, 2000)),  # high init_scale
+    ("seed-4", ScalerConfig(2.0**16, 1.5, 0.5, 2000)),  # slow growth
+    ("seed-5", ScalerConfig(2.0**16, 4.0, 0.25, 2000)),  # fast growth, deep backoff
+)
+
+
+def distributions(space: SpaceConfig) -> dict[str, BaseDistribution]:
+    """The Optuna distributions of the searched (not fixed) parameters, by param name."""
+    out: dict[str, BaseDistribution] = {}
+    for name in PARAM_NAMES:
+        p: ParamRange = getattr(space, name)
+        if p.fixed is not None:
+            continue
+        if name == "init_scale" and p.powers_of_two:
+            low, high = math.ceil(math.log2(p.low)), math.floor(math.log2(p.high))
+            out[POW2_NAME] = IntDistribution(low, high)
+        elif name == "growth_interval":
+            out[name] = IntDistribution(int(p.low), int(p.high), log=p.log)
+        else:
+            out[name] = FloatDistribution(p.low, p.high, log=p.log)
+    return out
+
+
+def suggest(trial: optuna.Trial, space: SpaceConfig) -> ScalerConfig:
+    """Asks ``trial`` for every searched parameter and returns the full scaler settings."""
+    params: dict[str, Any] = {}
+    for name, dist in distributions(space).items():
+        if isinstance(dist, IntDistribution):
+            params[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+        else:
+            assert isinstance(dist, FloatDistribution)
+            params[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
+    return scaler_config(params, space)
+
+
+def scaler_config(params: dict[str, Any], space: SpaceConfig) -> ScalerConfig:
+    """Combines a trial's params with the fixed values of ``space``."""
+    values: dict[str, Any] = {}
+    for name in PARAM_NAMES:
+        p: ParamRange = getattr(space, name)
+        if p.fixed is not None:
+            values[name] = p.fixed
+        elif name == "init_scale" and p.powers_of_two:
+            values[name] = 2.0 ** params[POW2_NAME]
+        else:
+            values[name] = params[name]
+    return ScalerConfig(
+        init_scale=float(values["init_scale"]),
+        growth_factor=float(values["growth_factor"]),
+        backoff_factor=float(values["backoff_factor"]),
+        growth_interval=int(values["growth_interval"]),
+    )
+
+
+def baseline_trials(space: SpaceConfig) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The seed baselines as params of ``space``, and a note for each one left out.
+
+    A parameter fixed in the config keeps its fixed value in the baselines too. A baseline
+    whose value lies outside a searched range is left out: it is not a point of this space.
+    """
+    dists = distributions(space)
+    kept, notes = [], []
+    for tag, cfg in SEED_BASELINES:
+        params: dict[str, Any] = {}
+        for name, dist in dists.items():
+            value = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
+            if isinstance(dist, IntDistribution):
+                value = int(value)
+            params[name] = value
+        outside = [n for n, v in params.items() if not dists[n].low <= v <= dists[n].high]
+        if outside:
+            notes.append(f"baseline {tag} left out: {', '.join(outside)} outside the search space")
+        else:
+            kept.append((tag, params))
+    return kept, notes
+
+
+def growth_note(space: SpaceConfig, epochs: int) -> str | None:
+    """Says when growth_factor cannot act within ``epochs`` optimizer steps."""
+    gi = space.growth_interval
+    smallest = gi.fixed if gi.fixed is not None else gi.low
+    if smallest >= epochs:
+        return (
+            f"growth_interval >= {int(smallest)} with only {epochs} optimizer steps: the scale "
+            "never grows, so growth_factor cannot matter"
+        )
+    return None
+
+
+def format_scale(value: float) -> str:
+    """A loss scale as people read it: ``2^16`` for an exact power of two, else ``2^16.37``."""
+    exponent = math.log2(value) if value > 0 else math.nan
+    if not math.isfinite(exponent):
+        return f"{value:g}"
+    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"

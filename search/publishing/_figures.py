@@ -1,0 +1,114 @@
+"""Plotly figures of training runs, shared by the HTML report and the dashboard.
+
+Each trial stores its per-step ``loss_curve`` and ``scale_curve`` (GradScaler's scale after each
+``update()``) as user attrs. A step GradScaler skipped shows as a drop of the scale (backoff),
+so the skipped steps are read off the scale curve and the trial's ``init_scale``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+from optuna.trial import FrozenTrial
+from plotly.subplots import make_subplots
+
+from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scale_moves, scaler_config
+
+__all__ = ["curves_figure", "skipped_steps_of", "trial_curves"]
+
+# One colour per role, so that the best/default/worst read the same in every figure.
+COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
+
+
+def skipped_steps_of(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
+    """Steps (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``
+    (:func:`search.core._record.scale_moves`)."""
+    return [step for step, move in enumerate(scale_moves(scale_curve, init_scale)) if move < 0]
+
+
+def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:
+    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None."""
+    loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
+    scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
+    try:  # Every setting fixed: no params, and the space still knows init_scale.
+        init_scale = scaler_config(trial.params, space).init_scale
+    except KeyError:  # A searched setting this trial never got (it failed before suggesting).
+        init_scale = math.nan
+    return loss, scale, skipped_steps_of(scale, init_scale)
+
+
+def curves_figure(
+    named: Sequence[tuple[str, FrozenTrial]], space: SpaceConfig, title: str = "Training curves"
+) -> go.Figure:
+    """Loss (top) and loss scale (bottom, log axis) per optimizer step, skipped steps marked with x.
+
+    Args:
+        named: (label, trial) pairs, e.g. ``[("best #78", t), ("seed-1 (default)", d)]``.
+        space: The study's search space (to read each trial's init_scale).
+        title: Figure title.
+    """
+    figure = make_subplots(
+        rows=2,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.08,
+        subplot_titles=("loss (autocast forward pass, before the step)", "loss scale after update()"),
+    )
+    for i, (label, trial) in enumerate(named):
+        colour = COLOURS[i % len(COLOURS)]
+        loss, scale, skipped = trial_curves(trial, space)
+        steps = list(range(1, len(loss) + 1))
+        group = f"trial-{trial.number}"
+        figure.add_trace(
+            go.Scatter(x=steps, y=loss, name=label, legendgroup=group, line={"color": colour}, mode="lines"),
+            row=1,
+            col=1,
+        )
+        figure.add_trace(
+            go.Scatter(
+                x=list(range(1, len(scale) + 1)),
+                y=scale,
+                name=label,
+                legendgroup=group,
+                showlegend=False,
+                line={"color": colour, "shape": "hv"},
+                mode="lines",
+            ),
+            row=2,
+            col=1,
+        )
+        if skipped:
+            marks = [e for e in skipped if e < len(loss)]
+            figure.add_trace(
+                go.Scatter(
+                    x=[e + 1 for e in marks],
+                    y=[loss[e] for e in marks],
+                    name=f"{label}: {len(skipped)} skipped",
+                    legendgroup=group,
+                    mode="markers",
+                    marker={"symbol": "x", "size": 9, "color": colour},
+                    hovertemplate="step %{x}: step skipped (inf/NaN gradients)<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
+            figure.add_trace(
+                go.Scatter(
+                    x=[e + 1 for e in skipped if e < len(scale)],
+                    y=[scale[e] for e in skipped if e < len(scale)],
+                    legendgroup=group,
+                    showlegend=False,
+                    mode="markers",
+                    marker={"symbol": "x", "size": 9, "color": colour},
+                    hovertemplate="step %{x}: scale backed off to %{y:.3g}<extra></extra>",
+                ),
+                row=2,
+                col=1,
+            )
+    figure.update_yaxes(title_text="loss", row=1, col=1)
+    figure.update_yaxes(title_text="scale", type="log", exponentformat="power", row=2, col=1)
+    figure.update_xaxes(title_text="optimizer step", row=2, col=1)
+    figure.update_layout(title=title, hovermode="x unified", legend={"groupclick": "togglegroup"})
+    return figure

@@ -1,0 +1,155 @@
+"""Putting a report together: every section in page order, and the numbers ``--format json`` writes.
+
+:func:`build_report` reads no storage (only its :class:`~search.publishing.report._reading.StudySnapshot`),
+and one :class:`Report` serves both outputs: :func:`search.publishing.report._page.render_html` and
+:func:`report_json`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+import plotly.graph_objects as go
+from optuna.trial import TrialState
+
+from search.publishing.report._reading import StudySnapshot
+from search.publishing.report._runs import _curves_section, _skipped_section
+from search.publishing.report._section import Section
+from search.publishing.report._tables import (
+    _baselines_section,
+    _confirmation_section,
+    _recommendation_section,
+    _safe_section,
+)
+from search.publishing.report._visualization import (
+    _contour_section,
+    _history_section,
+    _importance_section,
+    _in_memory_study,
+    _parallel_section,
+    _slice_section,
+)
+from search.results import _analysis as analysis
+
+
+@dataclass
+class Report:
+    """The report: its sections for the page and its numbers for JSON (``data``)."""
+
+    study_name: str
+    storage: str
+    generated: str
+    sections: list[Section] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def section(self, key: str) -> Section:
+        """The section with ``key``."""
+        return next(s for s in self.sections if s.key == key)
+
+    @property
+    def figures(self) -> dict[str, go.Figure]:
+        """The figures by section key (sections without one left out)."""
+        return {s.key: s.figure for s in self.sections if s.figure is not None}
+
+
+def build_report(
+    snapshot: StudySnapshot,
+    tolerance: float = analysis.DEFAULT_TOLERANCE,
+) -> Report:
+    """Builds every section (figures, tables, message boxes) and the JSON numbers of a snapshot.
+
+    Args:
+        snapshot: The study, read once.
+        tolerance: The safe tolerance x as a fraction (0.01 = 1%).
+    """
+    space = snapshot.settings.space
+    trials = list(snapshot.trials)
+    done = analysis.completed(trials)
+    best = analysis.best_trial(done)
+    states = Counter(t.state.name for t in trials)
+    n_good = len(analysis.good_trials(done, tolerance))
+    generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    report = Report(snapshot.study_name, snapshot.storage, generated)
+
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # No "new study created in memory".
+    try:
+        study = _in_memory_study(trials)
+        history, history_rows = _history_section(study, done, snapshot.settings.penalty)
+        importances, importance_values, quantile = _importance_section(study, done, space)
+        slices = _slice_section(study, done, space)
+        contour = _contour_section(study, done, space)
+        parallel = _parallel_section(study, done, space)
+    finally:
+        optuna.logging.set_verbosity(previous)
+    curves, chosen = _curves_section(done, space, best)
+    skipped, skipped_counts = _skipped_section(done)
+    baselines, baseline_data = _baselines_section(done, space, best)
+    safe, safe_data = _safe_section(done, space, tolerance)
+    recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation)
+    confirmation = _confirmation_section(snapshot)
+    report.sections = [
+        history,
+        importances,
+        slices,
+        contour,
+        parallel,
+        curves,
+        skipped,
+        baselines,
+        safe,
+        recommendation,
+        confirmation,
+    ]
+    report.data = {
+        "study_name": snapshot.study_name,
+        "storage": snapshot.storage,
+        "generated": generated,
+        "settings": {
+            "task": snapshot.settings.run.task,
+            "epochs": snapshot.settings.run.epochs,
+            "seed": snapshot.settings.run.seed,
+            "amp_dtype": snapshot.settings.run.amp_dtype,
+        },
+        "states": {s.name: states.get(s.name, 0) for s in TrialState},
+        "n_complete": len(done),
+        "ignored": {"RUNNING": states.get("RUNNING", 0), "WAITING": states.get("WAITING", 0)},
+        "tolerance": tolerance,
+        "n_good": n_good,
+        "history": history_rows,
+        "importances": importance_values,
+        "importance_target_quantile": quantile,
+        "safe_ranges": safe_data,
+        "recommendation": rec_data,
+        "best": baseline_data["best"],
+        "baselines": baseline_data["baselines"],
+        "curves": chosen,
+        "skipped_steps": skipped_counts,
+        "confirmation": snapshot.confirmation,
+        "sections": {
+            s.key: {"title": s.title, "plot": s.figure is not None, "message": s.message}
+            for s in report.sections
+        },
+    }
+    return report
+
+
+def report_json(report: Report) -> str:
+    """The report's numbers as JSON text (non-finite numbers as null)."""
+    return json.dumps(_json_safe(report.data), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value

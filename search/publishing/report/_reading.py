@@ -1,0 +1,89 @@
+"""Reading a study once: the snapshot every part of the report is built from.
+
+The report touches the storage only here, in one pass (trials, recorded settings, confirmation
+runs), so a study that is still running can be reported at any time and nothing after this reads
+or writes the storage. Bad input surfaces here as :class:`ReportError`, before anything is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from search.core import Settings, UsageError
+from search.results import summarize_confirmation
+from search.storage import (
+    StorageError,
+    choose_study,
+    close_storage,
+    first_line,
+    mask_url,
+    open_existing_storage,
+)
+from search.study import settings_of
+
+
+class ReportError(UsageError):
+    """Bad input: nothing was written. The message is one line and password-free."""
+
+
+@dataclass(frozen=True)
+class StudySnapshot:
+    """One read of a study: everything the report needs, no storage access afterwards.
+
+    Attributes:
+        study_name: The study.
+        storage: Its storage URL, password masked.
+        trials: All its trials, by number (any state).
+        settings: The settings the study recorded (its space, epochs, penalty, ...).
+        confirmation: :func:`search.results._confirmations.summarize_confirmation` of the study, or None.
+        confirmation_note: Why there is no confirmation (no sibling study, module missing, ...).
+    """
+
+    study_name: str
+    storage: str
+    trials: tuple[FrozenTrial, ...]
+    settings: Settings
+    confirmation: dict[str, Any] | None = None
+    confirmation_note: str = ""
+
+
+def _read_confirmation(
+    storage: optuna.storages.BaseStorage, study_name: str
+) -> tuple[dict[str, Any] | None, str]:
+    try:
+        data = summarize_confirmation(storage, study_name)
+    except Exception as e:  # The report stands without it; say why.
+        return None, f"could not read the confirmation runs: {first_line(e)}"
+    return data, "" if data is not None else "no sibling study"
+
+
+def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
+    """Reads a study once (trials, settings, confirmation) from any Optuna RDB storage.
+
+    Raises:
+        ReportError: Unreachable storage, no Optuna schema, missing or ambiguous study, or a
+            study not made by ``search.optimize``. Nothing is written to the storage.
+    """
+    try:
+        storage = open_existing_storage(url)
+    except StorageError as e:
+        raise ReportError(str(e))
+    try:
+        name = choose_study(storage, url, study_name)
+        study_id = storage.get_study_id_from_name(name)
+        attrs = storage.get_study_user_attrs(study_id)
+        if "task" not in attrs or "space" not in attrs:
+            raise ReportError(f"study {name!r} was not created by search.optimize (it records no task/space)")
+        if len(storage.get_study_directions(study_id)) != 1:
+            raise ReportError(f"study {name!r} is multi-objective; search.optimize studies are not")
+        study = optuna.load_study(storage=storage, study_name=name)
+        settings = settings_of(study)
+        trials = tuple(sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number))
+        confirmation, note = _read_confirmation(storage, name)
+    finally:
+        close_storage(storage)
+    return StudySnapshot(name, mask_url(url), trials, settings, confirmation, note)

@@ -1,0 +1,96 @@
+"""The sections about the training runs themselves: loss and scale curves, skipped steps.
+
+They are drawn from what each trial recorded (:mod:`search.core._record`: curves, skipped-step counts),
+which :mod:`optuna.visualization` does not know about: it sees params and objectives only.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import plotly.graph_objects as go
+from optuna.trial import FrozenTrial
+
+from search.core import FAILURE, LOSS_CURVE, SKIPPED_STEPS, SpaceConfig, showcase
+from search.publishing import curves_figure
+from search.publishing.report._section import SECTION_TITLES, Section
+
+
+def _has_curves(trial: FrozenTrial) -> bool:
+    return bool(trial.user_attrs.get(LOSS_CURVE))
+
+
+def _curves_section(
+    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None
+) -> tuple[Section, dict[str, int | None]]:
+    section = Section(
+        "curves",
+        SECTION_TITLES["curves"],
+        "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the best "
+        "trial, the seed's default (seed-1, PyTorch's GradScaler defaults) and the worst trial that "
+        "stayed finite; x marks a step GradScaler skipped (inf/NaN gradients).",
+    )
+    shown = showcase(done)
+    default = shown.default
+    worst = shown.worst_finite if shown.worst_finite is not None and _has_curves(shown.worst_finite) else None
+    chosen: dict[str, int | None] = {
+        "best": best.number if best else None,
+        "default": default.number if default else None,
+        "worst_finite": worst.number if worst else None,
+    }
+    named: list[tuple[str, FrozenTrial]] = []
+    if best is not None and _has_curves(best):
+        named.append((f"best #{best.number}", best))
+    if default is not None and _has_curves(default):
+        named.append((f"seed-1 default #{default.number}", default))
+    if worst is not None and all(worst.number != t.number for _, t in named):
+        named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
+    notes = []
+    if default is None:
+        notes.append("the seed's default (seed-1) has no complete trial yet")
+    if worst is not None and best is not None and worst.number == best.number:
+        notes.append("the worst finite trial is the best one (a single finite trial)")
+    if not named:
+        section.message = "Not enough trials for this plot: no complete trial with stored curves yet."
+        return section, chosen
+    section.figure = curves_figure(named, space, title="Best vs seed-1 (default) vs worst finite trial")
+    section.figure.update_layout(height=650)
+    if notes:
+        section.message = "Note: " + "; ".join(notes) + "."
+    return section, chosen
+
+
+def _skipped_section(done: list[FrozenTrial]) -> tuple[Section, dict[str, int]]:
+    section = Section(
+        "skipped",
+        SECTION_TITLES["skipped"],
+        "How many complete trials skipped how many optimizer steps (GradScaler skips a step whose "
+        "gradients hold inf/NaN and backs the scale off).",
+    )
+    counts = Counter(
+        int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if SKIPPED_STEPS in t.user_attrs
+    )
+    data = {str(k): counts[k] for k in sorted(counts)}
+    if not counts:
+        section.message = "Not enough trials for this plot: no complete trial records skipped steps yet."
+        return section, data
+    keys = sorted(counts)
+    figure = go.Figure(
+        go.Bar(
+            x=keys,
+            y=[counts[k] for k in keys],
+            text=[counts[k] for k in keys],
+            textposition="outside",
+            marker_color="#1f77b4",
+            name="trials",
+            hovertemplate="%{y} trials skipped %{x} steps<extra></extra>",
+        )
+    )
+    figure.update_layout(
+        title="Skipped optimizer steps per trial",
+        xaxis_title="skipped steps (of the run's optimizer steps)",
+        yaxis_title="trials",
+        bargap=0.15,
+    )
+    section.figure = figure
+    return section, data

@@ -1,0 +1,47 @@
+"""One numbered part of the report page, and every part's title in page order.
+
+Each section builder (:mod:`~search.publishing.report._visualization`, :mod:`~search.publishing.report._runs`,
+:mod:`~search.publishing.report._tables`) returns a :class:`Section`: the page renders it and the JSON lists
+its title, whether it has a plot and its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import plotly.graph_objects as go
+
+SECTION_TITLES = {
+    "history": "Optimisation history",
+    "importances": "Parameter importances",
+    "slices": "Slice plots",
+    "contour": "Contour: init_scale × backoff_factor",
+    "parallel": "Parallel coordinates",
+    "curves": "Loss and scale curves: best, default, worst finite",
+    "skipped": "Skipped steps",
+    "baselines": "The seed's configurations next to the best",
+    "safe_ranges": "Safe ranges",
+    "recommendation": "Recommended setting",
+    "confirmation": "Confirmation runs",
+}
+
+
+@dataclass
+class Section:
+    """One numbered part of the page.
+
+    Attributes:
+        key: Its id (``history``, ``importances``, ...), also the HTML anchor.
+        title: The heading.
+        intro: What it shows, in words (plain text).
+        figure: The plotly figure, or None.
+        message: Shown in a message box (instead of the figure when there is none).
+        body: Extra HTML (tables, text), already escaped.
+    """
+
+    key: str
+    title: str
+    intro: str = ""
+    figure: go.Figure | None = None
+    message: str | None = None
+    body: str = ""

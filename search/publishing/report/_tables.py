@@ -1,0 +1,282 @@
+"""The sections that are tables: baselines, safe ranges, the recommendation, confirmation runs.
+
+The numbers come from :mod:`search.results._analysis`, :mod:`search.results._summary` and the snapshot's
+confirmation; here they become escaped HTML, and each builder also returns the data the JSON
+repeats, so the page and the JSON cannot disagree.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from search.core import CONFIRM_SUFFIX, SpaceConfig, baseline_of
+from search.publishing.report._reading import StudySnapshot
+from search.publishing.report._section import SECTION_TITLES, Section
+from search.results import _analysis as analysis
+from search.results import trial_row
+
+
+def _fmt(value: Any, spec: str = ".4f") -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, spec)
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], classes: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{classes}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _baselines_section(
+    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None
+) -> tuple[Section, dict[str, Any]]:
+    section = Section(
+        "baselines",
+        SECTION_TITLES["baselines"],
+        "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured inside "
+        "the study, next to the best trial. Δ best: how much worse than the best objective.",
+    )
+    baselines: dict[str, dict[str, Any]] = {}
+    for t in done:
+        tag = baseline_of(t)
+        if tag is not None and tag not in baselines:
+            baselines[str(tag)] = trial_row(t, space)
+    baselines = dict(sorted(baselines.items()))
+    data = {"best": trial_row(best, space) if best else None, "baselines": baselines}
+    if best is None:
+        section.message = "No complete trial yet: nothing to compare."
+        return section, data
+    rows = []
+    for label, row in [("best", data["best"]), *baselines.items()]:
+        delta = (row["value"] - best.value) / abs(best.value) * 100 if best.value else 0.0
+        rows.append(
+            [
+                f"<b>{html.escape(label)}</b>",
+                f"#{row['number']}",
+                analysis.format_value("init_scale", row["init_scale"]),
+                f"{row['growth_factor']:.3g}",
+                f"{row['backoff_factor']:.3g}",
+                str(row["growth_interval"]),
+                _fmt(row["final_loss"]),
+                _fmt(row["skipped_steps"], "d"),
+                _fmt(row["learned"]),
+                html.escape(str(row["failure"] or "–")),
+                _fmt(row["value"]),
+                f"{delta:+.2f}%",
+            ]
+        )
+    section.body = _table(
+        [
+            "",
+            "trial",
+            "init_scale",
+            "growth_factor",
+            "backoff_factor",
+            "growth_interval",
+            "final loss",
+            "skipped steps",
+            "learned?",
+            "failure",
+            "objective",
+            "Δ best",
+        ],
+        rows,
+        "numbers",
+    )
+    missing = [f"seed-{i}" for i in range(1, 6) if f"seed-{i}" not in baselines]
+    if missing:
+        section.message = f"No complete trial yet for {', '.join(missing)} (still queued, running, or left out of the space)."
+    return section, data
+
+
+def _safe_section(
+    done: list[FrozenTrial], space: SpaceConfig, tolerance: float
+) -> tuple[Section, list[dict[str, Any]]]:
+    pct = f"{tolerance * 100:g}%"
+    section = Section(
+        "safe_ranges",
+        SECTION_TITLES["safe_ranges"],
+        f"A trial is good when its objective is within x = {pct} of the best objective "
+        f"(objective ≤ best + {pct} · |best|; --tolerance), and it had no non-finite value and no silent "
+        "failure (failure code none). A setting's safe range runs from its smallest to its largest value "
+        "among the good trials, one setting at a time: a combination of values each inside its range can "
+        "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
+        "a trial is inside its own safe range too, or idle in its run (its scale curve shows that it could not "
+        "have acted: a growth_factor when the scale never grew, a backoff_factor when no step was skipped, a "
+        "growth_interval when the scale never grew and a longer interval in range would not have grown it either), "
+        "the safe set is not an interval (not a box), and the stretch around the best trial without such a "
+        "trial is given.",
+    )
+    ranges = analysis.safe_ranges(done, space, tolerance)
+    data = [r.to_dict() for r in ranges]
+    if not done:
+        section.message = "No complete trial yet: no safe range."
+        return section, data
+    rows = []
+    for r in ranges:
+        if r.fixed is not None:
+            span = f"fixed at {analysis.format_value(r.param, r.fixed)}"
+        elif r.low is None:
+            span = "none"
+        else:
+            span = f"{analysis.format_value(r.param, r.low)} … {analysis.format_value(r.param, r.high)}"
+        rows.append(
+            [
+                f"<b>{r.param}</b>",
+                html.escape(span),
+                "yes" if r.is_interval else f"no ({len(r.holes)} inside)",
+                html.escape(r.text),
+            ]
+        )
+    section.body = _table(["setting", "safe range", "an interval?", "in words"], rows, "wide")
+    return section, data
+
+
+def _recommendation_section(
+    done: list[FrozenTrial], space: SpaceConfig, tolerance: float, confirmation: dict[str, Any] | None
+) -> tuple[Section, dict[str, Any] | None]:
+    pct = f"{tolerance * 100:g}%"
+    section = Section(
+        "recommendation",
+        SECTION_TITLES["recommendation"],
+        f"Not the argmin, which among near-equal trials is noise: the good trials (within {pct} of the best "
+        "objective, --tolerance, without failure) form a region; each is scored by its depth, the distance in "
+        "octaves (log2 of the four settings combined) to the nearest trial that is not good, and the deepest "
+        f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended with its own measured "
+        "values (a rounded neighbour would be a setting no trial ran). PyTorch's default is kept when it is good and at least "
+        f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
+        "The last column gives ranges that are safe together, in any combination (the safe ranges above hold one "
+        "setting at a time). The candidate is the box around the setting that no failed trial comes near, inside the "
+        "span of the failure-free trials there; sampled trials cannot vouch for its corners, so it is stated as safe "
+        "only once search.confirm has trained all of them without failure (else it is halved and tried again). "
+        "It promises no failure, not every combination within the tolerance of the best.",
+    )
+    rec = analysis.recommend(done, space, tolerance, confirmation=confirmation)
+    if rec is None:
+        section.message = "No complete trial yet: nothing to recommend."
+        return section, None
+    source = next(t for t in done if t.number == rec.source_trial)
+    values = analysis.param_values(source, space)
+    rows = []
+    for param in analysis.searched_params(space):
+        edge = rec.edge.get(param)
+        rows.append(
+            [
+                f"<b>{param}</b>",
+                html.escape(analysis.format_value(param, float(getattr(rec.config, param)))),
+                html.escape(analysis.format_value(param, values[param])),
+                "–" if edge is None else html.escape(analysis.format_value(param, edge)),
+                "–"
+                if edge is None
+                else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
+                _together_cell(rec, param),
+            ]
+        )
+    title = "Keep the default" if rec.keep_default else "Recommended"
+    if rec.confirmed:
+        title += f" ({rec.confirmed} on new seeds)"
+    section.body = (
+        f"<p><b>{html.escape(title)}</b></p>"
+        f'<pre class="code">{html.escape(rec.code)}</pre>'
+        f'<p class="text">{html.escape(rec.text)}</p>'
+        + _table(
+            [
+                "setting",
+                "recommended",
+                f"trial #{rec.source_trial}"
+                + (f" ({rec.confirmed} on new seeds)" if rec.keep_default and rec.confirmed else ""),
+                "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
+                "octaves to it",
+                {
+                    "checked": "safe together (corners trained)",
+                    "unchecked": "candidate, not checked (run search.confirm)",
+                    "refuted": "safe together: refuted by its corners",
+                }.get(rec.together_check, "safe together"),
+            ],
+            rows,
+            "numbers",
+        )
+    )
+    return section, rec.to_dict()
+
+
+def _together_cell(rec: analysis.Recommendation, param: str) -> str:
+    box = rec.together if rec.together_check == "checked" else rec.candidate
+    if rec.together_check == "refuted" or param not in box:
+        return "–"
+    return html.escape(analysis.format_range(param, *box[param]))
+
+
+def _confirmation_section(snapshot: StudySnapshot) -> Section:
+    section = Section(
+        "confirmation",
+        SECTION_TITLES["confirmation"],
+        "Re-runs of the best configurations and of the default on new data/initialisation seeds "
+        f"(python -m search.confirm, stored in the sibling study {snapshot.study_name}{CONFIRM_SUFFIX}).",
+    )
+    data = snapshot.confirmation
+    if data is None:
+        extra = (
+            f" ({snapshot.confirmation_note})"
+            if snapshot.confirmation_note not in ("", "no sibling study")
+            else ""
+        )
+        section.message = f"no confirmation runs (run python -m search.confirm){extra}"
+        return section
+    rows = []
+    for c in data.get("configs", []):
+        mean, sd = c.get("mean"), c.get("sd")
+        pm = "–" if mean is None else f"{mean:.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+        source = "–" if c.get("source_trial") is None else f"#{c['source_trial']}"
+        rows.append([f"<b>{html.escape(str(c.get('label')))}</b>", source, str(c.get("n", 0)), pm])
+    seeds = data.get("seeds", [])
+    body = f"<p>Seeds: {html.escape(', '.join(str(s) for s in seeds)) or 'none'}.</p>"
+    body += _table(["config", "source trial", "runs", "objective mean ± sd"], rows, "numbers")
+    comparison = data.get("comparison")
+    if comparison:
+        better = comparison.get("better_beyond_noise")
+        p, t, diff = comparison.get("p"), comparison.get("t"), comparison.get("mean_diff")
+        stats = ", ".join(
+            part
+            for part in (
+                f"mean difference {diff:+.4g}" if diff is not None else "",
+                f"t = {t:.2f}" if t is not None else "",
+                f"p = {p:.3g}" if p is not None else "",
+            )
+            if part
+        )
+        if better:
+            verdict = f"{comparison.get('best_label')} is better than {comparison.get('default_label')} beyond noise"
+        elif comparison.get("worse_beyond_noise"):
+            verdict = f"{comparison.get('default_label')} is better than {comparison.get('best_label')} beyond noise"
+        else:
+            verdict = f"{comparison.get('best_label')} and {comparison.get('default_label')} are not distinguishable"
+        body += (
+            f'<p class="verdict"><b>Verdict:</b> {html.escape(verdict)} ({html.escape(stats)}; '
+            f"{html.escape(str(comparison.get('test', '')))}).</p>"
+        )
+    else:
+        body += '<p class="verdict"><b>Verdict:</b> nothing to compare yet (the best or the default has no runs).</p>'
+    corners = data.get("corners", [])
+    if corners:
+        failed = Counter(c["failure"] for c in corners if c["failure"] != "none")
+        seeds_used = sorted({c.get("data_seed") for c in corners if c.get("data_seed") is not None})
+        body += (
+            f"<p>Corner runs of the ranges that may be safe together (10. Recommended setting): {len(corners)} "
+            f"on the search's own data (seed {', '.join(map(str, seeds_used)) or '?'}), "
+            + (", ".join(f"{n} {code}" for code, n in failed.items()) if failed else "none failed")
+            + ".</p>"
+        )
+    section.body = body
+    return section

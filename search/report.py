@@ -1,0 +1,103 @@
+"""``python -m search.report``: one self-contained HTML page (or JSON) about a study.
+
+:func:`main` is also the ``search-report`` console script (``search.report:main``). It reads the
+study (:mod:`~search.publishing.report._reading`), builds the report (:mod:`~search.publishing.report._build`) and writes
+the page or the JSON (:mod:`~search.publishing.report._page`, :mod:`~search.publishing.report._writing`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+
+import optuna
+
+from search.cli import OneLineParser, check_output, fail, percent, prog_name
+from search.cli import _startup as startup
+from search.core import Interrupted, UsageError, held_interrupts, interrupts_as_exceptions
+from search.publishing.report import build_report, load_snapshot, render_html, report_json, write_report
+from search.results import _analysis as analysis
+from search.storage import first_line, mask_url, redact
+
+PROG = "search.report"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = OneLineParser(
+        prog=prog_name("search.report"),
+        description="Write one self-contained HTML report (plotly embedded, opens offline) or the same "
+        "numbers as JSON about a GradScaler search study: history, importances, slices, contour, parallel "
+        "coordinates, curves, skipped steps, baselines, safe ranges, a robust recommendation, confirmation.",
+        allow_abbrev=False,
+    )
+    add = p.add_argument
+    add(
+        "--storage",
+        metavar="URL",
+        default="sqlite:///study.db",
+        help="Optuna storage URL [sqlite:///study.db]",
+    )
+    add("--study-name", default=None, help="the study [the storage's only study]")
+    add(
+        "--out",
+        metavar="PATH",
+        default=None,
+        help="output file [report.html, or report.json with --format json]",
+    )
+    add("--format", choices=("html", "json"), default="html", help="html or json [html]")
+    add(
+        "--tolerance",
+        metavar="PCT",
+        type=percent,
+        default=analysis.DEFAULT_TOLERANCE * 100,
+        help="safe: objective within PCT%% of the best, no non-finite value, no silent failure [1]",
+    )
+    return p
+
+
+def _fail(message: str, code: int = 2) -> int:
+    return fail(PROG, message, code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command; returns the exit code (0 written, 2 bad input)."""
+    startup.started()  # Imports are done: this command's own interrupt handling from here.
+    argv = list(sys.argv[1:] if argv is None else argv)
+    url = ""
+    try:
+        args = build_parser().parse_args(argv)
+        url = args.storage
+        out = args.out or ("report.json" if args.format == "json" else "report.html")
+        check_output("--out", out)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        with interrupts_as_exceptions():
+            snapshot = load_snapshot(url, args.study_name)
+            report = build_report(snapshot, args.tolerance / 100)
+            text = report_json(report) if args.format == "json" else render_html(report)
+    except Interrupted as e:
+        return _fail(f"interrupted ({e}); nothing was written", 128 + e.signum)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else 0
+    except UsageError as e:  # ReportError, and argparse's and choose_study's errors.
+        return _fail(redact(str(e), url) if url else str(e))
+    except Exception as e:  # Reading the study failed: still bad input, nothing written.
+        return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
+    try:
+        with held_interrupts() as pending:  # The file is written whole or not at all.
+            write_report(text, out)
+        if pending:
+            return _fail(f"interrupted ({signal.Signals(pending[0]).name}) after writing {out}", 128 + pending[0])
+    except OSError as e:
+        return _fail(f"cannot write --out {out}: {e.strerror or first_line(e)}")
+    done = report.data["n_complete"]
+    print(
+        f"wrote {out}: study {report.study_name!r}, {done} complete trial{'s' if done != 1 else ''} ({args.format})"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,394 @@
+"""The read side of confirmation runs: collecting them, the paired statistics, the table.
+
+``python -m search.confirm`` (the command) writes the runs into the sibling study
+``<study>.confirm``; this module reads them back for the command, for ``search.report`` and for
+:func:`search.results._analysis.recommend`, without importing the command. Each configuration is compared
+with PyTorch's default by a two-sided paired t-test over the data seeds (``scipy.stats.ttest_rel``,
+alpha :data:`ALPHA`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.core import (
+    CHECK,
+    CONFIRM_SUFFIX,
+    CORNER,
+    DATA_SEED,
+    FINAL_LOSS,
+    POINT,
+    SOURCE_TRIAL,
+    Settings,
+    failure_of,
+    format_scale,
+    scaler_config,
+)
+from search.storage import StorageError, close_storage, open_existing_storage
+
+__all__ = [
+    "ALPHA",
+    "DEFAULT_LABEL",
+    "SUFFIX",
+    "collect_runs",
+    "config_key",
+    "confirmation_data",
+    "confirm_study_name",
+    "confirmation_seeds",
+    "format_confirmation",
+    "paired_test",
+    "summarize_confirmation",
+]
+
+SUFFIX = CONFIRM_SUFFIX
+DEFAULT_LABEL = "seed-1 (default)"
+ALPHA = 0.05
+
+
+def config_key(source_trial: int | None, params: dict[str, Any]) -> str:
+    # Keyed by source trial and params, not by label: a rank can change when the search goes on.
+    canon = {k: float(v) if isinstance(v, (int, float)) else v for k, v in sorted(params.items())}
+    return json.dumps([source_trial, canon], sort_keys=True)
+
+
+def confirm_study_name(study_name: str) -> str:
+    """The sibling study holding the confirmation runs of ``study_name``."""
+    return study_name + SUFFIX
+
+
+def confirmation_seeds(study_seed: int, k: int) -> list[int]:
+    """The data/initialisation seeds of a confirmation: ``study_seed + 1 ... study_seed + k``."""
+    return [study_seed + i for i in range(1, k + 1)]
+
+
+# -- reading the confirmation back ------------------------------------------------------------
+
+
+@dataclass
+class _Stats:
+    """A configuration's runs on the requested seeds, for the table."""
+
+    candidate: dict[str, Any]  # label, source_trial, params (as stored in the sibling's attrs)
+    values: dict[int, float]  # data seed -> objective
+    final_losses: dict[int, float | None]
+
+
+def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1); nan where undefined."""
+    array = np.asarray(values, dtype=float)
+    mean = float(array.mean()) if array.size else math.nan
+    sd = float(array.std(ddof=1)) if array.size > 1 else math.nan
+    return mean, sd
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _open_existing(url: str) -> optuna.storages.RDBStorage | None:
+    """The storage if it already holds Optuna's schema (nothing is created), else None."""
+    try:
+        return open_existing_storage(url)
+    except StorageError as e:
+        if "does not exist" in str(e) or "holds no Optuna studies" in str(e):
+            return None
+        raise
+
+
+def collect_runs(
+    storage: optuna.storages.BaseStorage, study_name: str
+) -> tuple[list[int], list[_Stats], list[dict[str, Any]]] | None:
+    """The latest confirmation's seeds, each configuration's runs and the corner runs, or None
+    without a sibling study. A corner run is ``{"point", "failure", "value", "data_seed"}``."""
+    sibling_name = confirm_study_name(study_name)
+    try:
+        study_id = storage.get_study_id_from_name(sibling_name)
+    except KeyError:
+        return None
+    attrs = storage.get_study_user_attrs(study_id)
+    seeds = [int(s) for s in attrs.get("seeds", [])]
+    configs = list(attrs.get("configs", []))
+    runs: dict[tuple[str, int], FrozenTrial] = {}
+    corners = []
+    for t in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.COMPLETE,)):
+        if t.user_attrs.get(CHECK) == CORNER:
+            corners.append(
+                {
+                    "point": dict(t.user_attrs[POINT]),
+                    "failure": failure_of(t),
+                    "value": t.value,
+                    "data_seed": t.user_attrs.get(DATA_SEED),
+                }
+            )
+            continue
+        seed = t.user_attrs.get(DATA_SEED)
+        if seed is not None and t.value is not None:
+            runs.setdefault((config_key(t.user_attrs.get(SOURCE_TRIAL), t.params), int(seed)), t)
+    stats = []
+    for config in configs:
+        key = config_key(config["source_trial"], config["params"])
+        found = {s: runs[(key, s)] for s in seeds if (key, s) in runs}
+        stats.append(
+            _Stats(
+                candidate=config,
+                values={s: float(t.value) for s, t in found.items()},
+                final_losses={s: t.user_attrs.get(FINAL_LOSS) for s, t in found.items()},
+            )
+        )
+    return seeds, stats, corners
+
+
+@dataclass(frozen=True)
+class _Paired:
+    """best-1 against the default over the seeds where both ran."""
+
+    comparison: dict[str, Any]
+    n: int
+    sd_diff: float | None
+    same_settings: bool
+    tie: bool
+
+
+def _comparison(seeds: list[int], stats: list[_Stats], label: str = "best-1 ") -> _Paired | None:
+    """The paired comparison of a config (best-1 unless ``label`` says) with the default, or None."""
+    best = next((s for s in stats if s.candidate["label"].startswith(label)), None)
+    default = next((s for s in stats if s.candidate["label"] == DEFAULT_LABEL), None)
+    if best is None or default is None:
+        return None
+    paired = [s for s in seeds if s in best.values and s in default.values]
+    a = np.array([best.values[s] for s in paired])
+    b = np.array([default.values[s] for s in paired])
+    mean_diff, sd_diff = _mean_sd(a - b)
+    t, p, test = paired_test(a, b)
+    tie = len(paired) >= 2 and bool(np.all(a == b))
+    comparison = {
+        "best_label": best.candidate["label"],
+        "default_label": DEFAULT_LABEL,
+        "mean_diff": _finite(mean_diff),
+        "t": _finite(t),
+        "p": _finite(p),
+        "better_beyond_noise": bool(math.isfinite(p) and p < ALPHA and mean_diff < 0),
+        "worse_beyond_noise": bool(math.isfinite(p) and p < ALPHA and mean_diff > 0),
+        "test": test,
+    }
+    same = config_key(None, best.candidate["params"]) == config_key(None, default.candidate["params"])
+    return _Paired(comparison, len(paired), _finite(sd_diff), same, tie)
+
+
+def paired_test(best: Sequence[float], default: Sequence[float]) -> tuple[float, float, str]:
+    """Two-sided paired t-test of ``best`` against ``default`` over seeds (same order in both).
+
+    A significant result in either direction is reported as such: the best may be better than the
+    default beyond noise, or the default better than the best.
+
+    Returns:
+        ``(t, p, test)``: the t statistic and p-value (nan where undefined) and a description of
+        the test. Fewer than two pairs: no test, nan. Identical values on every seed: a tie, no
+        test, t nan and p 1. A difference that is the same on every seed gives t = -inf/+inf and
+        p = 0/1 (scipy's answer: no noise at all).
+    """
+    a, b = np.asarray(best, dtype=float), np.asarray(default, dtype=float)
+    n = len(a)
+    if n < 2:
+        return math.nan, math.nan, f"none: {n} paired seed(s), a paired test needs at least 2"
+    if np.all(a == b):
+        return math.nan, 1.0, f"none: identical objective on all {n} seeds (a tie, p = 1)"
+    from scipy import stats  # Imported here: the rest of the service does not need scipy.
+
+    with warnings.catch_warnings():
+        # Nearly identical values: scipy warns of precision loss; a constant difference divides
+        # by zero. The results stand (see above).
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_rel(a, b)  # Two-sided: a default that is better is news too.
+    test = f"paired t-test over {n} seeds, two-sided, scipy.stats.ttest_rel, alpha {ALPHA:g}"
+    return float(result.statistic), float(result.pvalue), test
+
+
+def confirmation_data(
+    seeds: list[int], stats: list[_Stats], corners: Sequence[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """:func:`collect_runs`'s result as plain data (see :func:`summarize_confirmation`)."""
+    configs = []
+    for s in stats:
+        values = [s.values[seed] for seed in seeds if seed in s.values]
+        mean, sd = _mean_sd(values)
+        configs.append(
+            {
+                "label": s.candidate["label"],
+                "source_trial": s.candidate["source_trial"],
+                "params": dict(s.candidate["params"]),
+                "n": len(values),
+                "mean": _finite(mean),
+                "sd": _finite(sd),
+                "values": values,
+            }
+        )
+    paired = _comparison(seeds, stats)
+    comparison = paired.comparison if paired is not None else None
+    default = next((c for c in configs if c["label"] == DEFAULT_LABEL), None)
+    comparisons = []  # Every config against the default: what search.results._analysis.recommend reads.
+    for s in stats:
+        if s.candidate["label"] == DEFAULT_LABEL:
+            continue
+        one = _comparison(seeds, stats, s.candidate["label"])
+        if one is None:
+            continue
+        comparisons.append(
+            {
+                "label": s.candidate["label"],
+                "params": dict(s.candidate["params"]),
+                "n": one.n,
+                "mean_diff": one.comparison["mean_diff"],
+                "sd_diff": one.sd_diff,
+                "t": one.comparison["t"],
+                "p": one.comparison["p"],
+                "significant": one.comparison["better_beyond_noise"] or one.comparison["worse_beyond_noise"],
+                "default_sd": default["sd"] if default else None,
+            }
+        )
+    return {
+        "seeds": list(seeds),
+        "configs": configs,
+        "comparison": comparison,
+        "comparisons": comparisons,
+        "corners": [dict(c) for c in corners],
+    }
+
+
+def summarize_confirmation(
+    storage: str | optuna.storages.BaseStorage, study_name: str
+) -> dict[str, Any] | None:
+    """The confirmation of ``study_name`` as plain, JSON-serializable data.
+
+    Args:
+        storage: A storage URL or an opened storage; a URL is opened only if it already holds
+            Optuna's schema (a missing SQLite file is not created).
+        study_name: The *search* study (its runs are in ``<study_name>.confirm``).
+
+    Returns:
+        None when there is no confirmation of ``study_name``; otherwise ``{"seeds": [...],
+        "configs": [{"label", "source_trial", "params", "n", "mean", "sd", "values"}, ...],
+        "comparison": {"best_label", "default_label", "mean_diff", "t", "p",
+        "better_beyond_noise", "test"}, "comparisons": [...], "corners": [{"point", "failure", "value",
+        "data_seed"}, ...]}``; ``corners`` are the corner runs of the ranges safe together
+        (:func:`search.results._analysis.check_boxes`). ``sd`` is the sample standard deviation (ddof=1);
+        undefined numbers (nan, inf) are None. ``values`` follow the order of ``seeds``, leaving
+        out seeds not run yet. ``comparison`` is None if best-1 or the default is missing.
+    """
+    if isinstance(storage, str):
+        opened = _open_existing(storage)
+        if opened is None:
+            return None
+        try:
+            collected = collect_runs(opened, study_name)
+        finally:
+            close_storage(opened)
+    else:
+        collected = collect_runs(storage, study_name)
+    return None if collected is None else confirmation_data(*collected)
+
+
+# -- the table ----------------------------------------------------------------------------------
+
+
+def _pm(mean: float, sd: float, fmt: str = ".4f") -> str:
+    if not math.isfinite(mean):
+        return "-"
+    return f"{mean:{fmt}} ± {sd:{fmt}}" if math.isfinite(sd) else f"{mean:{fmt}}"
+
+
+def format_confirmation(
+    seeds: list[int], stats: list[_Stats], settings: Settings, baselines: dict[int, str] | None = None
+) -> str:
+    """The table of a confirmation and its verdict, as printed by the command."""
+    baselines = baselines or {}
+    label_width = max([len("config")] + [len(s.candidate["label"]) for s in stats])
+    header = (
+        f"  {'config':<{label_width}} {'source':>12} {'init_scale':>10} {'growth':>7} {'backoff':>7} "
+        f"{'interval':>8} {'n':>3} {'objective mean ± sd':>21} {'final_loss mean ± sd':>21}"
+    )
+    lines = [header]
+    for s in stats:
+        c = s.candidate
+        cfg = scaler_config(c["params"], settings.space)
+        source = "-" if c["source_trial"] is None else f"#{c['source_trial']}"
+        if c["source_trial"] in baselines:
+            source += f" {baselines[c['source_trial']]}"
+        values = [s.values[x] for x in seeds if x in s.values]
+        losses = [s.final_losses[x] for x in seeds if x in s.final_losses]
+        finite_losses = [v for v in losses if v is not None]
+        loss_text = _pm(*_mean_sd(finite_losses))
+        if len(finite_losses) < len(losses):
+            loss_text += f" ({len(losses) - len(finite_losses)} nan)"
+        lines.append(
+            f"  {c['label']:<{label_width}} {source:>12} {format_scale(cfg.init_scale):>10} "
+            f"{cfg.growth_factor:>7.3g} {cfg.backoff_factor:>7.3g} {cfg.growth_interval:>8} "
+            f"{len(values):>3} {_pm(*_mean_sd(values)):>21} {loss_text:>21}"
+        )
+    lines.append("")
+    lines.extend(_verdict(seeds, stats))
+    return "\n".join(lines)
+
+
+def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
+    lines = _verdict_of(seeds, stats, "best-1 ")
+    recommended = next((s for s in stats if s.candidate["label"].startswith("recommended ")), None)
+    if recommended is not None:
+        lines += _verdict_of(seeds, stats, "recommended ")
+    return lines
+
+
+def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
+    paired = _comparison(seeds, stats, label)
+    if paired is None:
+        return [f"  verdict: nothing to compare ({label.strip()} or the default is missing)"]
+    c = paired.comparison
+    best, mean_diff, p, t = c["best_label"], c["mean_diff"], c["p"], c["t"]
+    lines = []
+    if paired.same_settings:
+        lines.append(
+            f"  note: {best} has the default's own settings: no trial of the search beat the default "
+            "on its seed (ties go to the earliest trial)"
+        )
+    if mean_diff is None or paired.n < 2:
+        return lines + [f"  verdict: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
+    default = next(s for s in stats if s.candidate["label"] == DEFAULT_LABEL)
+    _, spread = _mean_sd([default.values[x] for x in seeds if x in default.values])
+    sd_text = f" ± {paired.sd_diff:.3g} (sd)" if paired.sd_diff is not None else ""
+    spread_text = f"; the default's seed-to-seed sd is {spread:.3g}" if math.isfinite(spread) else ""
+    lines.append(
+        f"  {best} minus the default, paired by seed: mean {mean_diff:+.4g}{sd_text} over {paired.n} seeds"
+        + spread_text
+    )
+    t_text = f"t = {t:.2f}, " if t is not None else ""
+    if paired.tie:
+        lines.append(
+            f"  verdict: {best} and the default tie on every seed "
+            "(identical objective; no test needed, p = 1)"
+        )
+    elif c["better_beyond_noise"]:
+        lines.append(
+            f"  verdict: {best} is better than the default beyond noise "
+            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test)"
+        )
+    elif c["worse_beyond_noise"]:
+        lines.append(
+            f"  verdict: the default is better than {best} beyond noise "
+            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test): keep the default"
+        )
+    else:
+        p_text = f"p={p:.3g}" if p is not None else "p undefined"
+        lines.append(
+            f"  verdict: {best} is not distinguishable from the default "
+            f"({t_text}{p_text}, two-sided paired t-test)"
+        )
+    return lines

@@ -1,0 +1,265 @@
+"""The end-of-run summary: a table for people and the same numbers as JSON."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from search.core import (
+    DEFAULT_BASELINE,
+    DEFAULTS,
+    FAIL_REASON,
+    FAILURE,
+    NONFINITE,
+    POPULATION,
+    SILENT_FAILURES,
+    TRAIN_SECONDS,
+    SpaceConfig,
+    baseline_of,
+    device_kind,
+    format_scale,
+    scaler_config,
+)
+from search.results import _analysis as analysis
+
+__all__ = ["format_summary", "summarize", "trial_row", "write_best_json"]
+
+
+def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
+    """One trial as a table row: its number, tag, value, full scaler settings and run attrs."""
+    cfg = scaler_config(trial.params, space)
+    attrs = trial.user_attrs
+    return {
+        "number": trial.number,
+        "baseline": baseline_of(trial),
+        "value": trial.value,
+        "init_scale": cfg.init_scale,
+        "growth_factor": cfg.growth_factor,
+        "backoff_factor": cfg.backoff_factor,
+        "growth_interval": cfg.growth_interval,
+        "final_loss": attrs.get("final_loss"),
+        "eval_loss": attrs.get("eval_loss"),
+        "final_loss_fp32": attrs.get("final_loss_fp32"),
+        "skipped_steps": attrs.get("skipped_steps"),
+        "learned": attrs.get("learned"),
+        "failure": attrs.get("failure"),
+        "device": attrs.get("device"),
+    }
+
+
+def summarize(
+    study: optuna.Study,
+    space: SpaceConfig,
+    confirmation: dict[str, Any] | None = None,
+    trials: list[FrozenTrial] | None = None,
+) -> dict[str, Any]:
+    """Collects the summary of ``study`` as plain data (what ``--best-out`` writes).
+
+    Args:
+        study: The search study.
+        space: Its search space.
+        confirmation: :func:`search.results._confirmations.summarize_confirmation` of the study, if any:
+            the recommendation then reads its runs (as the report's does).
+        trials: The study's trials, when the caller has read them already (read here otherwise).
+    """
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    states = Counter(t.state.name for t in trials)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    by_device: dict[str, list[FrozenTrial]] = {}
+    for t in complete:
+        by_device.setdefault(device_kind(t), []).append(t)
+
+    best_by_device, recommended = {}, {}
+    for kind, group in sorted(by_device.items()):
+        best = min(group, key=lambda t: t.value)
+        row = trial_row(best, space)
+        row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
+        best_by_device[kind] = row
+        rec = analysis.recommend(group, space, device_type=kind, confirmation=confirmation)
+        if rec is not None:
+            data = rec.to_dict()
+            data["n_good"] = len(analysis.good_trials(group))
+            data["best_ties"] = max(0, len(analysis.good_trials(group, analysis.DEFAULT_TIE_TOLERANCE)) - 1)
+            recommended[kind] = data
+
+    baselines = {}
+    for t in complete:
+        tag = baseline_of(t)
+        if tag is not None and tag not in baselines:
+            baselines[tag] = trial_row(t, space)
+
+    failures = Counter(t.user_attrs.get(FAILURE, "none") for t in complete)
+    train_seconds = [t.user_attrs[TRAIN_SECONDS] for t in complete if "train_seconds" in t.user_attrs]
+    wall = [
+        # A population's K members share one wall clock from start to finish: each cost 1/K of it.
+        (t.datetime_complete - t.datetime_start).total_seconds() / t.user_attrs.get(POPULATION, 1)
+        for t in complete
+        if t.datetime_complete and t.datetime_start
+    ]
+    return {
+        "study_name": study.study_name,
+        "states": {s.name: states.get(s.name, 0) for s in TrialState},
+        "best": best_by_device,
+        "recommended": recommended,
+        "baselines": dict(sorted(baselines.items())),
+        "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
+        "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
+        "fail_reasons": dict(
+            # Every FAIL this service writes has a reason; one without was failed by Optuna's
+            # stale-trial check: its worker stopped sending heartbeats (killed, host lost).
+            Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL)
+        ),
+        "mean_train_seconds": statistics.fmean(train_seconds) if train_seconds else None,
+        "mean_trial_seconds": statistics.fmean(wall) if wall else None,
+    }
+
+
+def _num(value: Any, fmt: str = ".4f") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return format(value, fmt)
+
+
+def format_summary(data: dict[str, Any]) -> str:
+    """Renders :func:`summarize` output as the text printed at the end of a run."""
+    lines = [f"Study {data['study_name']!r}"]
+    states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
+    lines.append(f"  trials: {states or 'none'}")
+    if not data["best"]:
+        lines.append("  no completed trial yet")
+        return "\n".join(lines)
+
+    header = (
+        f"  {'':8} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
+        f"{'eval_loss':>10} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
+    )
+
+    def line(label: str, row: dict[str, Any]) -> str:
+        return (
+            f"  {label:8} {row['number']:>4} {format_scale(row['init_scale']):>10} "
+            f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
+            f"{_num(row['eval_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
+            f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"
+        )
+
+    lines.append("")
+    lines.append(header)
+    for kind, row in data["best"].items():
+        label = "best" if len(data["best"]) == 1 else f"best/{kind}"
+        lines.append(line(label, row))
+    for tag, row in data["baselines"].items():
+        lines.append(line(tag, row))
+    lines.append("")
+    for kind, rec in data.get("recommended", {}).items():
+        where = "" if len(data["best"]) == 1 else f" on {kind}"
+        label = "keep the default" if rec["keep_default"] else "recommended" if rec["n_good"] else "no safe setting; best found"
+        lines.append(f"  {label}{where}: {rec['code']}")
+        lines.append("    " + _recommendation_reason(rec, data["best"][kind], _command("report", data)))
+        together = _together_line(rec, _command("confirm", data))
+        if together:
+            lines.append("    " + together)
+    default = data["baselines"].get(DEFAULT_BASELINE)
+    for kind, row in data["best"].items():
+        if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
+            lines.append(
+                f"  note: the best on {kind} is within 0.1% of seed-1 (PyTorch's default settings): "
+                "on this task the default is already as good as anything found"
+            )
+    silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
+    lines.append(f"  nonfinite trials: {data['nonfinite_trials']}; silent failures: {silent}")
+    if data["fail_reasons"]:
+        reasons = "; ".join(f"{c}x {r}" for r, c in data["fail_reasons"].items())
+        lines.append(f"  failed trials (not counted): {reasons}")
+    if data["mean_train_seconds"] is not None:
+        lines.append(
+            f"  time per trial: {data['mean_train_seconds']:.3f} s training, "
+            f"{data['mean_trial_seconds']:.3f} s start to finish"
+        )
+    return "\n".join(lines)
+
+
+DEFAULT_STORAGE = DEFAULTS.run.storage
+STALE_REASON = "worker stopped (no heartbeat)"
+
+
+def _command(name: str, data: dict[str, Any]) -> str:
+    """The command line that reads this study (it works when the storage holds several studies)."""
+    storage = data.get("storage")
+    where = f" --storage {storage}" if storage and storage != DEFAULT_STORAGE else ""
+    return f"python -m search.{name}{where} --study-name {data['study_name']}"
+
+
+def _together_line(rec: dict[str, Any], confirm: str) -> str:
+    """The ranges that are safe together, stated only once their corners were trained."""
+    def ranges(box: dict[str, Any]) -> str:
+        return ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
+
+    check = rec.get("together_check", "none")
+    if check == "checked":
+        return f"safe together, in any combination (all corners trained without failure): {ranges(rec['together'])}"
+    if check == "refuted":
+        return "no ranges safe together: every box tried had a corner that failed (search.confirm)"
+    if check == "unchecked":
+        return f"ranges safe together: not checked yet; {confirm} trains their corners"
+    return ""
+
+
+def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: str) -> str:
+    depth = rec["depth"]
+    margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
+    ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
+    if not rec["n_good"]:  # The best trial itself failed: nothing here is safe to use.
+        return (
+            f"(the best trial, #{rec['source_trial']}, failed ({best.get('failure') or '-'}), so no trial counts as good: "
+            f"this is only the lowest objective found, not a safe setting; {report} explains)"
+        )
+    if rec["keep_default"] and rec.get("confirmed"):
+        # Confirmation turned the answer to the default: source_trial is the trial it tested.
+        why = (
+            f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), was "
+            f"{rec['confirmed']} on new seeds against the default; {_default_status(rec)}"
+        )
+    elif rec["keep_default"]:
+        why = f"seed-1 (#{rec['source_trial']}) is good here and {margin}"
+    else:
+        why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
+        if rec.get("confirmed"):
+            why += f"; {rec['confirmed']} on new seeds"
+    n = len(rec["neighbours"])
+    weak = (
+        f"; weak: only {n} good trial{'s' if n != 1 else ''} around it, more trials would show how wide the good region is"
+        if n < analysis.MIN_SUPPORT and not (rec["keep_default"] and rec.get("confirmed"))
+        else ""
+    )
+    return f"({why}{weak}{'; ' + ties if ties else ''}; {report} explains)"
+
+
+def _default_status(rec: dict[str, Any]) -> str:
+    """What the search itself says of PyTorch's default (seed-1)."""
+    if rec["default_trial"] is None:
+        return "seed-1 has not run in this study"
+    if rec["default_depth"] is None:
+        return f"seed-1 (#{rec['default_trial']}) is not good in the search"
+    if not math.isfinite(rec["default_depth"]):
+        return f"seed-1 (#{rec['default_trial']}) is good here and no trial failed"
+    return (
+        f"seed-1 (#{rec['default_trial']}) is good here and {rec['default_depth']:.1f} octaves from the "
+        "nearest trial that is not good"
+    )
+
+
+def write_best_json(data: dict[str, Any], path: str) -> None:
+    """Writes the summary as JSON (``--best-out``)."""
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")

@@ -1,0 +1,247 @@
+"""Creating or resuming the study: recorded settings, compatibility, the seed baselines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+import sqlalchemy
+import sqlalchemy.orm
+from optuna.storages._rdb import models
+from optuna.trial import TrialState
+
+from search.core import BASELINE, FINISHED, Settings, baseline_trials, settings_from_dict, waiting_baseline
+from search.storage import TrialWriter, with_retry
+
+__all__ = [
+    "IncompatibleStudyError",
+    "StudyHandle",
+    "finished_and_best",
+    "inspect_study",
+    "prepare_study",
+    "resolve_study_name",
+    "settings_of",
+]
+
+# Study user attrs that define what the trials measure; a resume must match them.
+RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint", "measurement")
+# How a trial's numbers are measured. A study without the attr was measured with version 1:
+# skips counted from drops of the scale curve (which started at the float64 init_scale, so
+# float32 rounding counted as a skip), zero gradients counted after clipping, and the objective
+# on the last step's training loss. Version 2: skips are GradScaler's found_inf, zeros are
+# counted before clipping on unskipped steps, the objective is the evaluation loss
+# (search.training._evaluation). Trials of two versions are not comparable, so a resume must match.
+MEASUREMENT_VERSION = 2
+
+
+class IncompatibleStudyError(ValueError):
+    """Resuming a study with settings that would make its trials incomparable."""
+
+
+@dataclass(frozen=True)
+class StudyHandle:
+    """An opened study and what opening it found."""
+
+    study: optuna.Study
+    notes: tuple[str, ...]
+
+
+def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
+    """The study user attrs written at creation."""
+    data = settings.to_dict()
+    return {  # "measurement" first: a study that has "task" has it too (the attrs are set in order).
+        "measurement": MEASUREMENT_VERSION,
+        "task": settings.run.task,
+        "epochs": settings.run.epochs,
+        "steps": settings.run.steps,
+        "seed": settings.run.seed,
+        "amp_dtype": settings.run.amp_dtype,
+        "space": data["space"],
+        "penalty": data["penalty"],
+        "fingerprint": fingerprint,
+    }
+
+
+def settings_of(study: optuna.Study) -> Settings:
+    """The settings a study was created with (its recorded user attrs), for reading it back."""
+    attrs = study.user_attrs
+    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype") if key in attrs}
+    return settings_from_dict(
+        {"run": run, "space": attrs.get("space", {}), "penalty": attrs.get("penalty", {})}
+    )
+
+
+def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
+    diffs = []
+    for key in RECORDED_KEYS:
+        if key in stored and _canon(stored[key]) != _canon(wanted[key]):
+            if key == "fingerprint":
+                if any(k in stored and _canon(stored[k]) != _canon(wanted[k]) for k in ("task", "seed")):
+                    continue  # Another task or seed builds other data and weights: that line says it.
+                diffs.append("the task's data/initial weights differ (another torch build?)")
+            else:
+                diffs += _leaf_differences(key, stored[key], wanted[key])
+    return diffs
+
+
+_UNSET = object()
+
+
+def _leaf_differences(where: str, stored: Any, wanted: Any) -> list[str]:
+    """``space.growth_interval.low: study has 1, this run 10``: the settings that differ, not two whole tables."""
+    if isinstance(stored, dict) and isinstance(wanted, dict):
+        out = []
+        for key in sorted(set(stored) | set(wanted)):
+            a, b = stored.get(key, _UNSET), wanted.get(key, _UNSET)
+            if a is _UNSET or b is _UNSET or _canon(a) != _canon(b):
+                out += _leaf_differences(f"{where}.{key}", a, b)
+        return out
+
+    def text(value: Any) -> str:
+        return "(unset)" if value is _UNSET else _short(value)
+
+    return [f"{where}: study has {text(stored)}, this run {text(wanted)}"]
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=float)
+
+
+def _short(value: Any) -> str:
+    text = _canon(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
+    """The study this run works on: ``settings.study_name``, or a user task's study from before
+    default names were readable.
+
+    Without ``--study-name`` a user task's study used to be named after its import path
+    (``examples.noisy_regression:build``); now it is :func:`search.core._config.default_study_name`
+    (``noisy_regression``). Rerunning the command that made such a study must resume it, not
+    start a new one beside it, so the old name is used when only a study of that name exists.
+    """
+    name = settings.study_name
+    legacy = settings.run.task
+    if settings.run.study_name or legacy == name:
+        return name
+    return legacy if _exists(storage, legacy) and not _exists(storage, name) else name
+
+
+def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def inspect_study(
+    storage: optuna.storages.BaseStorage, settings: Settings, fingerprint: str, allow_changes: bool
+) -> list[str]:
+    """Checks, without writing anything, that the study (if any) can be resumed.
+
+    Returns:
+        Warnings for the user (empty when the study is new or matches).
+
+    Raises:
+        IncompatibleStudyError: When a recorded setting differs and ``allow_changes`` is False,
+            or the study was not made by this service.
+    """
+    name = settings.study_name
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return []
+    stored = storage.get_study_user_attrs(study_id)
+    if "task" not in stored:
+        if storage.get_all_trials(study_id, deepcopy=False):
+            raise IncompatibleStudyError(
+                f"study {name!r} exists but was not created by search.optimize; choose another --study-name"
+            )
+        return []  # An interrupted creation: finish setting it up.
+    version = stored.get("measurement", 1)
+    if version != MEASUREMENT_VERSION:  # Not overridable: the old trials' numbers mean something else.
+        raise IncompatibleStudyError(
+            f"cannot resume study {name!r}: its trials were measured with definition v{version} "
+            f"(skip counts, zero gradients, objective), this version measures v{MEASUREMENT_VERSION}; "
+            "the two are not comparable: use another --study-name"
+        )
+    diffs = _differences(stored, recorded_settings(settings, fingerprint))
+    if not diffs:
+        return []
+    if not allow_changes:
+        raise IncompatibleStudyError(
+            f"cannot resume study {name!r}: "
+            + "; ".join(diffs)
+            + " (use another --study-name, or --allow-changed-settings)"
+        )
+    return [f"resuming {name!r} with changed settings: " + "; ".join(diffs)]
+
+
+def prepare_study(
+    storage: optuna.storages.BaseStorage,
+    settings: Settings,
+    fingerprint: str,
+    sampler: optuna.samplers.BaseSampler,
+    pruner: optuna.pruners.BasePruner,
+) -> StudyHandle:
+    """Creates the study (recording settings, enqueuing the baselines once) or loads it."""
+    name = settings.study_name
+    try:
+        study = optuna.create_study(
+            storage=storage, study_name=name, direction="minimize", sampler=sampler, pruner=pruner
+        )
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
+    notes: list[str] = []
+    if "task" not in study.user_attrs:
+        for key, value in recorded_settings(settings, fingerprint).items():
+            study.set_user_attr(key, value)
+    notes += _enqueue_missing_baselines(study, settings)
+    return StudyHandle(study, tuple(notes))
+
+
+def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> tuple[int, float | None]:
+    """The study's COMPLETE + PRUNED count and best value, in two cheap aggregate queries.
+
+    ``get_all_trials`` would load every trial's attrs (curves included), too heavy to poll.
+    """
+    trial, value = models.TrialModel, models.TrialValueModel
+    with sqlalchemy.orm.Session(storage.engine) as session:
+        study = models.StudyModel.find_by_name(study_name, session)
+        if study is None:
+            return 0, None
+        count = (
+            session.query(sqlalchemy.func.count(trial.trial_id))
+            .filter(trial.study_id == study.study_id, trial.state.in_(FINISHED))
+            .scalar()
+        )
+        best = (
+            session.query(sqlalchemy.func.min(value.value))
+            .join(trial, trial.trial_id == value.trial_id)
+            .filter(trial.study_id == study.study_id, trial.state == TrialState.COMPLETE)
+            .filter(value.value_type == models.TrialValueModel.TrialValueType.FINITE)
+            .scalar()
+        )
+    return int(count or 0), best
+
+
+def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
+    """Enqueues each seed baseline that has no finished, waiting or running trial yet.
+
+    On a new study that is all five; on a resume only one whose earlier attempt failed
+    (e.g. it was interrupted), so a baseline never appears twice among finished trials. The
+    check and the enqueue are one locked transaction, so processes on several hosts that start
+    at the same second enqueue each baseline once between them.
+    """
+    baselines, notes = baseline_trials(settings.space)
+    waiting = [waiting_baseline(tag, params) for tag, params in baselines]
+    with_retry(
+        lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),
+        what="enqueuing baselines",
+        budget=settings.run.storage_retry,
+    )
+    return notes

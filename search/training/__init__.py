@@ -1,0 +1,33 @@
+"""One training run, and its judgement: the AMP loop, the evaluation, the penalty, populations.
+
+* ``_trainer``: the AMP training loop (autocast + GradScaler) -> :class:`TrainResult`;
+* ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
+* ``_penalty``: a run -> its objective value and failure code;
+* ``_population``: K settings trained at once: stacked weights, per-member scaler and optimizer state;
+* ``_objective``: one trial (or a population's K): train, judge, build the record's attrs.
+
+Knows nothing of Optuna or storage (``tests/test_layering.py``), so every number can be checked
+against a plain PyTorch loop alone.
+"""
+
+from search._exports import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "train"),
+        "_evaluation": (
+            "FINAL_WEIGHTS",
+            "LAST_STEP",
+            "Evaluation",
+            "evaluate",
+            "evaluation_mode",
+            "evaluation_of",
+            "evaluation_values",
+            "initial_evaluation",
+        ),
+        "_penalty": ("Assessment", "assess"),
+        "_population": ("PopulationError", "check_population", "train_population"),
+        "_objective": ("TrialOutcome", "outcome_of", "pruning_checkpoints", "run_population", "run_trial"),
+    },
+)

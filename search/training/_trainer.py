@@ -1,0 +1,276 @@
+"""The AMP training loop: autocast + GradScaler, full-batch or mini-batch, with accumulation and clipping.
+
+It knows nothing of Optuna, so it can be tested and benchmarked alone. Per-step values stay
+on the device and are read once at the end: the only host syncs are the ones GradScaler makes
+itself (``scaler.step`` checks for infs).
+
+Where each measurement is taken, so that a plain PyTorch loop can reproduce it:
+
+* **skipped steps**: GradScaler's own verdict. ``scaler.step`` skips ``optimizer.step()`` exactly
+  when the step's ``found_inf`` is non-zero; the trainer reads that flag (summed over devices)
+  after ``step`` and before ``update`` (which clears it). Nothing is inferred from the scale
+  curve: the scale is a float32 tensor, and comparing it with the float64 ``init_scale`` the
+  user asked for would count float32's rounding as a skip.
+* **scale curve**: GradScaler's float32 scale after each ``update()``.
+* **zero-gradient fraction** (the underflow evidence): the fraction of gradient entries exactly 0
+  as backward produced them (still scaled, before ``unscale_`` and clipping), over the steps
+  that were *not* skipped. After clipping it would be wrong: on an overflowing step the clip
+  coefficient is ``max_norm / inf = 0`` and turns every finite gradient into an exact 0.
+* **loss curve**: each step's loss under autocast, before that step's update (the sum of its
+  accumulated micro-batch losses, i.e. their mean); ``final_loss`` is the last one.
+* **evaluation**: see :mod:`search.training._evaluation` (the final weights, or the last step for
+  full-batch tasks).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from search.core import ScalerConfig
+from search.tasks.base import Problem
+from search.training._evaluation import LAST_STEP, Evaluation, evaluate, evaluation_mode, initial_evaluation
+
+__all__ = ["TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "train"]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one training run measured. Non-finite floats are kept as ``nan``/``inf`` here.
+
+    Attributes:
+        loss_curve: Loss of each optimizer step's forward pass under autocast, before that step.
+        scale_curve: GradScaler's (float32) scale after each step's ``update()``.
+        skipped: Per step, whether GradScaler skipped it (its ``found_inf`` was non-zero).
+        final_loss: ``loss_curve[-1]``, the last step's training loss (the seed script's definition).
+        final_loss_fp32: Loss of the final weights on the training data in fp32, without autocast.
+        eval_loss: The evaluation loss every trial is judged on (:mod:`search.training._evaluation`).
+        initial_eval_loss: The same evaluation of the initial weights (the same for every trial).
+        eval_median: Median chunk loss of the final weights' evaluation (``learned`` uses it).
+        initial_eval_median: The same for the initial weights.
+        evaluation: How the evaluation was taken: ``last_step`` or ``final_weights``.
+        skipped_steps: Optimizer steps GradScaler skipped for inf/NaN gradients.
+        zero_grad_fraction: Fraction of gradient entries exactly zero as backward produced them,
+            over the steps that were not skipped (fp16 underflow shows up here).
+        fp32_zero_fraction: The same fraction in an fp32 run of the same problem and steps
+            (:func:`fp32_zero_fraction`): the zeros the model has without any underflow.
+        weights_finite: Whether every final weight is finite.
+        steps: Number of optimizer steps taken (one per epoch for full-batch tasks).
+        train_seconds: Wall time of the loop, the final evaluation and the host read; not of
+            the references computed once per problem (the fp32 zero fraction, the initial weights'
+            evaluation), which the first trial of a process would otherwise carry.
+        stopped_early: Whether ``should_stop`` ended the run before ``epochs``.
+    """
+
+    loss_curve: list[float]
+    scale_curve: list[float]
+    skipped: list[bool]
+    final_loss: float
+    final_loss_fp32: float
+    eval_loss: float
+    initial_eval_loss: float
+    eval_median: float
+    initial_eval_median: float
+    evaluation: str
+    skipped_steps: int
+    zero_grad_fraction: float
+    fp32_zero_fraction: float
+    weights_finite: bool
+    steps: int
+    train_seconds: float
+    stopped_early: bool = False
+
+
+class TrialTimeout(Exception):
+    """Raised between steps when a run passes its deadline."""
+
+
+def batch_plan(problem: Problem, epochs: int, steps: int | None = None) -> list[list[torch.Tensor | None]]:
+    """The micro-batches of every optimizer step: index tensors, or None for the full batch.
+
+    The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in
+    the same order (common random numbers). One optimizer step takes
+    ``problem.accumulation_steps`` micro-batches of ``problem.batch_size`` samples.
+
+    Args:
+        problem: The problem.
+        epochs: Passes over the data.
+        steps: Optimizer steps instead of ``epochs`` (as many passes as they need), or None.
+    """
+    n = problem.inputs.shape[0]
+    if problem.batch_size is None or problem.batch_size >= n:
+        per_epoch: int | None = None
+    else:
+        per_epoch = math.ceil(math.ceil(n / problem.batch_size) / problem.accumulation_steps)
+    if steps is not None and per_epoch is not None:
+        epochs = math.ceil(steps / per_epoch)
+    elif steps is not None:
+        epochs = steps
+    if per_epoch is None:  # Full batch: one micro-batch per step (or accumulation of the same).
+        plan: list[list[torch.Tensor | None]] = [[None] * problem.accumulation_steps for _ in range(epochs)]
+    else:
+        generator = torch.Generator().manual_seed(problem.shuffle_seed)
+        plan = []
+        for _ in range(epochs):
+            order = torch.randperm(n, generator=generator).to(problem.inputs.device)
+            micro = list(order.split(problem.batch_size))
+            for i in range(0, len(micro), problem.accumulation_steps):
+                plan.append(micro[i : i + problem.accumulation_steps])
+    return plan[:steps] if steps is not None else plan
+
+
+def train(
+    problem: Problem,
+    scaler_config: ScalerConfig,
+    *,
+    epochs: int,
+    steps: int | None = None,
+    amp_dtype: torch.dtype | None = torch.float16,
+    deadline: float | None = None,
+    checkpoints: tuple[int, ...] = (),
+    should_stop: Callable[[int, float], bool] | None = None,
+) -> TrainResult:
+    """Trains a fresh copy of ``problem.model`` under mixed precision.
+
+    One optimizer step per full batch, or per ``problem.accumulation_steps`` mini-batches of
+    ``problem.batch_size`` (see :func:`batch_plan`); with ``problem.grad_clip`` the gradients are
+    unscaled (``scaler.unscale_``) and clipped before the step, as PyTorch's AMP recipe does.
+
+    Args:
+        problem: The problem, already on the target device (see :meth:`Problem.to`).
+        scaler_config: GradScaler settings.
+        epochs: Passes over the data (full-batch tasks: optimizer steps).
+        steps: Optimizer steps instead of ``epochs``, or None.
+        amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast; None trains in fp32
+            without autocast (the reference of :func:`fp32_zero_fraction`).
+        deadline: ``time.perf_counter()`` value after which :class:`TrialTimeout` is raised.
+        checkpoints: Steps after which ``should_stop`` is asked (pruning). Each costs a sync.
+        should_stop: ``should_stop(step, loss)``; returning True ends training there.
+
+    Returns:
+        The measurements of the run; its curves have one value per optimizer step.
+    """
+    # Computed once per problem and shared by every trial (the first trial pays): outside its time.
+    fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
+    initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
+    start = time.perf_counter()
+    inputs, targets = problem.inputs, problem.targets
+    device_type = inputs.device.type
+    plan = batch_plan(problem, epochs, steps)
+    model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights.
+    optimizer = problem.make_optimizer(model.parameters())
+    scaler = torch.amp.GradScaler(
+        device_type,
+        init_scale=scaler_config.init_scale,
+        growth_factor=scaler_config.growth_factor,
+        backoff_factor=scaler_config.backoff_factor,
+        growth_interval=scaler_config.growth_interval,
+    )
+    params = list(model.parameters())
+    losses: list[torch.Tensor] = []
+    scales: list[torch.Tensor] = []
+    found_infs: list[torch.Tensor] = []
+    zero_counts: list[torch.Tensor] = []
+    grad_sizes: list[int] = []
+
+    model.train()
+    taken = 0
+    stopped_early = False
+    for step, micro_batches in enumerate(plan):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = None
+        for index in micro_batches:
+            x, y = (inputs, targets) if index is None else (inputs[index], targets[index])
+            with torch.autocast(device_type, dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
+                outputs = model(x)
+                loss = problem.loss_fn(outputs, y)
+                if len(micro_batches) > 1:
+                    loss = loss / len(micro_batches)  # Accumulated gradients average the micro-batches.
+            scaler.scale(loss).backward()
+            step_loss = loss.detach() if step_loss is None else step_loss + loss.detach()
+        # Zeros as backward produced them: after clipping, an overflowing step's finite
+        # gradients are all exactly 0 (clip coefficient max_norm / inf).
+        grads = [p.grad for p in params if p.grad is not None]
+        zero_counts.append(sum(g.numel() for g in grads) - torch.stack([g.count_nonzero() for g in grads]).sum())
+        grad_sizes.append(sum(g.numel() for g in grads))
+        if problem.grad_clip is not None:
+            scaler.unscale_(optimizer)  # Clip the true gradients, not the scaled ones.
+            torch.nn.utils.clip_grad_norm_(params, problem.grad_clip)
+        scaler.step(optimizer)  # Unscales the gradients (unless done above); skips the step on inf/NaN.
+        # GradScaler's own verdict on this step, before update() clears it.
+        found_infs.append(sum(scaler._found_inf_per_device(optimizer).values()))
+        scaler.update()
+
+        # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
+        losses.append(step_loss)
+        scales.append(scaler._scale.clone())  # update() changes the scale tensor in place.
+        taken = step + 1
+        if should_stop is not None and taken in checkpoints:
+            if should_stop(step, float(losses[-1])):
+                stopped_early = True
+                break
+
+    with torch.no_grad():
+        final_fp32 = problem.loss_fn(model(inputs).float(), targets)
+        weights_finite = torch.stack([torch.isfinite(p).all() for p in params]).all()
+    # The one host read of the run.
+    loss_curve = torch.stack(losses).tolist() if losses else []
+    scale_curve = torch.stack(scales).tolist() if scales else []
+    skipped = [v > 0 for v in torch.stack(found_infs).tolist()] if found_infs else []
+    zeros = torch.stack(zero_counts).tolist() if zero_counts else []
+    counted = sum(n for n, s in zip(grad_sizes, skipped) if not s)
+    zero_fraction = sum(z for z, s in zip(zeros, skipped) if not s) / counted if counted else 0.0
+    if evaluation_mode(problem) == LAST_STEP:
+        first = loss_curve[0] if loss_curve else float("nan")
+        last = loss_curve[-1] if loss_curve else float("nan")
+        initial, final = Evaluation(first, first), Evaluation(last, last)
+    else:
+        assert initial_eval is not None
+        initial, final = initial_eval, evaluate(problem, model)
+    return TrainResult(
+        loss_curve=loss_curve,
+        scale_curve=scale_curve,
+        skipped=skipped,
+        final_loss=loss_curve[-1] if loss_curve else float("nan"),
+        final_loss_fp32=float(final_fp32),
+        eval_loss=final.loss,
+        initial_eval_loss=initial.loss,
+        eval_median=final.median_chunk_loss,
+        initial_eval_median=initial.median_chunk_loss,
+        evaluation=evaluation_mode(problem),
+        skipped_steps=sum(skipped),
+        zero_grad_fraction=zero_fraction,
+        fp32_zero_fraction=zero_fraction if fp32_zeros is None else fp32_zeros,
+        weights_finite=bool(weights_finite),
+        steps=taken,
+        train_seconds=time.perf_counter() - start,
+        stopped_early=stopped_early,
+    )
+
+
+# One entry per live problem and step count: the fp32 reference is the same for every trial.
+_FP32_ZEROS: dict[tuple[int, int, int | None], tuple[weakref.ref, float]] = {}
+
+
+def fp32_zero_fraction(problem: Problem, epochs: int, steps: int | None = None) -> float:
+    """The zero-gradient fraction of one fp32 run (no autocast, scale 1), computed once per problem.
+
+    Some models have exact zeros in their gradients without any underflow (dead ReLUs, embedding
+    rows a batch does not use); underflow is the zeros *above* these. The run takes the same steps
+    and batches as a trial.
+    """
+    key = (id(problem), epochs, steps)
+    cached = _FP32_ZEROS.get(key)
+    if cached is not None and cached[0]() is problem:
+        return cached[1]
+    result = train(problem, ScalerConfig(1.0, 2.0, 0.5, 2**30), epochs=epochs, steps=steps, amp_dtype=None)
+    _FP32_ZEROS[key] = (weakref.ref(problem, lambda _ref: _FP32_ZEROS.pop(key, None)), result.zero_grad_fraction)
+    return result.zero_grad_fraction
