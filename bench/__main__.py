@@ -10,7 +10,9 @@ P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: tr
     (bench/p4_search.py; about 45 min on 2 cores, or seconds with --p4-from a saved run)
 P5  trials/s of population mode (--population 64 and 256) against ordinary trials, same task and
     device, one run (bench/p5_population.py)
-S   time per trial as steps grow, and as the study grows to 1,000 trials (bench/scaling.py)
+S   time per trial as steps grow, and as the study grows to 1,000 trials (bench/scaling.py); a bad-input
+    exit and a report of a finished 100-trial study, whole processes, against the commands before the
+    library was grouped by job (bench/commands.py)
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import time
 import optuna
 import torch
 
+from bench.commands import BAD_INPUT, BEFORE_THE_HOUSE, command_costs
 from bench.p1_overhead import (
     PLAIN_USER_SCRIPT,
     plain_optuna_per_trial,
@@ -78,6 +81,7 @@ def main() -> None:
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
+    add("--s-before", default=BEFORE_THE_HOUSE, metavar="REV", help="the revision S's whole commands are timed against")
     add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
     counts = [int(n) for n in args.p1_user.split(",") if n.strip().isdigit()]
@@ -276,8 +280,18 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     for start, overhead, train in sizes:
         print(f"  trials {start:5}-{start + 99:<5} overhead {overhead * 1000:7.1f} ms   train {train * 1000:6.1f} ms")
     (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
-    return [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
+    rows = [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
              f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms", "")]
+    print(f"\nS  whole commands, start-up included, now vs {args.s_before} (medians of 5 alternating runs):")
+    costs = command_costs(tmp, args.s_before)
+    for (name, target), (label, args_shown) in zip(
+        (("bad input", 0.5), ("report", 1.5)),
+        (("bad-input exit", " ".join(BAD_INPUT)), ("report, finished 100-trial study", "search.report")),
+    ):
+        now, before = costs[name]["now"], costs[name]["before"]
+        print(f"  {label:34} ({args_shown}) now {now:6.2f} s   before {before:6.2f} s   {now / before:5.2f}x")
+        rows.append((f"S {label}", f"{now:.2f} s ({now / before:.2f}x)", f"<= {target} s"))
+    return rows
 
 
 if __name__ == "__main__":
