@@ -42,7 +42,7 @@ from search.core import ScalerConfig
 from search.tasks.base import Problem
 from search.training._evaluation import (
     LAST_STEP,
-    Evaluation,
+    _last_step_evaluations,
     evaluation_mode,
     evaluation_of,
     evaluation_values,
@@ -52,7 +52,7 @@ from search.training._population_check import _spec
 from search.training._population_model import _backward, _forward, _loss_and_grad
 from search.training._population_optimizer import _clip_per_member, _MemberOptimizer
 from search.training._population_scaler import _MemberScalers
-from search.training._trainer import TrainResult, TrialTimeout, batch_plan, fp32_zero_fraction
+from search.training._trainer import TrainResult, TrialTimeout, _zero_fraction, batch_plan, fp32_zero_fraction
 
 __all__ = ["train_population"]
 
@@ -169,18 +169,14 @@ def train_population(
         n = taken if stopped_at[member] is None else stopped_at[member]
         loss_curve, scale_curve = loss_table[member][:n], scale_table[member][:n]
         skipped = [bool(s) for s in skip_table[member][:n]]
-        counted = grad_size * sum(1 for s in skipped if not s)
-        zeros = sum(z for z, s in zip(zero_table[member][:n], skipped) if not s)
+        zero_fraction = _zero_fraction(zero_table[member][:n], [grad_size] * n, skipped)
         final_fp32, weights_finite = read[member][0], bool(read[member][1])
         if mode == LAST_STEP:
-            first = loss_curve[0] if loss_curve else float("nan")
-            last = loss_curve[-1] if loss_curve else float("nan")
-            before, after = Evaluation(first, first), Evaluation(last, last)
+            before, after = _last_step_evaluations(loss_curve)
         else:
             assert initial is not None
             before, after = initial, evaluation_of(read[member][2:])
-        measured.append((loss_curve, scale_curve, skipped, zeros / counted if counted else 0.0, final_fp32,
-                         weights_finite, before, after, n))
+        measured.append((loss_curve, scale_curve, skipped, zero_fraction, final_fp32, weights_finite, before, after, n))
     seconds = time.perf_counter() - start
     results = []
     for member, (loss_curve, scale_curve, skipped, zero_fraction, final_fp32, weights_finite, before, after, n) in enumerate(measured):
