@@ -3,7 +3,11 @@
 * ``_trainer``: the AMP training loop (autocast + GradScaler) -> :class:`TrainResult`;
 * ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
 * ``_penalty``: a run -> its objective value and failure code;
-* ``_population``: K settings trained at once: stacked weights, per-member scaler and optimizer state;
+* ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a plan;
+* ``_population_model``: K copies of the model as stacked weights: forward, loss and backward by hand;
+* ``_population_scaler``: GradScaler per member: found_inf, unscale, the scale's update;
+* ``_population_optimizer``: the stacked weights' optimizer state, stepped only where a member's step is taken;
+* ``_population``: the population loop: K settings trained at once -> one :class:`TrainResult` each;
 * ``_objective``: one trial (or a population's K): train, judge, build the record's attrs.
 
 Knows nothing of Optuna or storage (``tests/test_layering.py``), so every number can be checked
@@ -27,7 +31,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "initial_evaluation",
         ),
         "_penalty": ("Assessment", "assess"),
-        "_population": ("PopulationError", "check_population", "train_population"),
+        "_population_check": ("PopulationError", "check_population"),
+        "_population": ("train_population",),
         "_objective": ("TrialOutcome", "outcome_of", "pruning_checkpoints", "run_population", "run_trial"),
     },
 )

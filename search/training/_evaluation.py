@@ -61,6 +61,13 @@ class Evaluation:
     median_chunk_loss: float
 
 
+def _last_step_evaluations(loss_curve: list[float]) -> tuple[Evaluation, Evaluation]:
+    """The initial and final :class:`Evaluation` of a :data:`LAST_STEP` run: its first and last step's loss."""
+    first = loss_curve[0] if loss_curve else float("nan")
+    last = loss_curve[-1] if loss_curve else float("nan")
+    return Evaluation(first, first), Evaluation(last, last)
+
+
 def evaluation_mode(problem: Problem) -> str:
     """:data:`LAST_STEP` for a full-batch task with no validation data or eval function, else :data:`FINAL_WEIGHTS`."""
     full_batch = problem.batch_size is None or problem.batch_size >= len(problem.inputs)

@@ -35,7 +35,13 @@ import torch
 
 from search.core import ScalerConfig
 from search.tasks.base import Problem
-from search.training._evaluation import LAST_STEP, Evaluation, evaluate, evaluation_mode, initial_evaluation
+from search.training._evaluation import (
+    LAST_STEP,
+    _last_step_evaluations,
+    evaluate,
+    evaluation_mode,
+    initial_evaluation,
+)
 
 __all__ = ["TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "train"]
 
@@ -226,12 +232,9 @@ def train(
     scale_curve = torch.stack(scales).tolist() if scales else []
     skipped = [v > 0 for v in torch.stack(found_infs).tolist()] if found_infs else []
     zeros = torch.stack(zero_counts).tolist() if zero_counts else []
-    counted = sum(n for n, s in zip(grad_sizes, skipped) if not s)
-    zero_fraction = sum(z for z, s in zip(zeros, skipped) if not s) / counted if counted else 0.0
+    zero_fraction = _zero_fraction(zeros, grad_sizes, skipped)
     if evaluation_mode(problem) == LAST_STEP:
-        first = loss_curve[0] if loss_curve else float("nan")
-        last = loss_curve[-1] if loss_curve else float("nan")
-        initial, final = Evaluation(first, first), Evaluation(last, last)
+        initial, final = _last_step_evaluations(loss_curve)
     else:
         assert initial_eval is not None
         initial, final = initial_eval, evaluate(problem, model)
@@ -254,6 +257,16 @@ def train(
         train_seconds=time.perf_counter() - start,
         stopped_early=stopped_early,
     )
+
+
+def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:
+    """Zero gradient entries over all gradient entries, counting only the steps that were not skipped.
+
+    ``zero_counts`` and ``grad_sizes`` hold one count per step (the gradients as backward produced
+    them); ``skipped`` says which steps GradScaler skipped. A run with no step taken counts 0.0.
+    """
+    counted = sum(n for n, s in zip(grad_sizes, skipped) if not s)
+    return sum(z for z, s in zip(zero_counts, skipped) if not s) / counted if counted else 0.0
 
 
 # One entry per live problem and step count: the fp32 reference is the same for every trial.
