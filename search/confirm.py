@@ -84,16 +84,20 @@ from search.core import (
 from search.results import (
     ALPHA,
     DEFAULT_LABEL,
+    DEFAULT_TOLERANCE,
     SUFFIX,
+    Recommendation,
+    box_corners,
+    check_boxes,
     collect_runs,
     confirm_study_name,
     confirmation_data,
     confirmation_seeds,
     format_confirmation,
     paired_test,
+    recommend,
     summarize_confirmation,
 )
-from search.results import _analysis as analysis
 from search.results import config_key as _config_key
 from search.storage import (
     StorageError,
@@ -158,7 +162,7 @@ class Candidate:
 
 
 def select_candidates(
-    trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = analysis.DEFAULT_TOLERANCE
+    trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = DEFAULT_TOLERANCE
 ) -> tuple[list[Candidate], list[str]]:
     """The top-``top`` configurations of a study and the default, with notes for the user.
 
@@ -201,10 +205,10 @@ def select_candidates(
 
 
 def recommended_candidate(
-    trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = analysis.DEFAULT_TOLERANCE
+    trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = DEFAULT_TOLERANCE
 ) -> Candidate | None:
     """The search's recommendation (:func:`search.results._analysis.recommend`) as a candidate, unless it is the default."""
-    rec = analysis.recommend(trials, settings.space, tolerance)
+    rec = recommend(trials, settings.space, tolerance)
     if rec is None or rec.keep_default:
         return None
     params: dict[str, Any] = {}
@@ -290,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--tolerance",
         type=percent,
-        default=analysis.DEFAULT_TOLERANCE * 100,
+        default=DEFAULT_TOLERANCE * 100,
         metavar="PCT",
         help="good: objective within PCT%% of the best, as search.report's --tolerance; picks the "
         "recommendation to confirm and the ranges to check [1]",
@@ -548,7 +552,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
     print()
     print(format_confirmation(seeds, stats, settings, plan.baselines))
     data = confirmation_data(seeds, stats, corners)
-    rec = analysis.recommend(plan.trials, settings.space, args.tolerance / 100, confirmation=data)
+    rec = recommend(plan.trials, settings.space, args.tolerance / 100, confirmation=data)
     if rec is not None and rec.together_check != "none":
         print()
         print("  " + _together_sentence(rec))
@@ -559,7 +563,7 @@ def _run(plan: _Plan, args: argparse.Namespace) -> int:
     return 0
 
 
-def _together_sentence(rec: analysis.Recommendation) -> str:
+def _together_sentence(rec: Recommendation) -> str:
     """The recommendation's sentence on the ranges that are safe together."""
     return next(r for r in rec.reasons if "safe together" in r)
 
@@ -573,15 +577,15 @@ def _check_corners(
     collected = collect_runs(plan.storage, plan.study_name)
     assert collected is not None
     seeds, stats, corners = collected
-    rec = analysis.recommend(
+    rec = recommend(
         plan.trials, settings.space, args.tolerance / 100, confirmation=confirmation_data(seeds, stats, corners)
     )
     if rec is None or not rec.candidate:
         return 0
     problem: Problem | None = None
     made = 0
-    for box in analysis.check_boxes(rec.candidate, rec.config):
-        points = analysis.box_corners(box, rec.config)
+    for box in check_boxes(rec.candidate, rec.config):
+        points = box_corners(box, rec.config)
         missing = [p for p in points if not any(_same(c["point"], p) for c in corners)]
         if missing and problem is None:
             task = resolve_task(settings.run.task)

@@ -18,7 +18,7 @@ from search.cli import OneLineParser, check_output, fail, percent, prog_name
 from search.cli import _startup as startup
 from search.core import Interrupted, UsageError, held_interrupts, interrupts_as_exceptions
 from search.publishing.report import build_report, load_snapshot, render_html, report_json, write_report
-from search.results import _analysis as analysis
+from search.results import DEFAULT_TOLERANCE
 from search.storage import first_line, mask_url, redact
 
 PROG = "search.report"
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerance",
         metavar="PCT",
         type=percent,
-        default=analysis.DEFAULT_TOLERANCE * 100,
+        default=DEFAULT_TOLERANCE * 100,
         help="safe: objective within PCT%% of the best, no non-finite value, no silent failure [1]",
     )
     return p

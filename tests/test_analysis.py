@@ -1,4 +1,4 @@
-"""search.results._analysis on synthetic trials: safe ranges (also when they are not intervals), plateau middle."""
+"""search.results on synthetic trials: safe ranges (also when they are not intervals), the recommendation."""
 
 from __future__ import annotations
 

@@ -1,6 +1,13 @@
 """What a finished study says: safe ranges, the recommendation, ranges safe together, confirmation, summary.
 
-* ``_analysis``: safe ranges, the recommendation, ranges safe together (numbers only);
+* ``_trials``: which trials count (completed, safe, good, best) and a trial's four settings;
+* ``_format``: settings as people read them (a value, a range, a point, a list of trials);
+* ``_safe_ranges``: per setting, the good trials' range, the bad trials inside it, idle settings;
+* ``_landscape``: the trials in the space of octaves: coordinates, distance, depth, support;
+* ``_recommendation``: the deepest good trial or PyTorch's default, step by step;
+* ``_reasons``: the recommendation's reasons, sentence by sentence;
+* ``_verdict``: what confirmation runs say of a setting against the default;
+* ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
 * ``_summary``: the end-of-run table and its JSON.
 
@@ -12,28 +19,31 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_analysis": (
-            "DEFAULT_MARGIN",
+        "_trials": (
             "DEFAULT_TIE_TOLERANCE",
             "DEFAULT_TOLERANCE",
-            "MIN_SUPPORT",
-            "Recommendation",
-            "SafeRange",
+            "as_config",
             "best_trial",
-            "box_corners",
-            "check_boxes",
             "completed",
-            "confirmation_verdict",
-            "coordinates",
-            "format_range",
-            "format_value",
             "good_trials",
-            "idle_settings",
             "is_safe",
             "param_values",
-            "recommend",
-            "safe_ranges",
+            "param_values_of",
             "searched_params",
+        ),
+        "_format": ("format_point", "format_range", "format_value", "trial_list"),
+        "_safe_ranges": ("SafeRange", "idle_settings", "safe_ranges"),
+        "_landscape": ("MIN_SUPPORT", "Landscape", "coordinates", "depth_of", "octave_distance"),
+        "_recommendation": ("DEFAULT_MARGIN", "Recommendation", "recommend"),
+        "_reasons": ("deepest_reasons", "keep_default_reason", "nearest_reason", "nothing_safe_reason"),
+        "_verdict": ("confirmation_verdict",),
+        "_together": (
+            "CHECK_ROUNDS",
+            "box_corners",
+            "candidate_box",
+            "check_boxes",
+            "judge_boxes",
+            "together_text",
         ),
         "_confirmations": (
             "ALPHA",

@@ -2,7 +2,7 @@
 
 ``python -m search.confirm`` (the command) writes the runs into the sibling study
 ``<study>.confirm``; this module reads them back for the command, for ``search.report`` and for
-:func:`search.results._analysis.recommend`, without importing the command. Each configuration is compared
+:func:`search.results._recommendation.recommend`, without importing the command. Each configuration is compared
 with PyTorch's default by a two-sided paired t-test over the data seeds (``scipy.stats.ttest_rel``,
 alpha :data:`ALPHA`).
 """
@@ -235,7 +235,7 @@ def confirmation_data(
     paired = _comparison(seeds, stats)
     comparison = paired.comparison if paired is not None else None
     default = next((c for c in configs if c["label"] == DEFAULT_LABEL), None)
-    comparisons = []  # Every config against the default: what search.results._analysis.recommend reads.
+    comparisons = []  # Every config against the default: what search.results._recommendation.recommend reads.
     for s in stats:
         if s.candidate["label"] == DEFAULT_LABEL:
             continue
@@ -280,7 +280,7 @@ def summarize_confirmation(
         "comparison": {"best_label", "default_label", "mean_diff", "t", "p",
         "better_beyond_noise", "test"}, "comparisons": [...], "corners": [{"point", "failure", "value",
         "data_seed"}, ...]}``; ``corners`` are the corner runs of the ranges safe together
-        (:func:`search.results._analysis.check_boxes`). ``sd`` is the sample standard deviation (ddof=1);
+        (:func:`search.results._together.check_boxes`). ``sd`` is the sample standard deviation (ddof=1);
         undefined numbers (nan, inf) are None. ``values`` follow the order of ``seeds``, leaving
         out seeds not run yet. ``comparison`` is None if best-1 or the default is missing.
     """

@@ -26,7 +26,10 @@ from search.core import (
     format_scale,
     scaler_config,
 )
-from search.results import _analysis as analysis
+from search.results._format import format_range
+from search.results._landscape import MIN_SUPPORT
+from search.results._recommendation import recommend
+from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
 
 __all__ = ["format_summary", "summarize", "trial_row", "write_best_json"]
 
@@ -81,11 +84,11 @@ def summarize(
         row = trial_row(best, space)
         row["gradscaler"] = scaler_config(best.params, space).as_code(kind)
         best_by_device[kind] = row
-        rec = analysis.recommend(group, space, device_type=kind, confirmation=confirmation)
+        rec = recommend(group, space, device_type=kind, confirmation=confirmation)
         if rec is not None:
             data = rec.to_dict()
-            data["n_good"] = len(analysis.good_trials(group))
-            data["best_ties"] = max(0, len(analysis.good_trials(group, analysis.DEFAULT_TIE_TOLERANCE)) - 1)
+            data["n_good"] = len(good_trials(group))
+            data["best_ties"] = max(0, len(good_trials(group, DEFAULT_TIE_TOLERANCE)) - 1)
             recommended[kind] = data
 
     baselines = {}
@@ -202,7 +205,7 @@ def _command(name: str, data: dict[str, Any]) -> str:
 def _together_line(rec: dict[str, Any], confirm: str) -> str:
     """The ranges that are safe together, stated only once their corners were trained."""
     def ranges(box: dict[str, Any]) -> str:
-        return ", ".join(f"{p} {analysis.format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
+        return ", ".join(f"{p} {format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
 
     check = rec.get("together_check", "none")
     if check == "checked":
@@ -238,7 +241,7 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
     n = len(rec["neighbours"])
     weak = (
         f"; weak: only {n} good trial{'s' if n != 1 else ''} around it, more trials would show how wide the good region is"
-        if n < analysis.MIN_SUPPORT and not (rec["keep_default"] and rec.get("confirmed"))
+        if n < MIN_SUPPORT and not (rec["keep_default"] and rec.get("confirmed"))
         else ""
     )
     return f"({why}{weak}{'; ' + ties if ties else ''}; {report} explains)"

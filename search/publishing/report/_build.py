@@ -35,7 +35,7 @@ from search.publishing.report._visualization import (
     _parallel_section,
     _slice_section,
 )
-from search.results import _analysis as analysis
+from search.results import DEFAULT_TOLERANCE, best_trial, completed, good_trials
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Report:
 
 def build_report(
     snapshot: StudySnapshot,
-    tolerance: float = analysis.DEFAULT_TOLERANCE,
+    tolerance: float = DEFAULT_TOLERANCE,
 ) -> Report:
     """Builds every section (figures, tables, message boxes) and the JSON numbers of a snapshot.
 
@@ -70,10 +70,10 @@ def build_report(
     """
     space = snapshot.settings.space
     trials = list(snapshot.trials)
-    done = analysis.completed(trials)
-    best = analysis.best_trial(done)
+    done = completed(trials)
+    best = best_trial(done)
     states = Counter(t.state.name for t in trials)
-    n_good = len(analysis.good_trials(done, tolerance))
+    n_good = len(good_trials(done, tolerance))
     generated = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     report = Report(snapshot.study_name, snapshot.storage, generated)
 

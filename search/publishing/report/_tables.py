@@ -1,7 +1,7 @@
 """The sections that are tables: baselines, safe ranges, the recommendation, confirmation runs.
 
-The numbers come from :mod:`search.results._analysis`, :mod:`search.results._summary` and the snapshot's
-confirmation; here they become escaped HTML, and each builder also returns the data the JSON
+The numbers come from :mod:`search.results` (safe ranges, the recommendation, the summary) and the
+snapshot's confirmation; here they become escaped HTML, and each builder also returns the data the JSON
 repeats, so the page and the JSON cannot disagree.
 """
 
@@ -18,8 +18,18 @@ from optuna.trial import FrozenTrial
 from search.core import CONFIRM_SUFFIX, SpaceConfig, baseline_of
 from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._section import SECTION_TITLES, Section
-from search.results import _analysis as analysis
-from search.results import trial_row
+from search.results import (
+    DEFAULT_MARGIN,
+    MIN_SUPPORT,
+    Recommendation,
+    format_range,
+    format_value,
+    param_values,
+    recommend,
+    safe_ranges,
+    searched_params,
+    trial_row,
+)
 
 
 def _fmt(value: Any, spec: str = ".4f") -> str:
@@ -64,7 +74,7 @@ def _baselines_section(
             [
                 f"<b>{html.escape(label)}</b>",
                 f"#{row['number']}",
-                analysis.format_value("init_scale", row["init_scale"]),
+                format_value("init_scale", row["init_scale"]),
                 f"{row['growth_factor']:.3g}",
                 f"{row['backoff_factor']:.3g}",
                 str(row["growth_interval"]),
@@ -118,7 +128,7 @@ def _safe_section(
         "the safe set is not an interval (not a box), and the stretch around the best trial without such a "
         "trial is given.",
     )
-    ranges = analysis.safe_ranges(done, space, tolerance)
+    ranges = safe_ranges(done, space, tolerance)
     data = [r.to_dict() for r in ranges]
     if not done:
         section.message = "No complete trial yet: no safe range."
@@ -126,11 +136,11 @@ def _safe_section(
     rows = []
     for r in ranges:
         if r.fixed is not None:
-            span = f"fixed at {analysis.format_value(r.param, r.fixed)}"
+            span = f"fixed at {format_value(r.param, r.fixed)}"
         elif r.low is None:
             span = "none"
         else:
-            span = f"{analysis.format_value(r.param, r.low)} … {analysis.format_value(r.param, r.high)}"
+            span = f"{format_value(r.param, r.low)} … {format_value(r.param, r.high)}"
         rows.append(
             [
                 f"<b>{r.param}</b>",
@@ -153,30 +163,30 @@ def _recommendation_section(
         f"Not the argmin, which among near-equal trials is noise: the good trials (within {pct} of the best "
         "objective, --tolerance, without failure) form a region; each is scored by its depth, the distance in "
         "octaves (log2 of the four settings combined) to the nearest trial that is not good, and the deepest "
-        f"with at least {analysis.MIN_SUPPORT} good trials within that distance is recommended with its own measured "
+        f"with at least {MIN_SUPPORT} good trials within that distance is recommended with its own measured "
         "values (a rounded neighbour would be a setting no trial ran). PyTorch's default is kept when it is good and at least "
-        f"{analysis.DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
+        f"{DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
         "The last column gives ranges that are safe together, in any combination (the safe ranges above hold one "
         "setting at a time). The candidate is the box around the setting that no failed trial comes near, inside the "
         "span of the failure-free trials there; sampled trials cannot vouch for its corners, so it is stated as safe "
         "only once search.confirm has trained all of them without failure (else it is halved and tried again). "
         "It promises no failure, not every combination within the tolerance of the best.",
     )
-    rec = analysis.recommend(done, space, tolerance, confirmation=confirmation)
+    rec = recommend(done, space, tolerance, confirmation=confirmation)
     if rec is None:
         section.message = "No complete trial yet: nothing to recommend."
         return section, None
     source = next(t for t in done if t.number == rec.source_trial)
-    values = analysis.param_values(source, space)
+    values = param_values(source, space)
     rows = []
-    for param in analysis.searched_params(space):
+    for param in searched_params(space):
         edge = rec.edge.get(param)
         rows.append(
             [
                 f"<b>{param}</b>",
-                html.escape(analysis.format_value(param, float(getattr(rec.config, param)))),
-                html.escape(analysis.format_value(param, values[param])),
-                "–" if edge is None else html.escape(analysis.format_value(param, edge)),
+                html.escape(format_value(param, float(getattr(rec.config, param)))),
+                html.escape(format_value(param, values[param])),
+                "–" if edge is None else html.escape(format_value(param, edge)),
                 "–"
                 if edge is None
                 else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
@@ -211,11 +221,11 @@ def _recommendation_section(
     return section, rec.to_dict()
 
 
-def _together_cell(rec: analysis.Recommendation, param: str) -> str:
+def _together_cell(rec: Recommendation, param: str) -> str:
     box = rec.together if rec.together_check == "checked" else rec.candidate
     if rec.together_check == "refuted" or param not in box:
         return "–"
-    return html.escape(analysis.format_range(param, *box[param]))
+    return html.escape(format_range(param, *box[param]))
 
 
 def _confirmation_section(snapshot: StudySnapshot) -> Section:

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import POW2_NAME, PenaltyConfig, SpaceConfig, distributions
 from search.publishing.report._section import SECTION_TITLES, Section
-from search.results import _analysis as analysis
+from search.results import param_values
 
 MIN_IMPORTANCE_TRIALS = 2  # Complete trials, with at least one searched setting varying.
 MIN_CONTOUR_TRIALS = 10  # Complete trials, with at least 3 distinct values of each setting.
@@ -64,7 +64,7 @@ def _pow2_axis(axis: Any, space: SpaceConfig, data_exponents: Sequence[float], m
 
 
 def _exponents(trials: Sequence[FrozenTrial], space: SpaceConfig) -> list[float]:
-    return [math.log2(analysis.param_values(t, space)["init_scale"]) for t in trials]
+    return [math.log2(param_values(t, space)["init_scale"]) for t in trials]
 
 
 def _history_section(

@@ -1,0 +1,40 @@
+"""Settings as people read them: one value, a range, a point, a list of trials.
+
+Every sentence of the analysis and every table of the summary and the report writes a setting the
+same way: ``init_scale`` as a power of two, ``growth_interval`` in whole steps, the factors to three
+significant digits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from search.core import format_scale
+
+__all__ = ["format_point", "format_range", "format_value", "trial_list"]
+
+
+def format_value(param: str, value: float) -> str:
+    """A setting as people read it: ``2^7.74`` for init_scale, ``1.93``, ``0.469``, ``662``."""
+    if param == "init_scale":
+        return format_scale(value)
+    if param == "growth_interval":
+        return str(round(value))
+    return f"{value:.3g}"
+
+
+def format_range(param: str, low: float, high: float) -> str:
+    """A range as people read it: ``2^14..2^18``, or one value when both ends read the same."""
+    lo, hi = format_value(param, low), format_value(param, high)
+    return lo if lo == hi else f"{lo}..{hi}"
+
+
+def format_point(point: dict[str, float], names: Iterable[str]) -> str:
+    """Some settings of a point, named: ``init_scale 2^16, growth_factor 2``."""
+    return ", ".join(f"{p} {format_value(p, point[p])}" for p in names)
+
+
+def trial_list(numbers: Sequence[int], limit: int = 5) -> str:
+    """Trial numbers as ``#3, #7 and 2 more``: the first ``limit``, then how many are left."""
+    shown = ", ".join(f"#{n}" for n in numbers[:limit])
+    return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")

@@ -1,0 +1,107 @@
+"""The recommendation's reasons: the sentences that say why a setting was chosen.
+
+:func:`~search.results._recommendation.recommend` decides; these functions only put its decision
+into words, one sentence (or a few, in order) per situation, so the decision reads as steps and
+the wording stays in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from optuna.trial import FrozenTrial
+
+from search.core import FAILURE
+from search.results._format import format_point
+from search.results._landscape import MIN_SUPPORT, Landscape
+
+__all__ = ["deepest_reasons", "keep_default_reason", "nearest_reason", "nothing_safe_reason"]
+
+
+def _depth_text(depth: float) -> str:
+    return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"
+
+
+def nothing_safe_reason(best: FrozenTrial) -> str:
+    """Why the best trial is shown although no trial is safe."""
+    return (
+        f"The best trial (#{best.number}) failed ({best.user_attrs.get(FAILURE)}) and no trial is "
+        "safe: it is shown only as the best found; look at the safe ranges before using anything."
+    )
+
+
+def keep_default_reason(
+    default: FrozenTrial,
+    best: FrozenTrial,
+    landscape: Landscape,
+    deepest: FrozenTrial,
+    margin: float,
+    tolerance: float,
+) -> str:
+    """Why PyTorch's default is kept: good, and at least ``margin`` octaves deep."""
+    pct = f"{tolerance * 100:g}%"
+    return (
+        f"Keep the default: PyTorch's default (seed-1, trial #{default.number}, objective "
+        f"{default.value:.4f}) is within {pct} of the best ({best.value:.4f}) without failure, and it "
+        f"lies well inside the good region: depth {_depth_text(landscape.depth(default.number))}, against "
+        f"{_depth_text(landscape.depth(deepest.number))} "
+        f"for the deepest good trial (#{deepest.number}); {margin:g} octaves (a factor of "
+        f"{2 ** margin:g} in any combination of the settings) is margin enough to keep what you have."
+    )
+
+
+def deepest_reasons(
+    landscape: Landscape,
+    best: FrozenTrial,
+    deepest: FrozenTrial,
+    default: FrozenTrial | None,
+    default_depth: float | None,
+    margin: float,
+    tolerance: float,
+) -> list[str]:
+    """Why the deepest good trial is recommended: its support, its depth, the default's state, its own values."""
+    pct = f"{tolerance * 100:g}%"
+    depth = landscape.depth(deepest.number)
+    neighbours = landscape.support(deepest.number)
+    reasons = []
+    if len(neighbours) < MIN_SUPPORT:
+        reasons.append(
+            f"Only {len(neighbours)} good trial{'s' if len(neighbours) != 1 else ''} around any good "
+            f"trial (fewer than {MIN_SUPPORT}): the good region is barely sampled, so this is a weak "
+            "recommendation; more trials would show how wide it is."
+        )
+    reasons.append(
+        f"{len(landscape.good)} of {len(landscape.done)} trials are good (within {pct} of the best objective "
+        f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
+        f"deepest inside that region: the nearest trial that is not good is {_depth_text(depth)} away "
+        "(the four settings' log2 distances combined), and all "
+        f"{len(neighbours)} trials within that distance are good."
+    )
+    if default is None:
+        reasons.append("PyTorch's default (seed-1) has not run in this study.")
+    elif default_depth is None:
+        reasons.append(
+            f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, "
+            f"failure {default.user_attrs.get(FAILURE, '-')}."
+        )
+    else:
+        reasons.append(
+            f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: a trial that "
+            f"is not good lies {default_depth:.2f} octaves from it (less than {margin:g})."
+        )
+    reasons.append(
+        f"The values are trial #{deepest.number}'s own, as measured (a rounded neighbour would be a setting "
+        "no trial ran; the line is written with the digits that reproduce it)."
+    )
+    return reasons
+
+
+def nearest_reason(landscape: Landscape, nearest: int, params: Sequence[str]) -> str:
+    """Which trial that is not good lies nearest the setting, with its searched settings and objective."""
+    objective = next(t.value for t in landscape.done if t.number == nearest)
+    return (
+        f"The nearest trial that is not good is #{nearest} ("
+        + format_point(landscape.values[nearest], params)
+        + f"; objective {objective:.4f})."
+    )

@@ -1,0 +1,344 @@
+"""The recommendation: one robust GradScaler setting from a study, and why.
+
+Not the argmin, which among many near-equal trials is noise, and not the middle of a box of ties,
+which can sit next to a failure edge. The recommendation is the deepest good trial in the space of
+octaves (:mod:`search.results._landscape`) among those with at least :data:`MIN_SUPPORT` good
+trials within their depth (so it is judged on the trials around it, not on one lucky point), with
+that trial's own values (a rounded neighbour would be a setting no trial measured; on a rough
+objective such as deep-mlp's it can land well outside the tolerance). When PyTorch's default
+(baseline ``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep
+the default". When confirmation runs on new seeds exist (``search.confirm``), they decide
+(:mod:`search.results._verdict`): a default that is significantly better than the recommended
+setting overturns it, and a recommended setting that is not significantly better than a good
+default is not worth a change. Last come the ranges safe together around the answer
+(:mod:`search.results._together`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from search.core import (
+    PARAM_NAMES,
+    SEED_BASELINES,
+    ScalerConfig,
+    SpaceConfig,
+    default_trial,
+    device_kind,
+    scaler_config,
+)
+from search.results._landscape import MIN_SUPPORT, Landscape
+from search.results._reasons import deepest_reasons, keep_default_reason, nearest_reason, nothing_safe_reason
+from search.results._together import candidate_box, judge_boxes, together_text
+from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
+from search.results._verdict import confirmation_verdict
+
+__all__ = ["DEFAULT_MARGIN", "Recommendation", "recommend"]
+
+DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
+_SEED_DEFAULT = SEED_BASELINES[0][1]  # PyTorch's default GradScaler settings (baseline seed-1).
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A robust GradScaler setting and why it was chosen.
+
+    Attributes:
+        config: The recommended settings (PyTorch's default when ``keep_default``).
+        source_trial: The measured trial whose values it is, or the default's trial. When
+            confirmation runs turn the answer to the default (``keep_default`` with ``confirmed``),
+            the trial they tested against it; ``depth``, ``nearest_bad``, ``edge`` and
+            ``neighbours`` then describe that trial, ``default_depth`` the default.
+        depth: Distance from ``source_trial`` to the nearest trial that is not good, in searched
+            ranges (see :mod:`search.results._landscape`); ``inf`` when every trial is good.
+        nearest_bad: That nearest trial's number, or None.
+        edge: Per searched setting, the nearest bad trial's value (None without one).
+        neighbours: Numbers of the good trials within ``depth`` of ``source_trial`` (itself included).
+        keep_default: Whether the answer is "keep PyTorch's default".
+        default_trial: The default's (``seed-1``) trial number, or None if it has not run.
+        default_depth: The default's depth (None when it is not good or has not run).
+        best_trial: Number of the trial with the lowest objective.
+        confirmed: ``"confirmed"``, ``"overturned"``, ``"not better"`` (from confirmation runs), or
+            None when there are none for this setting.
+        candidate: Per searched setting, ``(low, high)``: the candidate for ranges that are safe
+            *together*, in any combination (the per-setting safe ranges each assume the others stay
+            where the good trials were): the box inscribed in the ball around ``config`` that holds
+            no failed trial, cut to the span of the failure-free trials in that ball (``MIN_SUPPORT``
+            at least; empty otherwise). Sampled trials cannot vouch for its corners (a thin failing
+            slab, say a high scale with a backoff near 1, is easily missed), so it is only a candidate
+            until its corners are trained (:func:`~search.results._together.check_boxes`, run by
+            ``search.confirm``).
+        together: The box that *is* safe together: the first of
+            :func:`~search.results._together.check_boxes` whose every corner trained without
+            failure; empty until such a check exists.
+        together_check: ``"checked"`` (``together`` holds), ``"unchecked"`` (corners not all run
+            yet), ``"refuted"`` (every box tried had a failing corner) or ``"none"`` (no candidate).
+        together_failed: The failing corners seen, as ``{"point": {...}, "failure": code}``.
+        together_trials: Numbers of the study's trials inside ``together`` (or the candidate).
+        device_type: The device type of the ``GradScaler`` line.
+        reasons: The explanation, sentence by sentence.
+    """
+
+    config: ScalerConfig
+    source_trial: int
+    depth: float
+    nearest_bad: int | None
+    edge: dict[str, float | None]
+    neighbours: tuple[int, ...]
+    keep_default: bool
+    default_trial: int | None
+    default_depth: float | None
+    best_trial: int
+    confirmed: str | None
+    device_type: str
+    reasons: tuple[str, ...] = field(default=())
+    candidate: dict[str, tuple[float, float]] = field(default_factory=dict)
+    together: dict[str, tuple[float, float]] = field(default_factory=dict)
+    together_check: str = "none"
+    together_failed: tuple[dict[str, Any], ...] = field(default=())
+    together_trials: tuple[int, ...] = field(default=())
+
+    @property
+    def code(self) -> str:
+        """The ready ``torch.amp.GradScaler(...)`` line."""
+        return self.config.as_code(self.device_type)
+
+    @property
+    def text(self) -> str:
+        """The explanation as one paragraph."""
+        return " ".join(self.reasons)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for JSON."""
+        return {
+            "init_scale": self.config.init_scale,
+            "growth_factor": self.config.growth_factor,
+            "backoff_factor": self.config.backoff_factor,
+            "growth_interval": self.config.growth_interval,
+            "code": self.code,
+            "source_trial": self.source_trial,
+            "depth": self.depth if math.isfinite(self.depth) else None,
+            "nearest_bad": self.nearest_bad,
+            "edge": dict(self.edge),
+            "neighbours": list(self.neighbours),
+            "keep_default": self.keep_default,
+            "default_trial": self.default_trial,
+            "default_depth": self.default_depth,
+            "best_trial": self.best_trial,
+            "confirmed": self.confirmed,
+            "candidate": {p: list(r) for p, r in self.candidate.items()},
+            "together": {p: list(r) for p, r in self.together.items()},
+            "together_check": self.together_check,
+            "together_failed": [dict(f) for f in self.together_failed],
+            "together_trials": list(self.together_trials),
+            "text": self.text,
+        }
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The search's own answer, before confirmation runs: the deepest good trial, or the default."""
+
+    deepest: FrozenTrial  # The deepest supported good trial (any good one when none is supported).
+    source: FrozenTrial  # The default's trial when keeping it, else ``deepest``.
+    default_depth: float | None  # None when the default is not good or has not run.
+    keep_default: bool
+
+
+@dataclass(frozen=True)
+class _Together:
+    """Ranges safe together around the answer: the candidate, what its corner runs said, its sentences."""
+
+    candidate: dict[str, tuple[float, float]]
+    check: str
+    together: dict[str, tuple[float, float]]
+    failed: list[dict[str, Any]]
+    inside: tuple[int, ...]
+    reasons: list[str]
+
+
+def recommend(
+    trials: Iterable[FrozenTrial],
+    space: SpaceConfig,
+    tolerance: float = DEFAULT_TOLERANCE,
+    device_type: str | None = None,
+    confirmation: dict[str, Any] | None = None,
+) -> Recommendation | None:
+    """A robust setting: the deepest good trial, or PyTorch's default when it is deep enough.
+
+    Args:
+        trials: The study's trials, any states (only COMPLETE ones count).
+        space: The study's search space.
+        tolerance: A good trial is safe and within ``best + tolerance * |best|``.
+        device_type: For the ``GradScaler`` line; None takes the best trial's device type.
+        confirmation: :func:`search.results._confirmations.summarize_confirmation` data, if any: its
+            comparison of the recommended setting with the default decides (module docstring).
+
+    Returns:
+        None when the study has no COMPLETE trial yet.
+    """
+    done = completed(trials)
+    best = best_trial(done)
+    if best is None:
+        return None
+    device = device_type or device_kind(best, default="cuda")
+    params = searched_params(space)
+    default = default_trial(done)
+    landscape = Landscape.of(done, space, tolerance)
+
+    def edge_of(number: int | None) -> dict[str, float | None]:
+        return {p: (landscape.values[number][p] if number is not None else None) for p in params}
+
+    if not landscape.good:
+        return Recommendation(
+            config=scaler_config(best.params, space),
+            source_trial=best.number,
+            depth=0.0,
+            nearest_bad=None,
+            edge=edge_of(None),
+            neighbours=(),
+            keep_default=False,
+            default_trial=default.number if default else None,
+            default_depth=None,
+            best_trial=best.number,
+            confirmed=None,
+            device_type=device,
+            reasons=(nothing_safe_reason(best),),
+        )
+
+    choice = _choose(landscape, default)
+    depth, nearest = landscape.depths[choice.source.number]
+    if choice.keep_default:
+        assert default is not None
+        reasons = [keep_default_reason(default, best, landscape, choice.deepest, DEFAULT_MARGIN, tolerance)]
+        config = _SEED_DEFAULT
+    else:
+        reasons = deepest_reasons(
+            landscape, best, choice.deepest, default, choice.default_depth, DEFAULT_MARGIN, tolerance
+        )
+        config = _measured_config(landscape.values[choice.deepest.number], space)
+    if nearest is not None:
+        reasons.append(nearest_reason(landscape, nearest, params))
+
+    keep_default, confirmed = choice.keep_default, None
+    if confirmation is not None and not keep_default:
+        confirmed, to_default, sentences = _weigh_confirmation(confirmation, config, space, choice.default_depth)
+        reasons += sentences
+        if to_default:
+            keep_default, config = True, _SEED_DEFAULT
+
+    around = default if keep_default else choice.source
+    together = _safe_together(landscape, around, config, space, confirmation)
+    return Recommendation(
+        config=config,
+        source_trial=choice.source.number,
+        depth=depth,
+        nearest_bad=nearest,
+        edge=edge_of(nearest),
+        neighbours=landscape.support(choice.source.number),
+        keep_default=keep_default,
+        default_trial=default.number if default else None,
+        default_depth=choice.default_depth,
+        best_trial=best.number,
+        confirmed=confirmed,
+        device_type=device,
+        reasons=tuple(reasons + together.reasons),
+        candidate=together.candidate,
+        together=together.together,
+        together_check=together.check,
+        together_failed=tuple(together.failed),
+        together_trials=together.inside,
+    )
+
+
+def _choose(landscape: Landscape, default: FrozenTrial | None) -> _Choice:
+    """The deepest supported good trial, or the default when it is good, deep and supported enough."""
+    good = landscape.good
+    supported = [t for t in good if len(landscape.support(t.number)) >= MIN_SUPPORT]
+    pool = supported or good
+    deepest = max(pool, key=lambda t: (landscape.depth(t.number), -t.value, -t.number))
+    default_depth = (
+        landscape.depth(default.number) if default is not None and default.number in landscape.good_ids else None
+    )
+    # Deep enough, and judged on the trials around it (as any recommendation), not on itself alone.
+    keep_default = (
+        default_depth is not None
+        and default_depth >= DEFAULT_MARGIN
+        and len(landscape.support(default.number)) >= MIN_SUPPORT
+    )
+    source = default if keep_default else deepest
+    assert source is not None
+    return _Choice(deepest=deepest, source=source, default_depth=default_depth, keep_default=keep_default)
+
+
+def _measured_config(values: dict[str, float], space: SpaceConfig) -> ScalerConfig:
+    """A trial's own settings as a config, the space's fixed settings at their fixed values."""
+    full = dict(values)
+    for p in PARAM_NAMES:
+        if getattr(space, p).fixed is not None:
+            full[p] = float(getattr(space, p).fixed)
+    return as_config(full)
+
+
+def _weigh_confirmation(
+    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig, default_depth: float | None
+) -> tuple[str | None, bool, list[str]]:
+    """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
+
+    An overturned setting gives way to the default; so does one not better than a default that was
+    good in the search. One not better than a default that failed or fell behind stands, unconfirmed.
+    """
+    verdict = confirmation_verdict(confirmation, config, space)
+    if verdict is None:
+        return None, False, []
+    confirmed, sentence = verdict
+    if confirmed == "overturned":
+        return confirmed, True, [sentence]
+    if confirmed == "not better" and default_depth is not None:
+        return confirmed, True, [sentence, "The default is good in the search too: keep the default."]
+    if confirmed == "not better":
+        return confirmed, False, [
+            sentence,
+            "The default failed or fell behind in the search, so the recommendation stands, unconfirmed.",
+        ]
+    return confirmed, False, [sentence]
+
+
+def _safe_together(
+    landscape: Landscape,
+    around: FrozenTrial | None,
+    config: ScalerConfig,
+    space: SpaceConfig,
+    confirmation: dict[str, Any] | None,
+) -> _Together:
+    """Ranges safe together around ``config``: a candidate from the trials around ``around`` (the
+    good trial it stands for), then what training its corners said (``search.confirm``), which
+    alone can vouch for a combination."""
+    reasons = []
+    candidate: dict[str, tuple[float, float]] = {}
+    if around is not None and around.number in landscape.good_ids and searched_params(space):
+        found = candidate_box(landscape, around.number, config, space)
+        if found is None:
+            reasons.append(
+                f"No ranges that are safe together: fewer than {MIN_SUPPORT} failure-free trials around the "
+                "setting, too few to say how far it can move."
+            )
+        else:
+            candidate = found
+    corners_run = (confirmation or {}).get("corners", [])
+    check, together, failed = judge_boxes(candidate, config, corners_run)
+    box = together or candidate
+    values = landscape.values
+    inside = tuple(
+        t.number
+        for t in landscape.done
+        if box and all(lo <= values[t.number][p] <= hi for p, (lo, hi) in box.items())
+    )
+    if candidate:
+        reasons.append(together_text(check, candidate, together, failed, config))
+    return _Together(candidate, check, together, failed, inside, reasons)

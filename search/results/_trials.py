@@ -1,0 +1,97 @@
+"""Which trials count and what they hold: completed, safe, good, best; a trial's four settings.
+
+Pure functions over a list of :class:`~optuna.trial.FrozenTrial` and the study's
+:class:`~search.core._config.SpaceConfig`; nothing here plots or touches a storage. Only COMPLETE
+trials with a finite objective count; RUNNING, WAITING, PRUNED and FAIL trials are ignored, so a
+study that is still running can be analysed at any moment.
+
+**Safe trials.** A trial is *good* when it did not go non-finite (user attr ``nonfinite``), has
+no silent failure (``failure == "none"``) and its objective is within ``tolerance`` (default 1%)
+of the study's best objective: ``value <= best + tolerance * |best|``. Every other COMPLETE trial
+is *bad*.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from search.core import PARAM_NAMES, ScalerConfig, SpaceConfig, scaler_config
+
+__all__ = [
+    "DEFAULT_TIE_TOLERANCE",
+    "DEFAULT_TOLERANCE",
+    "as_config",
+    "best_trial",
+    "completed",
+    "good_trials",
+    "is_safe",
+    "param_values",
+    "param_values_of",
+    "searched_params",
+]
+
+DEFAULT_TOLERANCE = 0.01  # Safe: within 1% of the best objective.
+DEFAULT_TIE_TOLERANCE = 0.001  # A tie with the best: within 0.1% (the summary's "within 0.1%").
+
+
+def completed(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
+    """The COMPLETE trials with a finite objective, by trial number (everything else is ignored)."""
+    done = [
+        t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
+    return sorted(done, key=lambda t: t.number)
+
+
+def best_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:
+    """The COMPLETE trial with the lowest objective (the lowest number among equals), or None."""
+    done = completed(trials)
+    return min(done, key=lambda t: (t.value, t.number)) if done else None
+
+
+def is_safe(trial: FrozenTrial) -> bool:
+    """No non-finite loss or weights and no silent failure (failure code ``none``)."""
+    attrs = trial.user_attrs
+    return not attrs.get("nonfinite", False) and attrs.get("failure", "none") == "none"
+
+
+def _threshold(best: float, tolerance: float) -> float:
+    return best + tolerance * abs(best)
+
+
+def good_trials(trials: Iterable[FrozenTrial], tolerance: float = DEFAULT_TOLERANCE) -> list[FrozenTrial]:
+    """Safe trials whose objective is within ``tolerance`` (relative) of the best objective."""
+    done = completed(trials)
+    if not done:
+        return []
+    limit = _threshold(min(t.value for t in done), tolerance)
+    return [t for t in done if is_safe(t) and t.value <= limit]
+
+
+def searched_params(space: SpaceConfig) -> list[str]:
+    """The GradScaler settings the space searches (not fixed), in the usual order."""
+    return [name for name in PARAM_NAMES if getattr(space, name).fixed is None]
+
+
+def param_values(trial: FrozenTrial, space: SpaceConfig) -> dict[str, float]:
+    """The four GradScaler settings of a trial (``init_scale`` as a scale even for powers of two)."""
+    return param_values_of(trial.params, space)
+
+
+def param_values_of(params: dict[str, Any], space: SpaceConfig) -> dict[str, float]:
+    """The four settings of a params dict in ``space`` (like :func:`param_values` for a trial)."""
+    cfg = scaler_config(params, space)
+    return {name: float(getattr(cfg, name)) for name in PARAM_NAMES}
+
+
+def as_config(values: dict[str, float]) -> ScalerConfig:
+    """The :class:`ScalerConfig` of four settings (``growth_interval`` rounded to whole steps, at least 1)."""
+    return ScalerConfig(
+        init_scale=values["init_scale"],
+        growth_factor=values["growth_factor"],
+        backoff_factor=values["backoff_factor"],
+        growth_interval=max(1, round(values["growth_interval"])),
+    )

@@ -1,0 +1,55 @@
+"""What confirmation runs on new seeds say of a setting against PyTorch's default.
+
+A search ranks settings on the seeds it trained; ``search.confirm`` re-runs a setting and the
+default on new seeds and pairs them (:mod:`search.results._confirmations`). Its verdict decides
+the recommendation: a default significantly better overturns it, and a setting not significantly
+better than a good default is not worth a change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from search.core import ScalerConfig, SpaceConfig
+from search.results._trials import as_config, param_values_of
+
+__all__ = ["confirmation_verdict"]
+
+
+def confirmation_verdict(
+    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig
+) -> tuple[str, str] | None:
+    """What confirmation runs say of ``config`` against the default, or None if they did not run it.
+
+    Returns:
+        ``(verdict, sentence)``: ``"confirmed"`` (significantly better than the default on new
+        seeds), ``"overturned"`` (the default significantly better) or ``"not better"``.
+    """
+    entry = next(
+        (
+            c
+            for c in confirmation.get("comparisons", [])
+            if as_config(param_values_of(c["params"], space)) == config
+        ),
+        None,
+    )
+    if entry is None or entry.get("p") is None:
+        return None
+    diff, sd, n, p = entry["mean_diff"], entry.get("sd_diff"), entry["n"], entry["p"]
+    spread = entry.get("default_sd")
+    stats = (
+        f"mean difference {diff:+.4g} (recommended minus default) over {n} new seeds, sd of the "
+        f"difference {sd:.3g}" + (f", seed-to-seed sd of the default {spread:.3g}" if spread is not None else "")
+        + f", two-sided paired t-test p = {p:.3g}"
+    ) if sd is not None else f"mean difference {diff:+.4g} over {n} seeds, p = {p:.3g}"
+    if entry.get("significant") and diff < 0:
+        return "confirmed", f"Confirmed on new seeds: it is significantly better than the default ({stats})."
+    if entry.get("significant") and diff > 0:
+        return (
+            "overturned",
+            f"Overturned on new seeds: the default is significantly better ({stats}), so keep the default.",
+        )
+    return (
+        "not better",
+        f"On new seeds it is not significantly different from the default ({stats}): not worth a change.",
+    )
