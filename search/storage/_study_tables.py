@@ -57,7 +57,7 @@ class StudyTables:
             session.close()
 
     def lock_study(self, session: sqlalchemy.orm.Session) -> None:
-        """Takes the study's lock (its row; the database on SQLite), as ``RDBStorage`` does to number a trial."""
+        """Takes the study's lock (its row; the database on SQLite), as ``RDBStorage`` does to number trials."""
         models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
 
     def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> tuple[int, int]:

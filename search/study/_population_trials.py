@@ -41,7 +41,7 @@ def population_size(settings: Settings, trials: list[FrozenTrial]) -> int:
 
 
 def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
-    """K sampled trials against ``trials`` (the study as last read): trained at once, written in one transaction."""
+    """K sampled trials against ``trials`` (the study as last read), trained at once, written at once."""
     flight, recorder, replica, training = runner.flight, runner.recorder, runner.replica, runner.training
     flight.handling = True
     flight.population = []

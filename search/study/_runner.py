@@ -2,31 +2,34 @@
 
 Three ways a trial reaches storage, each a module of its own:
 
-* **Sampled trials** (almost all, :mod:`search.study._sampled`): the sampler runs against an in-memory replica of the study
-  (:mod:`search.study._replica`), training happens with no storage call at all, and the finished trial
-  (params, value, every attr, intermediate values, the sampler's own system attrs) is written
-  whole with one write (:class:`~search.storage._trial_writer.TrialWriter`) -- one transaction instead of
-  one per param and per attr. Nothing of it is ever RUNNING in storage, so an interrupt or a
-  crash cannot leave a stale RUNNING trial.
+* **Sampled trials** (almost all; :mod:`search.study._sampled`): the sampler runs against an
+  in-memory replica of the study (:mod:`search.study._replica`), training happens with no storage
+  call at all, and the finished trial (params, value, every attr, intermediate values, the
+  sampler's own system attrs) is written whole with one write
+  (:class:`~search.storage._trial_writer.TrialWriter`) -- one transaction instead of one per param
+  and per attr. Nothing of it is ever RUNNING in storage, so an interrupt or a crash cannot leave
+  a stale RUNNING trial.
   When other processes may share the study (``shared``: ``--workers``, or a database server that
   other hosts can join), the sampled trial is instead registered RUNNING with its params in one
-  transaction and beats while it trains (:mod:`search.storage._heartbeat`), so that if its worker dies a
-  live one fails it and re-runs the same params; it is finished in one more transaction.
-* **Populations** (``--population K``, :mod:`search.study._population_trials`): K sampled trials asked of the replica at once, trained
-  together (:func:`search.training.run_population`) and written in one transaction; in a shared
-  study registered RUNNING in one transaction, one heartbeat thread for all K, finished in one more.
-* **Enqueued trials** (the seed baselines, and retries of failed ones, :mod:`search.study._queued`): claimed from storage
-  with the same atomic pop as ``study.ask()`` (safe across processes and hosts), RUNNING with a
-  heartbeat while they train, and finished in one transaction.
+  transaction and beats while it trains (:mod:`search.storage._heartbeat`), so that if its worker
+  dies a live one fails it and re-runs the same params; it is finished in one more transaction.
+* **Populations** (``--population K``; :mod:`search.study._population_trials`): K sampled trials
+  asked of the replica at once, trained together (:func:`search.training.run_population`) and
+  written in one transaction; in a shared study registered RUNNING in one transaction, one
+  heartbeat thread for all K, finished in one more.
+* **Enqueued trials** (the seed baselines, and retries of failed ones; :mod:`search.study._queued`):
+  claimed from storage with the same atomic pop as ``study.ask()`` (safe across processes and
+  hosts), RUNNING with a heartbeat while they train, and finished in one transaction.
 
-Several workers (processes, hosts) can run on one study: each checks the study's count before a
-trial, so the study ends with N to N + workers - 1 finished trials. Between trials each worker
-fails the RUNNING trials of dead workers (no heartbeat for twice the interval,
-:mod:`search.study._stale`), which Optuna's ``RetryHeartbeatStaleTrialCallback`` queues again. Every storage call rides out a brief outage
-(:mod:`search.storage._retry`), and every write is stored once even when its acknowledgement is lost
-(:mod:`search.storage._recorder`). Interrupts (SIGINT/SIGTERM) record the trial in flight as FAIL and
-re-raise (:mod:`search.core._interrupts`); the message says what storage holds for it
-(:mod:`search.study._in_flight`). Every path trains through :mod:`search.study._trial_training`.
+Every path trains through :mod:`search.study._trial_training`. Several workers (processes, hosts)
+can run on one study: each checks the study's count before a trial, so the study ends with N to
+N + workers - 1 finished trials. Between trials each worker fails the RUNNING trials of dead
+workers (no heartbeat for twice the interval; :mod:`search.study._stale`), which Optuna's
+``RetryHeartbeatStaleTrialCallback`` queues again. Every storage call rides out a brief outage
+(:mod:`search.storage._retry`), and every write is stored once even when its acknowledgement is
+lost (:mod:`search.storage._recorder`). Interrupts (SIGINT/SIGTERM) record the trial in flight as
+FAIL and re-raise (:mod:`search.core._interrupts`); the message says what storage holds for it
+(:mod:`search.study._in_flight`).
 """
 
 from __future__ import annotations

@@ -77,7 +77,9 @@ def _run_registered(
     _train_and_record(runner, trial, train, record)
 
 
-def _train_and_record(runner: Runner, trial: optuna.Trial, train: Callable[[], TrialOutcome], record: _Record) -> None:
+def _train_and_record(
+    runner: Runner, trial: optuna.Trial, train: Callable[[], TrialOutcome], record: _Record
+) -> None:
     """Trains a sampled trial and records how it ended; ``record`` is False when a peer failed it first."""
     training = runner.training
     try:
