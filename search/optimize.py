@@ -52,6 +52,7 @@ from search.core import (
 from search.publishing import _publish as publishing
 from search.results import format_summary, summarize, summarize_confirmation, write_best_json
 from search.storage import (
+    RDB_STORAGE_LOGGER,
     StorageError,
     StorageUnreachable,
     close_storage,
@@ -63,6 +64,7 @@ from search.storage import (
     redact,
     share_outage_warning,
     sqlite_path,
+    storage_of,
     with_retry,
 )
 from search.study import (
@@ -231,7 +233,7 @@ def _setup_logging(url: str, prefix: str = "search.optimize") -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
     # Likewise Optuna's "Caught an error from sqlalchemy … Falling back to a slower alternative": its
     # trial read takes a dropped connection for a too-long IN list; search.storage._retry handles what follows.
-    logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
+    logging.getLogger(RDB_STORAGE_LOGGER).setLevel(logging.ERROR)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
@@ -691,7 +693,7 @@ def _finish(
     study: optuna.Study, settings: Settings, args: argparse.Namespace, headline: str, publish: bool = False
 ) -> int:
     trials = _read_trials(study, settings)  # Read once: the summary and publishing share it.
-    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
+    data = summarize(study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials)
     data["storage"] = mask_url(settings.run.storage)
     if publish:
         # Curves and notes for optuna-dashboard (search/publishing.py): once per run, not per trial.

@@ -60,6 +60,7 @@ from search.storage import (
     open_storage,
     redact,
     sqlite_path,
+    trial_id_of,
 )
 
 __all__ = [
@@ -439,8 +440,8 @@ def _copy(
         optuna.logging.set_verbosity(verbosity)
 
     dest_id = dest.get_study_id_from_name(target)
-    by_number = {t.number: t._trial_id for t in dest.get_all_trials(dest_id, deepcopy=False)}
-    id_map = {t._trial_id: by_number[t.number] for t in snapshot.trials if t.number in by_number}
+    by_number = {t.number: trial_id_of(t) for t in dest.get_all_trials(dest_id, deepcopy=False)}
+    id_map = {trial_id_of(t): by_number[t.number] for t in snapshot.trials if t.number in by_number}
     remapped, dropped = _remap(snapshot.id_keyed_system_attrs, id_map)
     for key, value in remapped.items():
         dest.set_study_system_attr(dest_id, key, value)

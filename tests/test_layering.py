@@ -216,6 +216,63 @@ def test_only_the_record_module_spells_trial_attr_keys():
     assert not offenders, "\n".join(offenders)
 
 
+OPTUNA_INTERNALS = "search.storage._optuna_internals"
+
+
+def _optuna_private_names() -> set[str]:
+    """The private attributes of the Optuna objects ``search`` handles: studies, trials, storages."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage="sqlite://")  # An RDBStorage, wrapped in _CachedStorage.
+    trial = study.ask({"x": FloatDistribution(0, 1)})
+    frozen = optuna.trial.create_trial(params={"x": 0.5}, distributions={"x": FloatDistribution(0, 1)}, value=1.0)
+    cached = study._storage
+    objects = [study, trial, frozen, cached, cached._backend, optuna.storages.InMemoryStorage()]
+    return {n for obj in objects for n in dir(obj) if n.startswith("_") and not n.startswith("__")}
+
+
+def test_only_the_internals_module_touches_optuna_private_names():
+    """Optuna's private names (modules, attributes, logger names) are used in one module, checked per release.
+
+    ``search.storage._optuna_internals`` says which Optuna it was checked against and why each private
+    route is taken; everything else goes through its named functions, so an Optuna upgrade is checked
+    in one place.
+    """
+    private = _optuna_private_names()
+    offenders = []
+    for name, path in MODULES.items():
+        if name == OPTUNA_INTERNALS:
+            continue
+        where = path.relative_to(ROOT)
+        for node in ast.walk(ast.parse(path.read_text())):
+            modules: list[str] = []
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [f"{node.module}.{alias.name}" for alias in node.names]
+            for module in modules:
+                parts = module.split(".")
+                if parts[0] == "optuna" and any(part.startswith("_") for part in parts[1:]):
+                    offenders.append(f"{where}:{node.lineno} imports {module}")
+            if isinstance(node, ast.Attribute) and node.attr in private:
+                receiver = node.value
+                if not (isinstance(receiver, ast.Name) and receiver.id in ("self", "cls")):
+                    offenders.append(f"{where}:{node.lineno} reads .{node.attr}")
+            if isinstance(node, ast.Name) and node.id == "_CachedStorage":
+                offenders.append(f"{where}:{node.lineno} names _CachedStorage")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                if re.fullmatch(r"optuna(\.\w+)*\._\w+(\.\w+)*", node.value):
+                    offenders.append(f"{where}:{node.lineno} spells {node.value!r}")
+    assert not offenders, f"use {OPTUNA_INTERNALS}'s functions:\n" + "\n".join(offenders)
+
+
+def test_the_optuna_rule_sees_what_it_looks_for():
+    """The check above would pass vacuously if it saw no private names: it sees the ones the internals use."""
+    assert {"_storage", "_study_id", "_trial_id", "_backend", "_validate", "_pop_waiting_trial_id"} <= _optuna_private_names()
+
+
 def test_the_rules_see_an_import_through_a_public_face():
     """The checks above would pass vacuously if a lazy import were not followed: this one is."""
     assert "search.core._record" in imports("search.results._summary")

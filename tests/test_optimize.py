@@ -269,9 +269,9 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
     tmp_path, monkeypatch, capsys, target, name, call, before, message, state
 ):
     import search.storage._recorder
-    import search.study._runner
+    import search.study._trial_training
 
-    where = search.storage._recorder.TrialRecorder if target == "recorder" else search.study._runner
+    where = search.storage._recorder.TrialRecorder if target == "recorder" else search.study._trial_training
     _interrupt_at(monkeypatch, where, name, call, before)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130

@@ -115,10 +115,10 @@ def test_an_unsupported_task_leaves_an_existing_study_untouched(population_study
 
 
 def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_path, monkeypatch, capsys):
-    import search.study._runner
+    import search.study._trial_training
 
-    original = search.study._runner.run_population
-    _interrupt_at(monkeypatch, search.study._runner, "run_population", 1, True)
+    original = search.study._trial_training.run_population
+    _interrupt_at(monkeypatch, search.study._trial_training, "run_population", 1, True)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "21", "--population", "8", "--quiet"]) == 130
     err = capsys.readouterr().err
@@ -128,16 +128,16 @@ def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_
     assert all(t.user_attrs[record.FAIL_REASON] == "interrupted (SIGINT), with the 8 trials of its population"
                for t in trials[5:])
     # Resuming after the interrupt completes the study: the failed trials are replaced, not counted.
-    monkeypatch.setattr(search.study._runner, "run_population", original)
+    monkeypatch.setattr(search.study._trial_training, "run_population", original)
     assert main(["--trials", "13", "--population", "8", "--quiet"]) == 0
     trials = load(tmp_path).get_trials()
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 13 and _baselines(trials) == BASELINES
 
 
 def test_a_failing_population_fails_its_trials_with_the_reason_and_the_study_goes_on(tmp_path, monkeypatch):
-    import search.study._runner
+    import search.study._trial_training
 
-    original, calls = search.study._runner.run_population, []
+    original, calls = search.study._trial_training.run_population, []
 
     def fails_once(*args, **kwargs):
         calls.append(1)
@@ -145,7 +145,7 @@ def test_a_failing_population_fails_its_trials_with_the_reason_and_the_study_goe
             raise RuntimeError("the device fell over")
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(search.study._runner, "run_population", fails_once)
+    monkeypatch.setattr(search.study._trial_training, "run_population", fails_once)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "9", "--population", "4", "--quiet"]) == 0
     trials = load(tmp_path).get_trials()
@@ -193,7 +193,7 @@ def test_two_workers_with_populations_reach_n_to_n_plus_k(tmp_path):
 
 def test_a_shared_population_is_registered_running_and_finished_in_one_transaction_each(postgres_url, monkeypatch):
     """On a database server (shared): K RUNNING with first heartbeats in one write, K finished in one more."""
-    import search.study._runner
+    import search.study._trial_training
     from search.storage import TrialRecorder
 
     writes: list[tuple[str, int]] = []
@@ -210,14 +210,14 @@ def test_a_shared_population_is_registered_running_and_finished_in_one_transacti
     monkeypatch.setattr(TrialRecorder, "write_many", write_many)
     monkeypatch.setattr(TrialRecorder, "finish_many", finish_many)
     seen_running: list[int] = []
-    original_run = search.study._runner.run_population
+    original_run = search.study._trial_training.run_population
 
     def run_population(*args, **kwargs):
         study = optuna.load_study(storage=postgres_url, study_name="seed-mlp")
         seen_running.append(len(study.get_trials(states=(TrialState.RUNNING,))))
         return original_run(*args, **kwargs)
 
-    monkeypatch.setattr(search.study._runner, "run_population", run_population)
+    monkeypatch.setattr(search.study._trial_training, "run_population", run_population)
     assert main(["--storage", postgres_url, "--trials", "13", "--population", "4", "--quiet"]) == 0
     assert writes == [("write", 4), ("finish", 4)] * 2
     assert seen_running == [4, 4]

@@ -35,7 +35,7 @@ from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
 from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showcase
 from search.publishing._figures import curves_figure, trial_curves
 from search.results import format_summary, summarize, summarize_confirmation
-from search.storage import TrialWriter, mask_url
+from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 
 __all__ = ["CURVES_ID", "EXPLORER_ID", "PublishReport", "explorer_figure", "explorer_json", "publish"]
@@ -243,7 +243,7 @@ def publish(
     space = settings_of(study).space
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     named = _named_trials(trials)
-    system_attrs = study._storage.get_study_system_attrs(study._study_id)
+    system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
     writes: dict[str, Any] = {}
     figures: list[str] = []
     if named:
@@ -253,8 +253,8 @@ def publish(
         figures += [CURVES_ID, EXPLORER_ID]
     notes = 0
     for t in trials:
-        if t.state.is_finished() and note_ver_key(t._trial_id) not in system_attrs:
-            writes.update(_note_attrs(t._trial_id, 1, _trial_note(t, space), system_attrs))
+        if t.state.is_finished() and note_ver_key(trial_id_of(t)) not in system_attrs:
+            writes.update(_note_attrs(trial_id_of(t), 1, _trial_note(t, space), system_attrs))
             notes += 1
     # The study note is refreshed while it is still the one we wrote; once a person edits it in
     # the dashboard (its version moves on), it is left alone.
@@ -264,7 +264,7 @@ def publish(
     if named and (version == 0 or version == ours):
         data = summary
         if data is None:
-            data = summarize(study, space, summarize_confirmation(study._storage, study.study_name), trials)
+            data = summarize(study, space, summarize_confirmation(storage_of(study), study.study_name), trials)
             if storage_url is not None:
                 data["storage"] = mask_url(storage_url)
         writes.update(_note_attrs(None, version + 1, _study_note(data), system_attrs))

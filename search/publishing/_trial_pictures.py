@@ -30,7 +30,7 @@ from optuna.trial import FrozenTrial
 
 from search.core import SpaceConfig
 from search.publishing._figures import trial_curves
-from search.storage import TrialWriter
+from search.storage import TrialWriter, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 
 __all__ = ["FILENAME", "curves_svg", "publish_pictures", "write_pictures"]
@@ -150,11 +150,11 @@ def write_pictures(
     for trial in trials:
         if not trial.state.is_finished() or not trial.intermediate_values:
             continue
-        artifact_id = _recorded(system_attrs, trial._trial_id)
+        artifact_id = _recorded(system_attrs, trial_id_of(trial))
         if artifact_id is None:
-            artifact_id = str(uuid.uuid5(_NAMESPACE, f"{study_id}:{trial._trial_id}"))
+            artifact_id = str(uuid.uuid5(_NAMESPACE, f"{study_id}:{trial_id_of(trial)}"))
             meta = {"artifact_id": artifact_id, "filename": FILENAME, "mimetype": "image/svg+xml", "encoding": None}
-            writes[f"{_PREFIX}{trial._trial_id}:{artifact_id}"] = json.dumps(meta)
+            writes[f"{_PREFIX}{trial_id_of(trial)}:{artifact_id}"] = json.dumps(meta)
         elif os.path.exists(os.path.join(directory, artifact_id)):
             continue
         store.write(artifact_id, io.BytesIO(curves_svg(trial, space).encode()))
@@ -169,8 +169,8 @@ def publish_pictures(study: optuna.Study, directory: str, trials: Sequence[Froze
     caller has them. Returns the number of pictures drawn.
     """
     trials = study.get_trials(deepcopy=False) if trials is None else trials
-    system_attrs = study._storage.get_study_system_attrs(study._study_id)
-    writes, drawn = write_pictures(study._study_id, trials, settings_of(study).space, directory, system_attrs)
+    system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
+    writes, drawn = write_pictures(study_id_of(study), trials, settings_of(study).space, directory, system_attrs)
     if writes:
         TrialWriter(study).set_study_system_attrs(writes)
     return drawn

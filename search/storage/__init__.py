@@ -4,7 +4,11 @@
 * ``_open``: opening a storage safely and fast (SQLite pragmas, damaged and read-only files), closing
   it, picking the study to read;
 * ``_retry``: riding out a database that is briefly unreachable;
-* ``_trial_writer``: a whole finished trial in one transaction; exactly-once enqueue; claiming;
+* ``_optuna_internals``: every use of Optuna's private names, each behind a small named function;
+* ``_study_tables``: one study's rows in Optuna's tables, through its ORM models, one transaction;
+* ``_trial_queue``: claiming a WAITING trial, exactly-once enqueue, finding a write, race-free;
+* ``_study_attrs``: many study system attrs in one transaction;
+* ``_trial_writer``: a whole trial in one transaction (added, finished, beating, many at once);
 * ``_recorder``: each write stored once: write ids, a peer's FAIL respected, baselines re-queued;
 * ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat).
 """
@@ -30,6 +34,21 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "share_outage_warning",
             "with_retry",
         ),
+        "_optuna_internals": (
+            "RDB_STORAGE_LOGGER",
+            "as_stored",
+            "check_trial",
+            "orm_models",
+            "pop_waiting_trial_id",
+            "rdb_backend",
+            "rdb_session",
+            "storage_of",
+            "study_id_of",
+            "trial_id_of",
+        ),
+        "_study_tables": ("StudyTables", "study_tables"),
+        "_trial_queue": ("claim_waiting", "enqueue_once", "find_by_system_attr"),
+        "_study_attrs": ("set_study_system_attrs",),
         "_trial_writer": ("Finish", "TrialWriter"),
         "_recorder": ("WRITE_ID_ATTR", "NewTrial", "TrialRecorder"),
         "_heartbeat": ("first_beat", "heartbeat", "heartbeat_interval"),

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 
 import optuna
 
+from search.storage._optuna_internals import storage_of
 from search.storage._retry import with_retry
 from search.storage._trial_writer import TrialWriter
 
@@ -42,7 +43,7 @@ def heartbeat(study: optuna.Study, trial_id: int | Sequence[int]) -> Iterator[No
     (:meth:`search.storage._trial_writer.TrialWriter.record_heartbeats`): K trials cost one write per
     interval, not K threads and K writes.
     """
-    storage = study._storage
+    storage = storage_of(study)
     interval = heartbeat_interval(storage)
     if not interval:
         yield
@@ -79,7 +80,7 @@ def first_beat(study: optuna.Study, trial_id: int, retry_budget: float) -> None:
 
     Retried through an outage for up to ``retry_budget`` seconds (:func:`search.storage._retry.with_retry`).
     """
-    storage = study._storage
+    storage = storage_of(study)
     if heartbeat_interval(storage):
         with_retry(
             lambda: storage.record_heartbeat(trial_id), what="recording a heartbeat", budget=retry_budget

@@ -24,6 +24,7 @@ import sqlalchemy
 import sqlalchemy.pool
 
 from search.core import CONFIRM_SUFFIX, UsageError
+from search.storage._optuna_internals import rdb_backend
 from search.storage._urls import first_line, is_read_only, mask_url, redact, sqlite_path
 
 __all__ = [
@@ -215,8 +216,8 @@ def open_existing_storage(url: str, immediate: bool = False) -> optuna.storages.
 
 def close_storage(storage: optuna.storages.BaseStorage) -> None:
     """Closes every connection of an RDB storage (SQLite then checkpoints and removes -wal/-shm)."""
-    backend = getattr(storage, "_backend", storage)  # _CachedStorage wraps RDBStorage.
-    if isinstance(backend, optuna.storages.RDBStorage):
+    backend = rdb_backend(storage)
+    if backend is not None:
         backend.remove_session()
         backend.engine.dispose()
 

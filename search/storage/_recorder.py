@@ -23,9 +23,7 @@ A failed baseline is queued again only if no unfailed trial holds it
 
 from __future__ import annotations
 
-import copy
 import datetime
-import json
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -36,6 +34,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import BASELINE, baseline_of, waiting_baseline
+from search.storage._optuna_internals import as_stored, storage_of, trial_id_of
 from search.storage._retry import with_retry
 from search.storage._trial_writer import Finish, TrialWriter
 
@@ -112,7 +111,7 @@ class TrialRecorder:
         self._call_with_check(write, check_first, f"writing a {state.name} trial")
         added = self.writer.last_added
         if added is not None and added[0] == done[0]:
-            self.last_written = _as_stored(trial, *added)
+            self.last_written = as_stored(trial, *added)
         return done[0]
 
     def write_many(
@@ -165,25 +164,25 @@ class TrialRecorder:
             # After a lost acknowledgement: a trial finished in the state being written was finished
             # by that commit; in another state, by a peer (as for one trial, :meth:`finish`).
             for f in finishes:
-                if f.trial._trial_id not in outcome:
-                    stored = self.study._storage.get_trial(f.trial._trial_id)
+                if trial_id_of(f.trial) not in outcome:
+                    stored = storage_of(self.study).get_trial(trial_id_of(f.trial))
                     if stored.state.is_finished():
-                        outcome[f.trial._trial_id] = stored.state == f.state
+                        outcome[trial_id_of(f.trial)] = stored.state == f.state
 
         def call() -> None:
-            pending = [f for f in finishes if f.trial._trial_id not in outcome]
+            pending = [f for f in finishes if trial_id_of(f.trial) not in outcome]
             if pending:
                 for f, finished in zip(pending, self.writer.finish_many(pending)):
-                    outcome[f.trial._trial_id] = finished
+                    outcome[trial_id_of(f.trial)] = finished
 
         self._call_with_check(call, check, f"finishing {len(finishes)} trials")
         for f in finishes:
-            if not outcome[f.trial._trial_id]:
+            if not outcome[trial_id_of(f.trial)]:
                 _logger.warning(
                     "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
                     f.trial.number,
                 )
-        return [outcome[f.trial._trial_id] for f in finishes]
+        return [outcome[trial_id_of(f.trial)] for f in finishes]
 
     def finish(
         self,
@@ -197,7 +196,7 @@ class TrialRecorder:
         finished: list[bool] = []
 
         def check() -> None:
-            stored = self.study._storage.get_trial(trial._trial_id)
+            stored = storage_of(self.study).get_trial(trial_id_of(trial))
             if stored.state.is_finished():
                 finished.append(stored.state == state)
 
@@ -225,7 +224,7 @@ class TrialRecorder:
             return
 
         def requeue() -> None:
-            stored = self.study._storage.get_trial(trial._trial_id)
+            stored = storage_of(self.study).get_trial(trial_id_of(trial))
             params = stored.system_attrs.get("fixed_params") or stored.params
             self.writer.enqueue_once([waiting_baseline(tag, params)], BASELINE)
 
@@ -234,11 +233,3 @@ class TrialRecorder:
     def _call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
         with_retry(call, what=what, budget=self.retry_budget, retrying=check)
 
-
-def _as_stored(trial: FrozenTrial, trial_id: int, number: int) -> FrozenTrial:
-    """``trial`` as reading it back from storage would give it: its id and number, attrs through JSON."""
-    stored = copy.copy(trial)
-    stored._trial_id, stored.number = trial_id, number
-    stored._user_attrs = json.loads(json.dumps(trial.user_attrs))
-    stored._system_attrs = json.loads(json.dumps(trial.system_attrs))
-    return stored

@@ -1,7 +1,13 @@
 """A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes.
 
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
-* ``_runner``: the trial loop: queued and sampled trials, failures, stale trials;
+* ``_runner``: the trial loop: reads the study, picks each trial's path, stops when done;
+* ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
+* ``_sampled``: sampled trials: asked of the replica, trained, written whole (or RUNNING when shared);
+* ``_population_trials``: ``--population K``: K sampled trials trained together, written at once;
+* ``_trial_training``: training a trial or a population for the loop, and accounting a failure;
+* ``_in_flight``: the trial in flight, and what became of it after a signal;
+* ``_stale``: failing the RUNNING trials of dead workers, so that Optuna queues them again;
 * ``_replica``: the in-memory study the sampler runs against;
 * ``_sampling``: samplers, pruners and the per-worker sampler seed;
 * ``_workers``: ``--workers``: the device plan, worker processes, signal forwarding.
@@ -22,6 +28,12 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "settings_of",
         ),
         "_runner": ("RunStats", "Runner", "TooManyFailures"),
+        "_queued": ("run_queued_trial",),
+        "_sampled": ("run_sampled_trial",),
+        "_population_trials": ("population_size", "run_population_trials"),
+        "_trial_training": ("WORKER", "TrialTraining", "raise_task_exit"),
+        "_in_flight": ("InFlight",),
+        "_stale": ("fail_stale_trials",),
         "_replica": ("Replica",),
         "_sampling": ("make_pruner", "make_sampler", "sampler_seed"),
         "_workers": (

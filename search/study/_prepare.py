@@ -9,11 +9,10 @@ from typing import Any
 import optuna
 import sqlalchemy
 import sqlalchemy.orm
-from optuna.storages._rdb import models
 from optuna.trial import TrialState
 
 from search.core import BASELINE, FINISHED, Settings, baseline_trials, settings_from_dict, waiting_baseline
-from search.storage import TrialWriter, with_retry
+from search.storage import TrialWriter, orm_models, with_retry
 
 __all__ = [
     "IncompatibleStudyError",
@@ -209,6 +208,7 @@ def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> t
 
     ``get_all_trials`` would load every trial's attrs (curves included), too heavy to poll.
     """
+    models = orm_models()
     trial, value = models.TrialModel, models.TrialValueModel
     with sqlalchemy.orm.Session(storage.engine) as session:
         study = models.StudyModel.find_by_name(study_name, session)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from search.storage import trial_id_of
+
 __all__ = ["Replica"]
 
 
@@ -31,8 +33,8 @@ class Replica:
     def sync(self, trials: list[FrozenTrial]) -> None:
         """Adds the stored study's finished trials that the replica does not hold yet."""
         for t in trials:
-            if t.state.is_finished() and t._trial_id not in self._seen:
-                self._seen.add(t._trial_id)
+            if t.state.is_finished() and trial_id_of(t) not in self._seen:
+                self._seen.add(trial_id_of(t))
                 self.study.add_trial(t)
 
     def frozen(self, trial: optuna.Trial) -> FrozenTrial:

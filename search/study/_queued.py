@@ -1,0 +1,112 @@
+"""Queued trials (the seed baselines, and retries of failed ones): claimed from storage and run.
+
+A queued trial is claimed with the same atomic pop as ``study.ask()`` (safe across processes and
+hosts), is RUNNING with a heartbeat while it trains, and is finished in one transaction. A failed
+baseline is queued again, so that every study ends with the seed's full table.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import optuna
+from optuna.trial import TrialState
+
+from search.core import (
+    BASELINE,
+    FAIL_REASON,
+    FINISHED,
+    Interrupted,
+    baseline_of,
+    deferred_interrupts,
+    held_interrupts,
+    suggest,
+)
+from search.storage import first_beat, heartbeat, trial_id_of
+from search.study._trial_training import raise_task_exit
+
+if TYPE_CHECKING:
+    from search.study._runner import Runner
+
+__all__ = ["run_queued_trial"]
+
+
+def run_queued_trial(runner: Runner) -> bool:
+    """Runs one queued trial; False when another worker claimed the last one first."""
+    # A signal during the claim is held and raised inside the try below, so that the claimed
+    # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
+    runner.flight.handling = True
+    with held_interrupts() as pending:
+        trial = _claim(runner)
+        runner.flight.trial_id = trial_id_of(trial) if trial is not None else None
+    if trial is None:
+        if pending:
+            raise Interrupted(pending[0])
+        return False
+    recorder, training = runner.recorder, runner.training
+    try:
+        if pending:
+            raise Interrupted(pending[0])
+        with heartbeat(runner.study, trial_id_of(trial)):
+            duplicate = _duplicate_of(runner, trial)
+            if duplicate is not None:
+                recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
+                return True
+            # A queued trial's fixed params are written to storage here (idempotent, so retried).
+            scaler_config = runner.storage_call(lambda: suggest(trial, runner.settings.space), "setting params")
+            outcome = training.train(trial, scaler_config)
+    except BaseException as error:
+        attrs = training.failure_attrs(error)
+        with deferred_interrupts():
+            recorder.finish(trial, TrialState.FAIL, None, attrs)
+            recorder.requeue_baseline(trial)
+        runner.on_trial(TrialState.FAIL, None)
+        if isinstance(error, Exception):
+            return True
+        raise_task_exit(error)
+        raise
+    state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+    # A signal held during the write is raised only after the trial is counted, so that the
+    # progress bar and the interrupt message agree with what storage holds.
+    with held_interrupts() as pending:
+        value = outcome.value if state == TrialState.COMPLETE else None
+        recorded = recorder.finish(trial, state, value, outcome.user_attrs, outcome.intermediate_values)
+    if recorded:
+        training.count(state)
+        runner.on_trial(state, outcome.value)
+    if pending:
+        raise Interrupted(pending[0])
+    return True
+
+
+def _claim(runner: Runner) -> optuna.Trial | None:
+    """Claims a WAITING trial (like ``study.ask``'s atomic pop, without its fallback to sampling).
+
+    Its first heartbeat is part of the claim, so that it can be found stale if this process
+    dies (or gives up on an outage) before the heartbeat thread starts: Optuna ignores RUNNING
+    trials with no heartbeat.
+    """
+    writer = runner.recorder.writer
+    trial_id = runner.storage_call(lambda: writer.claim(first=BASELINE), "claiming a queued trial")
+    if trial_id is None:
+        return None
+    if not writer.batched:  # Another storage: the claim could not beat.
+        first_beat(runner.study, trial_id, runner.settings.run.storage_retry)
+    return runner.stored_trial(trial_id)
+
+
+def _duplicate_of(runner: Runner, trial: optuna.Trial) -> str | None:
+    # A safety net for exactly-once baselines: a retry queued by Optuna's stale-trial
+    # callback can race with a resume that re-enqueues the same failed baseline.
+    tag = baseline_of(trial)
+    if tag is None:
+        return None
+    others = runner.storage_call(lambda: runner.study.get_trials(deepcopy=False), "reading trials")
+    for other in others:
+        if (
+            other.number != trial.number
+            and baseline_of(other) == tag
+            and (other.state in FINISHED or other.state == TrialState.RUNNING)
+        ):
+            return f"duplicate of baseline {tag} (trial {other.number}); not run"
+    return None
