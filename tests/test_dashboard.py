@@ -86,6 +86,51 @@ def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_p
     assert get_note(optuna.Trial(study, first._trial_id)) == "trial note by a person"
 
 
+
+def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir, tmp_path):
+    """publish() writes optuna-dashboard's chunks itself, in one transaction; save_note and
+    save_plotly_graph_object, one commit per chunk, must show the same notes and figures."""
+    import shutil
+    import sqlite3
+
+    from optuna_dashboard import save_plotly_graph_object
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
+    from search.publishing import curves_figure
+    from search.results import summarize, summarize_confirmation
+    from search.study import settings_of
+
+    shown = {}
+    for route in ("ours", "public"):
+        (tmp_path / route).mkdir()
+        shutil.copy(study_dir / "study.db", tmp_path / route / "study.db")
+        with sqlite3.connect(tmp_path / route / "study.db") as db:  # as before its first publishing
+            db.execute("DELETE FROM study_system_attributes WHERE key LIKE 'dashboard:%' OR key LIKE 'search:%'")
+        study = _study(tmp_path / route)
+        trials = study.get_trials()
+        space = settings_of(study).space
+        if route == "ours":
+            publishing.publish(study)
+        else:
+            title = "Best vs the seed default vs the worst finite trial"
+            named = publishing._named_trials(trials)
+            save_plotly_graph_object(study, curves_figure(named, space, title=title), graph_object_id=publishing.CURVES_ID)
+            save_plotly_graph_object(
+                study, publishing.explorer_figure(trials, space), graph_object_id=publishing.EXPLORER_ID
+            )
+            for t in trials:
+                save_note(optuna.Trial(study, t._trial_id), publishing._trial_note(t, space))
+            data = summarize(study, space, summarize_confirmation(study._storage, study.study_name), trials)
+            save_note(study, publishing._study_note(data))
+        system = study._storage.get_study_system_attrs(study._study_id)
+        shown[route] = (
+            get_note(study),
+            [get_note(optuna.Trial(study, t._trial_id)) for t in trials],
+            {name: json.loads(text) for name, text in get_plotly_graph_objects(system).items()},
+        )
+    assert shown["ours"] == shown["public"]
+    assert len(shown["ours"][1]) == 12 and all(shown["ours"][1]) and len(shown["ours"][2]) == 2
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -29,6 +29,12 @@ import optuna
 import plotly.graph_objects as go
 import plotly.utils
 from optuna.trial import FrozenTrial, TrialState
+
+# optuna-dashboard's own chunking (what save_note / save_plotly_graph_object store, attr for attr),
+# written here in one transaction: the public functions commit each ~2 kB chunk on its own. A finished
+# 100-trial study on SQLite: publishing with 100 new trial notes took 0.16-0.40 s this way against
+# 2.27-2.40 s through the public functions (3.2-5.4 s against 5.1-9.5 s for all of
+# `search.dashboard --publish-only`), and that publishing ends every search.optimize run.
 from optuna_dashboard._custom_plot_data import SYSTEM_ATTR_PLOT_DATA, split_plot_data
 from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
 

@@ -23,9 +23,10 @@ import math
 import os
 import uuid
 from collections.abc import Sequence
+from dataclasses import asdict
 
 import optuna
-from optuna.artifacts import FileSystemArtifactStore
+from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
 from optuna.trial import FrozenTrial
 
 from search.core import SpaceConfig
@@ -36,7 +37,10 @@ from search.study import settings_of
 __all__ = ["FILENAME", "curves_svg", "publish_pictures", "write_pictures"]
 
 FILENAME = "loss-and-scale.svg"
-_PREFIX = "dashboard:artifacts:"  # optuna-dashboard's key for an artifact of a trial, in study system attrs
+# optuna-dashboard's key for an artifact of a trial, in study system attrs. optuna.artifacts.upload_artifact
+# stores a trial's record in its trial system attrs, which a finished trial refuses (UpdateFinishedTrialError),
+# and the pictures are drawn after the trials finish; the dashboard reads both places alike.
+_PREFIX = "dashboard:artifacts:"
 _NAMESPACE = uuid.UUID("5f0c7a52-8d3e-4b8e-9a59-1d2f6c1e7b21")
 _WIDTH, _PANEL, _LEFT, _RIGHT, _TOP, _GAP, _BOTTOM = 640, 150, 70, 16, 24, 40, 36
 
@@ -153,8 +157,8 @@ def write_pictures(
         artifact_id = _recorded(system_attrs, trial_id_of(trial))
         if artifact_id is None:
             artifact_id = str(uuid.uuid5(_NAMESPACE, f"{study_id}:{trial_id_of(trial)}"))
-            meta = {"artifact_id": artifact_id, "filename": FILENAME, "mimetype": "image/svg+xml", "encoding": None}
-            writes[f"{_PREFIX}{trial_id_of(trial)}:{artifact_id}"] = json.dumps(meta)
+            meta = ArtifactMeta(artifact_id=artifact_id, filename=FILENAME, mimetype="image/svg+xml", encoding=None)
+            writes[f"{_PREFIX}{trial_id_of(trial)}:{artifact_id}"] = json.dumps(asdict(meta))
         elif os.path.exists(os.path.join(directory, artifact_id)):
             continue
         store.write(artifact_id, io.BytesIO(curves_svg(trial, space).encode()))
