@@ -6,7 +6,10 @@
 * ``_retry``: riding out a database that is briefly unreachable;
 * ``_trial_writer``: a whole finished trial in one transaction; exactly-once enqueue; claiming;
 * ``_recorder``: each write stored once: write ids, a peer's FAIL respected, baselines re-queued;
-* ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat).
+* ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat);
+* ``_copy``: a study copied to another storage and verified, all or nothing (``search.transfer``);
+* ``_snapshot``: the one read of the study to copy: RUNNING as FAIL, keys holding trial ids set apart;
+* ``_copy_check``: the copy read back and compared with that snapshot.
 """
 
 from search._exports import lazy_exports
@@ -33,5 +36,15 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_trial_writer": ("Finish", "TrialWriter"),
         "_recorder": ("WRITE_ID_ATTR", "NewTrial", "TrialRecorder"),
         "_heartbeat": ("first_beat", "heartbeat", "heartbeat_interval"),
+        "_copy": ("TransferError", "TransferFailed", "TransferReport", "transfer_study"),
+        "_snapshot": (
+            "RUNNING_FAIL_REASON",
+            "SAMPLER_ID_LIST_KEY",
+            "StudySnapshot",
+            "count_artifacts",
+            "read_snapshot",
+            "remap_id_keys",
+        ),
+        "_copy_check": ("verify_copy",),
     },
 )
