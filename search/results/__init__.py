@@ -1,6 +1,7 @@
 """What a finished study says: safe ranges, the recommendation, ranges safe together, confirmation, summary.
 
 * ``_analysis``: safe ranges, the recommendation, ranges safe together (numbers only);
+* ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
 * ``_summary``: the end-of-run table and its JSON.
 
@@ -35,6 +36,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "safe_ranges",
             "searched_params",
         ),
+        "_candidates": ("Candidate", "default_candidate", "recommended_candidate", "select_candidates"),
         "_confirmations": (
             "ALPHA",
             "DEFAULT_LABEL",
