@@ -53,7 +53,7 @@ from search.storage import (
 from search.study import ConfirmationPlan, ConfirmError, plan_confirmation, run_confirmation
 from search.tasks import TaskError
 
-__all__ = ["ConfirmError", "build_parser", "main"]
+__all__ = ["build_parser", "main"]
 
 PROG = "search.confirm"
 
