@@ -35,10 +35,9 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "tasks": ("Problem", "resolve_task"),
         "training": ("Assessment", "Evaluation", "PopulationError", "TrainResult", "assess", "batch_plan", "evaluate",
                      "train", "train_population"),
-        "storage": ("mask_url", "open_storage"),
+        "storage": ("TransferReport", "mask_url", "open_storage", "transfer_study"),
         "study": ("Runner", "plan_workers", "prepare_study"),
         "results": ("Recommendation", "format_summary", "recommend", "summarize"),
         "publishing": ("curves_figure", "publish"),
-        "transfer": ("TransferReport", "transfer_study"),
     },
 )

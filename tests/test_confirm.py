@@ -20,7 +20,8 @@ import torch
 from optuna.trial import TrialState
 from scipy import stats
 
-from search.confirm import DEFAULT_LABEL, main, paired_test, select_candidates, summarize_confirmation
+from search.confirm import main
+from search.results import DEFAULT_LABEL, paired_test, select_candidates, summarize_confirmation
 
 from conftest import cli_env, real_study, run_cli
 
@@ -351,8 +352,8 @@ def test_paired_test_matches_scipy_and_handles_ties():
 def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
     from test_analysis import _line_rows, _study
 
-    from search.confirm import recommended_candidate
     from search.core import DEFAULTS
+    from search.results import recommended_candidate
 
     settings = DEFAULTS
     rec = recommended_candidate(_study(_line_rows()), settings)

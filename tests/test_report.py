@@ -16,7 +16,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search import confirm
+from search import results
 from search.publishing.report import SECTION_TITLES, build_report, load_snapshot, render_html
 from search.report import main
 from search.storage import open_storage
@@ -422,7 +422,7 @@ def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
     seeds = [43, 44, 45]
     configs = [
         {"label": f"best-1 (#{best.number})", "source_trial": best.number, "params": best.params},
-        {"label": confirm.DEFAULT_LABEL, "source_trial": None, "params": default.params},
+        {"label": results.DEFAULT_LABEL, "source_trial": None, "params": default.params},
     ]
     values = {configs[0]["label"]: [0.40, 0.41, 0.39], configs[1]["label"]: [0.45, 0.47, 0.44]}
     sibling = optuna.create_study(storage=url, study_name=f"{NAME}.confirm")
@@ -454,7 +454,7 @@ def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
     assert main(["--storage", url, "--out", str(tmp_path / "r.json"), "--format", "json"]) == 0
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["study_name"] == NAME
-    assert data["confirmation"] == json.loads(json.dumps(confirm.summarize_confirmation(url, NAME)))
+    assert data["confirmation"] == json.loads(json.dumps(results.summarize_confirmation(url, NAME)))
     page = (tmp_path / "r.html").read_text()
     section = page[page.index('<section id="confirmation">') :]
     for label, vals in values.items():
@@ -463,7 +463,7 @@ def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
     comparison = data["confirmation"]["comparison"]
     assert comparison["better_beyond_noise"] is True
     assert (
-        f"Verdict:</b> best-1 (#{best.number}) is better than {confirm.DEFAULT_LABEL} beyond noise" in section
+        f"Verdict:</b> best-1 (#{best.number}) is better than {results.DEFAULT_LABEL} beyond noise" in section
     )
     assert f"p = {comparison['p']:.3g}" in section
     assert "no confirmation runs" not in section

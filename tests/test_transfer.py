@@ -18,8 +18,8 @@ from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.storage import TrialWriter, open_storage
-from search.transfer import RUNNING_FAIL_REASON, main, transfer_study
+from search.storage import RUNNING_FAIL_REASON, TrialWriter, open_storage, transfer_study
+from search.transfer import main
 
 from conftest import run_cli
 
@@ -370,16 +370,16 @@ def test_an_interrupt_mid_copy_is_one_line_exit_130_and_removes_the_partial_copy
 ):
     import signal
 
-    import search.transfer as transfer
+    import search.storage._copy as copying
 
-    copy = transfer._copy
+    copy = copying._copy
 
     def interrupted_copy(*args, **kwargs):
         result = copy(*args, **kwargs)  # The study is in the target now: the interrupt must remove it.
         os.kill(os.getpid(), signal.SIGINT)
         return result
 
-    monkeypatch.setattr(transfer, "_copy", interrupted_copy)
+    monkeypatch.setattr(copying, "_copy", interrupted_copy)
     target = tmp_path / "dst" / "study.db"
     target.parent.mkdir()
     assert main(["--from", source, "--to", _sqlite(target)]) == 130

@@ -8,6 +8,7 @@
 * ``_reasons``: the recommendation's reasons, sentence by sentence;
 * ``_verdict``: what confirmation runs say of a setting against the default;
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
+* ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
 * ``_summary``: the end-of-run table and its JSON.
 
@@ -45,6 +46,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "judge_boxes",
             "together_text",
         ),
+        "_candidates": ("Candidate", "default_candidate", "recommended_candidate", "select_candidates"),
         "_confirmations": (
             "ALPHA",
             "DEFAULT_LABEL",

@@ -1,10 +1,10 @@
 """The read side of confirmation runs: collecting them, the paired statistics, the table.
 
-``python -m search.confirm`` (the command) writes the runs into the sibling study
-``<study>.confirm``; this module reads them back for the command, for ``search.report`` and for
-:func:`search.results._recommendation.recommend`, without importing the command. Each configuration is compared
-with PyTorch's default by a two-sided paired t-test over the data seeds (``scipy.stats.ttest_rel``,
-alpha :data:`ALPHA`).
+``python -m search.confirm`` writes the runs into the sibling study ``<study>.confirm``
+(:mod:`search.study._confirmation_runs`); this module reads them back for the command, for
+``search.report`` and for :func:`search.results._recommendation.recommend`, without importing the command.
+Each configuration is compared with PyTorch's default by a two-sided paired t-test over the data
+seeds (``scipy.stats.ttest_rel``, alpha :data:`ALPHA`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@
 * ``_study_attrs``: many study system attrs in one transaction;
 * ``_trial_writer``: a whole trial in one transaction (added, finished, beating, many at once);
 * ``_recorder``: each write stored once: write ids, a peer's FAIL respected, baselines re-queued;
-* ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat).
+* ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat);
+* ``_copy``: a study copied to another storage and verified, all or nothing (``search.transfer``);
+* ``_snapshot``: the one read of the study to copy: RUNNING as FAIL, keys holding trial ids set apart;
+* ``_copy_check``: the copy read back and compared with that snapshot.
 """
 
 from search._exports import lazy_exports
@@ -52,5 +55,15 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_trial_writer": ("Finish", "TrialWriter"),
         "_recorder": ("WRITE_ID_ATTR", "NewTrial", "TrialRecorder"),
         "_heartbeat": ("first_beat", "heartbeat", "heartbeat_interval"),
+        "_copy": ("TransferError", "TransferFailed", "TransferReport", "transfer_study"),
+        "_snapshot": (
+            "RUNNING_FAIL_REASON",
+            "SAMPLER_ID_LIST_KEY",
+            "StudySnapshot",
+            "count_artifacts",
+            "read_snapshot",
+            "remap_id_keys",
+        ),
+        "_copy_check": ("verify_copy",),
     },
 )

@@ -1,4 +1,5 @@
-"""A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes.
+"""A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes,
+confirmation runs.
 
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
 * ``_runner``: the trial loop: reads the study, picks each trial's path, stops when done;
@@ -10,7 +11,9 @@
 * ``_stale``: failing the RUNNING trials of dead workers, so that Optuna queues them again;
 * ``_replica``: the in-memory study the sampler runs against;
 * ``_sampling``: samplers, pruners and the per-worker sampler seed;
-* ``_workers``: ``--workers``: the device plan, worker processes, signal forwarding.
+* ``_workers``: ``--workers``: the device plan, worker processes, signal forwarding;
+* ``_confirmation_plan``: what a confirmation still has to run: the study and its sibling checked;
+* ``_confirmation_runs``: confirmation runs and corners trained and written into ``<study>.confirm``.
 """
 
 from search._exports import lazy_exports
@@ -44,5 +47,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "run_pool",
             "threads_per_process",
         ),
+        "_confirmation_plan": ("ConfirmError", "ConfirmationPlan", "plan_confirmation"),
+        "_confirmation_runs": ("ConfirmationRuns", "run_confirmation"),
     },
 )

@@ -97,7 +97,7 @@ def render_html(report: Report) -> str:
         lines.append("</section>")
     lines.append("</main>")
     lines.append(
-        "<footer>Numbers: search.results._analysis (safe ranges, recommendation); plots: optuna.visualization and "
+        "<footer>Numbers: search.results (safe ranges, recommendation); plots: optuna.visualization and "
         "search.publishing._figures. The same numbers as JSON: python -m search.report --format json.</footer>"
     )
     lines.append("</body></html>")

@@ -1,0 +1,154 @@
+"""Which configurations a confirmation re-runs on new seeds: the top-k of a study, its recommendation, the default.
+
+A search ranks settings on one seed, so its winner may simply be lucky on that seed.
+``python -m search.confirm`` re-runs the top-k configurations of a finished study (its k
+lowest-objective COMPLETE trials, de-duplicated by params, baselines included), the search's
+recommendation (:func:`search.results._recommendation.recommend`) when it is not the default itself, and
+PyTorch's default GradScaler settings (the ``seed-1`` baseline, in the study's space: a fixed
+parameter keeps its fixed value). This module chooses them from the finished trials; training them
+is :mod:`search.study._confirmation_runs`, reading the runs back :mod:`search.results._confirmations`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from search.core import (
+    DEFAULT_BASELINE,
+    POW2_NAME,
+    SEED_BASELINES,
+    Settings,
+    baseline_of,
+    distributions,
+)
+from search.results._confirmations import DEFAULT_LABEL
+from search.results._confirmations import config_key as _config_key
+from search.results._recommendation import recommend
+from search.results._trials import DEFAULT_TOLERANCE
+
+__all__ = ["Candidate", "default_candidate", "recommended_candidate", "select_candidates"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to confirm.
+
+    Attributes:
+        label: ``best-<rank> (#<trial>)`` or :data:`DEFAULT_LABEL`.
+        source_trial: The search trial it comes from; None for the default.
+        params: Trial params in the study's space (fixed parameters are not params).
+        distributions: The distributions its trials are stored with.
+        baseline: The source trial's baseline tag (``seed-1`` ...), if it is one.
+    """
+
+    label: str
+    source_trial: int | None
+    params: dict[str, Any]
+    distributions: dict[str, BaseDistribution] = field(repr=False)
+    baseline: str | None = None
+
+    @property
+    def key(self) -> str:
+        """What identifies its runs in the sibling study, with the data seed."""
+        return _config_key(self.source_trial, self.params)
+
+
+def select_candidates(
+    trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = DEFAULT_TOLERANCE
+) -> tuple[list[Candidate], list[str]]:
+    """The top-``top`` configurations of a study and the default, with notes for the user.
+
+    The top-k are the lowest-objective COMPLETE trials (ties: the earlier trial first), one per
+    distinct params; baselines are not excluded, so ``best-1`` may be a seed baseline, even the
+    default's own settings.
+    """
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
+    ranked = sorted(complete, key=lambda t: (t.value, t.number))
+    chosen: list[Candidate] = []
+    seen: set[str] = set()
+    for trial in ranked:
+        key = _config_key(None, trial.params)
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(
+            Candidate(
+                label=f"best-{len(chosen) + 1} (#{trial.number})",
+                source_trial=trial.number,
+                params=dict(trial.params),
+                distributions=dict(trial.distributions),
+                baseline=baseline_of(trial),
+            )
+        )
+        if len(chosen) == top:
+            break
+    notes = []
+    if len(chosen) < top:
+        notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
+    recommended = recommended_candidate(trials, settings, tolerance)
+    if recommended is not None and all(
+        _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
+    ):
+        chosen.append(recommended)
+    default, note = default_candidate(settings)
+    if note:
+        notes.append(note)
+    return chosen + [default], notes
+
+
+def recommended_candidate(
+    trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = DEFAULT_TOLERANCE
+) -> Candidate | None:
+    """The search's recommendation (:func:`search.results._recommendation.recommend`) as a candidate, unless it is the default."""
+    rec = recommend(trials, settings.space, tolerance)
+    if rec is None or rec.keep_default:
+        return None
+    params: dict[str, Any] = {}
+    for name, dist in distributions(settings.space).items():
+        value: Any = math.log2(rec.config.init_scale) if name == POW2_NAME else getattr(rec.config, name)
+        params[name] = int(round(value)) if isinstance(dist, IntDistribution) else float(value)
+    return Candidate(
+        f"recommended (#{rec.source_trial})",
+        rec.source_trial,
+        params,
+        dict(distributions(settings.space)),
+    )
+
+
+def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
+    """PyTorch's default settings (the ``seed-1`` baseline) as params of the study's space.
+
+    A parameter the space fixes keeps its fixed value (it is not a param). A default value outside
+    a searched range is still run; its stored distribution is widened to contain it, with a note.
+    """
+    _tag, cfg = SEED_BASELINES[0]
+    params: dict[str, Any] = {}
+    dists: dict[str, BaseDistribution] = {}
+    outside = []
+    for name, dist in distributions(settings.space).items():
+        value: Any = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
+        if isinstance(dist, IntDistribution):
+            value = int(value)
+        params[name] = value
+        if not dist.low <= value <= dist.high:
+            outside.append(name)
+            low, high = min(dist.low, value), max(dist.high, value)
+            if isinstance(dist, IntDistribution):
+                dist = IntDistribution(int(low), int(high), log=dist.log, step=dist.step)
+            else:
+                assert isinstance(dist, FloatDistribution)
+                dist = FloatDistribution(low, high, log=dist.log, step=dist.step)
+        dists[name] = dist
+    note = None
+    if outside:
+        note = (
+            f"the default's {', '.join(outside)} lies outside the study's search space; "
+            "it is run all the same"
+        )
+    return Candidate(DEFAULT_LABEL, None, params, dists, DEFAULT_BASELINE), note
