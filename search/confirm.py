@@ -31,9 +31,22 @@ from collections.abc import Sequence
 import optuna
 import sqlalchemy.exc
 
-from search.cli import OneLineParser, check_output, fail, percent, prog_name
-from search.cli import _startup as startup
-from search.core import Interrupted, UsageError, raise_pending, resolve_device
+from search.cli import (
+    OneLineParser,
+    Session,
+    check_output,
+    fail,
+    percent,
+    prog_name,
+    run_command,
+    stdout_reader_gone,
+)
+from search.core import (
+    Interrupted,
+    UsageError,
+    raise_pending,
+    resolve_device,
+)
 from search.results import (
     DEFAULT_TOLERANCE,
     Recommendation,
@@ -144,42 +157,37 @@ def _close_all_storages() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit code."""
-    startup.started()  # Imports are done: this command's own interrupt handling from here.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    url = ""
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
-    except UsageError as e:  # ConfirmError, and argparse's and choose_study's errors.
-        return _fail(str(e))
+    """Runs the command; returns the exit code (141: standard output closed by its reader)."""
+    return run_command(PROG, _main, argv)
+
+
+def _main(session: Session, argv: list[str]) -> int:
+    session.on_close(_close_all_storages)
+    args = build_parser().parse_args(argv)
     url = args.storage
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        try:
-            plan = _plan(args)
-        except UsageError as e:  # ConfirmError, and argparse's and choose_study's errors.
-            return _fail(redact(str(e), url))
-        except Exception as e:  # An unexpected failure while reading the study is still bad input.
-            return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
-        try:
-            code = _run(plan, args)
-            if code == 0:
-                raise_pending()  # Recorded outside the training (search.cli._startup): not a success.
-            return code
-        except Interrupted as e:
-            _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
-            return 128 + e.signum
-        except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
-            return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
-        except TaskError as e:
-            return _fail(redact(str(e), url), 1)
-        except Exception as e:  # Training failed (CUDA out of memory, a user loss that raises).
-            return _fail(f"a confirmation run failed: {type(e).__name__}: {redact(first_line(e), url)}", 1)
-    finally:
-        _close_all_storages()
-
+        plan = _plan(args)
+    except UsageError as e:  # ConfirmError, and choose_study's errors.
+        return _fail(redact(str(e), url))
+    except Exception as e:  # An unexpected failure while reading the study is still bad input.
+        return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
+    try:
+        code = _run(plan, args)
+        if code == 0:
+            raise_pending()  # Recorded outside the training (search.cli._startup): not a success.
+        return code
+    except Interrupted as e:
+        _note(f"interrupted by {e}; finished runs are stored, run the same command again to resume")
+        return 128 + e.signum
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
+        if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+            raise  # Not a storage failure: the command's reader went away (run_command exits 141).
+        return _fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
+    except TaskError as e:
+        return _fail(redact(str(e), url), 1)
+    except Exception as e:  # Training failed (CUDA out of memory, a user loss that raises).
+        return _fail(f"a confirmation run failed: {type(e).__name__}: {redact(first_line(e), url)}", 1)
 
 def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     """Runs what the plan left to run, then prints the confirmation table (and writes ``--json``)."""

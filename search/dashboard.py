@@ -19,8 +19,7 @@ from collections.abc import Sequence
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
-from search.cli import OneLineParser, fail, prog_name
-from search.cli import _startup as startup
+from search.cli import OneLineParser, Session, fail, prog_name, run_command
 from search.core import Interrupted, UsageError, interrupts_as_exceptions, raise_interrupted, take_pending
 from search.publishing import PublishReport, publish, publish_pictures
 from search.storage import (
@@ -67,11 +66,11 @@ def _fail(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command; returns the exit code (2 for bad input, 1 when --publish-only could not publish)."""
-    startup.started()  # Imports are done: this command's own interrupt handling from here.
-    try:
-        args = build_parser().parse_args(argv)
-    except UsageError as e:
-        return _fail(str(e))
+    return run_command("search.dashboard", _main, argv)
+
+
+def _main(session: Session, argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
     if not 0 < args.port < 65536:
         return _fail(f"--port must be 1..65535, got {args.port}")
     if args.no_publish and args.publish_only:
@@ -84,17 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(f"no study file {path} here (run python -m search.optimize first, or pass --storage)")
     try:
         # Deferred SQLite transactions: serving only reads, and must not hold the workers' write lock.
-        storage = open_existing_storage(url)
+        storage = session.keep(open_existing_storage(url))  # Closed on every path: SQLite removes its -wal/-shm.
         names = [s.study_name for s in storage.get_all_studies()]
     except StorageError as e:
         return _fail(str(e))
     except Exception as e:  # Unreachable or not an Optuna database.
         return _fail(f"cannot read {mask_url(url)}: {redact(first_line(e), url)}")
-    try:
-        return _publish_and_serve(args, storage, names, path)
-    finally:
-        close_storage(storage)  # Every connection closed: SQLite removes its -wal/-shm.
-
+    return _publish_and_serve(args, storage, names, path)
 
 def _publish_and_serve(
     args: argparse.Namespace, storage: optuna.storages.RDBStorage, names: list[str], path: str | None

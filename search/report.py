@@ -14,8 +14,7 @@ from collections.abc import Sequence
 
 import optuna
 
-from search.cli import OneLineParser, check_output, fail, percent, prog_name
-from search.cli import _startup as startup
+from search.cli import OneLineParser, Session, check_output, fail, percent, prog_name, run_command
 from search.core import Interrupted, UsageError, held_interrupts, interrupts_as_exceptions
 from search.publishing.report import build_report, load_snapshot, render_html, report_json, write_report
 from search.results import DEFAULT_TOLERANCE
@@ -63,13 +62,15 @@ def _fail(message: str, code: int = 2) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit code (0 written, 2 bad input)."""
-    startup.started()  # Imports are done: this command's own interrupt handling from here.
-    argv = list(sys.argv[1:] if argv is None else argv)
-    url = ""
+    """Runs the command; returns the exit code (0 written, 2 bad input, 141 stdout closed by its reader)."""
+    return run_command(PROG, _main, argv)
+
+
+def _main(session: Session, argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    url = args.storage
+    session.urls.append(url)
     try:
-        args = build_parser().parse_args(argv)
-        url = args.storage
         out = args.out or ("report.json" if args.format == "json" else "report.html")
         check_output("--out", out)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -79,9 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             text = report_json(report) if args.format == "json" else render_html(report)
     except Interrupted as e:
         return _fail(f"interrupted ({e}); nothing was written", 128 + e.signum)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
-    except UsageError as e:  # ReportError, and argparse's and choose_study's errors.
+    except UsageError as e:  # ReportError, and choose_study's errors.
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # Reading the study failed: still bad input, nothing written.
         return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
@@ -97,7 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"wrote {out}: study {report.study_name!r}, {done} complete trial{'s' if done != 1 else ''} ({args.format})"
     )
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

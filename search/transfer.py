@@ -21,10 +21,15 @@ from collections.abc import Sequence
 
 import optuna
 
-from search.cli import OneLineParser, fail, prog_name
-from search.cli import _startup as startup
+from search.cli import OneLineParser, Session, fail, prog_name, run_command
 from search.core import Interrupted, UsageError, interrupts_as_exceptions
-from search.storage import TransferFailed, TransferReport, first_line, redact, transfer_study
+from search.storage import (
+    TransferFailed,
+    TransferReport,
+    first_line,
+    redact,
+    transfer_study,
+)
 
 __all__ = ["build_parser", "format_report", "main"]
 
@@ -126,9 +131,11 @@ def _clean(text: str, urls: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command; returns the exit code (0 verified copy, 1 failed, 2 bad input)."""
-    startup.started()  # Imports are done: this command's own interrupt handling from here.
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Runs the command; returns the exit code (0 verified copy, 1 failed, 2 bad input, 141 stdout closed)."""
+    return run_command(PROG, _main, argv)
+
+
+def _main(session: Session, argv: list[str]) -> int:
     urls: list[str] = []
     try:
         args = build_parser().parse_args(argv)
@@ -140,8 +147,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     except Interrupted as e:  # transfer_study removed its partial copy on the way out.
         return _fail(f"interrupted ({e}); nothing was copied (a partial copy was removed)", 128 + e.signum)
-    except SystemExit as e:  # --help
-        return e.code if isinstance(e.code, int) else 0
     except UsageError as e:  # TransferError, and argparse's and choose_study's errors.
         return _fail(_clean(str(e), urls), 2)
     except TransferFailed as e:
@@ -155,7 +160,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             _clean(f"the copy in {report.to_url} differs from the source; rerun with --overwrite", urls), 1
         )
     return 0
-
 
 def _fail(message: str, code: int) -> int:
     return fail(PROG, message, code)

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import pathlib
+import shlex
 import shutil
 import signal
 import subprocess
@@ -579,3 +580,74 @@ def test_a_finished_study_on_read_only_media_prints_its_summary(finished, tmp_pa
     assert "study already holds 12 finished trials" in out and "Study 'seed-mlp'" in out and err == ""
     assert refused.count("\n") == 1 and "is read-only" in refused and "12 of 13 trials finished" in refused
     assert sorted(os.listdir(tmp_path)) == ["study.db"] and db.read_bytes() == before
+
+
+def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
+    """``search.optimize | true`` printed "storage sqlite:///study.db failed: [Errno 32] Broken pipe" and
+    exited 1. The reader going away is no failure of the run: its trials are stored, --best-out is
+    written, and the command ends quietly with 141 (128 + SIGPIPE), as a Unix tool does."""
+    args = ["--trials", "6", "--quiet", "--best-out", "best.json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.optimize", *args],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    proc.stdout.close()  # The reader is gone before the command writes a byte.
+    err = proc.stderr.read()
+    assert proc.wait(timeout=240) == 141, err
+    assert err == ""
+    assert len([t for t in load(tmp_path).get_trials() if t.state == TrialState.COMPLETE]) == 6
+    assert json.loads((tmp_path / "best.json").read_text())["states"]["COMPLETE"] == 6
+    # A reader that reads the first line and goes (head -1): whether our last write found it gone
+    # or not, the run is a success or a quiet 141, never a storage failure.
+    shell = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} -m search.optimize --trials 7 --quiet | head -1; "
+         "echo rc=${PIPESTATUS[0]} >&2"],
+        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240,
+    )
+    assert shell.stdout.startswith("this run: 1 complete") and shell.stdout.count("\n") == 1
+    assert shell.stderr in ("rc=0\n", "rc=141\n"), shell.stderr
+    assert len([t for t in load(tmp_path).get_trials() if t.state == TrialState.COMPLETE]) == 7
+
+
+SLOW_BASELINES = ["--trials", "1", "--task", "tasks_for_tests:slow", "--epochs", "20"]
+
+
+def _killed_mid_baseline(tmp_path: pathlib.Path) -> pathlib.Path:
+    """A study whose worker was killed in its second baseline: seed-1 COMPLETE, seed-2 RUNNING with a
+    heartbeat long silent, seed-3..5 WAITING."""
+    import datetime
+    import sqlite3
+
+    # Trials of about 1 s (50 ms a step): the timeout stops the run after seed-1, the others queued.
+    proc = run_cli([*SLOW_BASELINES, "--timeout", "0.3", "--heartbeat-interval", "2", "--quiet"], tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    db = tmp_path / "study.db"
+    with sqlite3.connect(db) as c:  # seed-2 becomes the claim of a worker that died 10 s ago.
+        (tid,) = c.execute(
+            "SELECT trial_id FROM trial_user_attributes WHERE key = 'baseline' AND value_json = '\"seed-2\"'"
+        ).fetchone()
+        beat = (datetime.datetime.now() - datetime.timedelta(seconds=10)).isoformat(" ")
+        c.execute("UPDATE trials SET state = 'RUNNING', datetime_start = ? WHERE trial_id = ?", (beat, tid))
+        c.execute("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)", (tid, beat))
+    states = {t.user_attrs["baseline"]: t.state for t in load(tmp_path, "tasks_for_tests-slow").trials}
+    assert states == {
+        "seed-1": TrialState.COMPLETE,
+        "seed-2": TrialState.RUNNING,
+        **{f"seed-{i}": TrialState.WAITING for i in (3, 4, 5)},
+    }
+    return db
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_study_killed_mid_baseline_is_finished_with_or_without_workers(tmp_path, workers):
+    """With --workers the study once counted as done ("study already holds 1 finished trials", exit 0),
+    seed-2 left RUNNING and three baselines WAITING; without, the stale trial was failed and every
+    baseline run. Both paths now ask the same question (search.study.study_is_done)."""
+    _killed_mid_baseline(tmp_path)
+    proc = run_cli([*SLOW_BASELINES, "--workers", str(workers), "--heartbeat-interval", "2", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "already holds" not in proc.stdout
+    trials = load(tmp_path, "tasks_for_tests-slow").trials
+    done = sorted(t.user_attrs["baseline"] for t in trials if t.state == TrialState.COMPLETE)
+    assert done == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+    assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]

@@ -24,6 +24,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_urls": ("first_line", "is_read_only", "mask_url", "redact", "sqlite_path"),
         "_open": (
             "StorageError",
+            "check_storage",
             "choose_study",
             "close_storage",
             "enable_wal",

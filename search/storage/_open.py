@@ -29,6 +29,7 @@ from search.storage._urls import first_line, is_read_only, mask_url, redact, sql
 
 __all__ = [
     "StorageError",
+    "check_storage",
     "choose_study",
     "close_storage",
     "enable_wal",
@@ -49,7 +50,7 @@ def _read_only_uri(path: str) -> str:
     return f"file:{os.path.abspath(path)}?mode=ro&immutable=1"
 
 
-def _check_sqlite_file(path: str, read_only: bool = False) -> None:
+def _check_sqlite_file(path: str, read_only: bool = False, immutable_probe: bool = False) -> None:
     if os.path.exists(path):
         if not os.path.isfile(path):
             raise StorageError(f"SQLite storage {path} is not a file")
@@ -57,7 +58,7 @@ def _check_sqlite_file(path: str, read_only: bool = False) -> None:
             raise StorageError(f"cannot read SQLite storage {path}: permission denied")
         if not read_only and not os.access(path, os.W_OK):  # Before the probe, which would need to write.
             raise StorageError(f"SQLite storage {path} is not writable")
-        _probe_sqlite_file(path, read_only)
+        _probe_sqlite_file(path, read_only or immutable_probe)
     else:
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -122,6 +123,24 @@ def _on_sqlite_begin(connection: Any) -> None:
 
 def _on_sqlite_begin_deferred(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN")
+
+
+def check_storage(url: str, read_only: bool = False) -> None:
+    """The checks of :func:`open_storage` that create nothing: the URL parses, a SQLite file is one
+    (or can be created where it is named). For the commands, before anything heavy is imported;
+    a database server is only reached when the storage is opened.
+
+    Raises:
+        StorageError: With a one-line, password-free reason.
+    """
+    try:
+        path = sqlite_path(url)
+    except Exception as e:
+        raise StorageError(f"invalid storage URL {mask_url(url)}: {e}")
+    if path is not None:
+        # Probed immutable: a WAL database gets no -wal/-shm that nothing would remove if the run
+        # stops at bad input found next (open_storage probes it again, as it opens it).
+        _check_sqlite_file(path, read_only, immutable_probe=True)
 
 
 def open_storage(

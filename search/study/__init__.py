@@ -1,6 +1,10 @@
 """A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes,
 confirmation runs.
 
+* ``_plan``: a run checked before a byte is written (light checks before torch), its step count;
+* ``_run``: one run: "is this study done?" (one function for every process), the trials here, the summary;
+* ``_pool_run``: ``--workers K``: the parent's run over K processes, and a worker process's life;
+* ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
 * ``_runner``: the trial loop: reads the study, picks each trial's path, stops when done;
 * ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
@@ -30,6 +34,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "resolve_study_name",
             "settings_of",
         ),
+        "_plan": ("NothingToRun", "RunPlan", "plan_run"),
+        "_run": ("RunOutcome", "run_plan", "study_is_done"),
+        "_pool_run": ("GAVE_UP_ON_STORAGE", "run_workers", "worker_process"),
+        "_logging": ("log_warnings",),
         "_runner": ("RunStats", "Runner", "TooManyFailures"),
         "_queued": ("run_queued_trial",),
         "_sampled": ("run_sampled_trial",),

@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from search.core import WORKER_ENV, take_pending
 
 __all__ = ["PoolResult", "WorkerSpec", "plan_workers", "run_pool", "threads_per_process"]
@@ -80,6 +78,8 @@ def plan_workers(workers: int, device: str, devices: str, threads: int = 0) -> l
     Raises:
         DevicePlanError: When the GPUs asked for are not visible.
     """
+    import torch  # Here: a command that only checks its input must not pay for it.
+
     threads = threads_per_process(threads)
     cuda = torch.cuda.is_available()
     count = torch.cuda.device_count() if cuda else 0

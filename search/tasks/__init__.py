@@ -13,7 +13,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "base": ("Problem",),
-        "_resolve": ("BUILTIN_TASKS", "Task", "TaskError", "resolve_task"),
+        "_resolve": ("BUILTIN_TASKS", "Task", "TaskError", "resolve_task", "task_target"),
         "_build": ("build_problem",),
     },
 )

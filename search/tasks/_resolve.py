@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from search.tasks.base import Problem
 
-__all__ = ["BUILTIN_TASKS", "Task", "TaskError", "resolve_task"]
+__all__ = ["BUILTIN_TASKS", "Task", "TaskError", "resolve_task", "task_target"]
 
 Task = Callable[[int], "Problem"]
 
@@ -27,12 +27,22 @@ class TaskError(ValueError):
     """A task name that cannot be resolved, or a task that returns the wrong thing."""
 
 
-def resolve_task(name: str) -> Task:
-    """Returns the task callable for a built-in name or a ``package.module:callable`` path."""
+def task_target(name: str) -> str:
+    """The ``package.module:callable`` a task name stands for, without importing it (nor torch).
+
+    Raises:
+        TaskError: Neither a built-in name nor a ``package.module:callable`` path.
+    """
     target = BUILTIN_TASKS.get(name, name)
     if ":" not in target:
         known = ", ".join(sorted(BUILTIN_TASKS))
         raise TaskError(f"unknown task {name!r}: use one of {known} or package.module:callable")
+    return target
+
+
+def resolve_task(name: str) -> Task:
+    """Returns the task callable for a built-in name or a ``package.module:callable`` path."""
+    target = task_target(name)
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)

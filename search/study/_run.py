@@ -1,0 +1,299 @@
+"""One search run from a checked plan: is the study done, the trials in this process, the summary.
+
+``python -m search.optimize`` and each of its ``--workers`` processes decide whether there is work
+left with one function, :func:`study_is_done`: N finished trials, every seed baseline among them,
+nothing queued or running. A RUNNING trial of a dead worker is therefore never taken for done: the
+run fails it once its heartbeat is stale and runs its baseline again. The run with worker
+processes is :mod:`search.study._pool_run`; both end in :func:`finish`, the summary of the study.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+from tqdm import tqdm
+
+from search.core import (
+    DEVICE,
+    FINISHED,
+    Interrupted,
+    Settings,
+    UsageError,
+    baseline_of,
+    baseline_trials,
+    device_label,
+    process_token,
+    resolve_device,
+    unfinished_baselines,
+)
+from search.results import summarize, summarize_confirmation
+from search.storage import enable_wal, first_line, mask_url, redact, sqlite_path, with_retry
+from search.study._plan import RunPlan
+from search.study._prepare import StudyHandle, prepare_study
+from search.study._sampling import make_pruner, make_sampler, sampler_seed
+
+if TYPE_CHECKING:
+    from search.study._runner import Runner
+    from search.study._workers import WorkerSpec
+
+__all__ = ["RunOutcome", "run_plan", "study_is_done"]
+
+Note = Callable[[str], None]  # Prints one line on stderr, after the command's name.
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended: the exit code, and what the command prints (stdout: headline and summary)."""
+
+    code: int  # 0 done, 1 not done or stopped, 128 + signum interrupted.
+    headline: str | None = None  # The line above the summary.
+    summary: dict[str, Any] | None = None  # :func:`search.results.summarize`'s data, also --best-out's.
+    error: str | None = None  # One line for ``PROG: error:``, after the summary.
+
+
+def unfinished_seed_baselines(settings: Settings, trials: list[FrozenTrial]) -> list[str]:
+    """The seed baselines of this study's space with no finished trial (none on a new study)."""
+    if not trials:
+        return []
+    return unfinished_baselines(trials, [tag for tag, _params in baseline_trials(settings.space)[0]])
+
+
+def study_is_done(settings: Settings, trials: list[FrozenTrial]) -> bool:
+    """Whether the study needs no more work: N finished trials, every seed baseline among them, and
+    nothing queued or running (a RUNNING trial of a dead worker is failed and its trial re-run)."""
+    finished = sum(t.state in FINISHED for t in trials)
+    unsettled = any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
+    return finished >= settings.run.trials and not unsettled and not unfinished_seed_baselines(settings, trials)
+
+
+def existing_trials(storage: optuna.storages.RDBStorage, name: str) -> list[FrozenTrial]:
+    """The study's trials, or none when it does not exist yet."""
+    try:
+        return optuna.load_study(storage=storage, study_name=name).get_trials(deepcopy=False)
+    except KeyError:
+        return []
+
+
+def run_plan(plan: RunPlan, quiet: bool, note: Note, prog: str = "search.optimize") -> RunOutcome:
+    """Runs the plan's trials in this process, or in ``--workers`` processes; then the summary.
+
+    Args:
+        plan: The checked run (:func:`search.study.plan_run`).
+        quiet: No progress bar.
+        note: Prints one line on stderr (warnings and notes as the run goes).
+        prog: The command's name, in the ``--workers`` processes' own lines.
+
+    Raises:
+        StorageUnreachable: The storage stayed away longer than ``--storage-retry``.
+        UsageError: The study is not done and its storage is read-only.
+    """
+    settings = plan.settings
+    existing = existing_trials(plan.storage, settings.study_name)
+    done = sum(t.state in FINISHED for t in existing)
+    if study_is_done(settings, existing):
+        return nothing_to_do(plan, existing, done, note)
+    if plan.read_only:
+        raise _read_only_error(settings, done)
+    if settings.run.workers > 1:
+        from search.study._pool_run import run_workers
+
+        return run_workers(plan, existing, done, quiet, note, prog)
+    return run_here(plan, existing, done, quiet, note)
+
+
+def nothing_to_do(plan: RunPlan, existing: list[FrozenTrial], done: int, note: Note) -> RunOutcome:
+    """The study is done: its summary, read without writing anything."""
+    settings, name = plan.settings, plan.settings.study_name
+    if existing or settings.run.trials > 0:
+        study = optuna.load_study(storage=plan.storage, study_name=name)
+        return finish(study, settings, f"study already holds {done} finished trials", note)
+    note(f"study {name!r} does not exist yet and --trials is 0: nothing to do")
+    return RunOutcome(0)
+
+
+def _read_only_error(settings: Settings, done: int) -> UsageError:
+    """A study that needs trials, on storage that cannot be written: bad input, nothing tried."""
+    short = done < settings.run.trials
+    why = f"{done} of {settings.run.trials} trials finished" if short else "a trial or baseline is unfinished"
+    return UsageError(
+        f"{sqlite_path(settings.run.storage)} is read-only (the file or its directory is not writable) and "
+        f"study {settings.study_name!r} is not done ({why}): a run must write; copy it to writable storage "
+        "to go on"
+    )
+
+
+def warn_mixed_devices(existing: list[FrozenTrial], device_type: str, note: Note) -> None:
+    """Says so when the study's trials ran on another kind of device than this run's."""
+    kinds = {str(t.user_attrs.get(DEVICE, "")).split(":")[0].split(" ")[0] for t in existing}
+    kinds.discard("")
+    if kinds and kinds != {device_type}:
+        note(
+            f"warning: study has trials on {', '.join(sorted(kinds))}; this run uses {device_type}. "
+            "The summary keeps devices apart."
+        )
+
+
+def start_study(plan: RunPlan, sampler: optuna.samplers.BaseSampler, pruner: Any, note: Note | None) -> StudyHandle:
+    """Creates or resumes the study for writing (WAL on: the run is valid); ``note`` gets its notes."""
+    enable_wal(plan.storage)
+    handle = prepare_study(plan.storage, plan.settings, plan.fingerprint, sampler, pruner or optuna.pruners.NopPruner())
+    if note is not None:
+        for line in handle.notes:
+            note(f"note: {line}")
+    return handle
+
+
+def progress_bar(settings: Settings, done: int, quiet: bool, desc: str) -> tqdm:
+    """The run's progress bar on stderr: finished trials of N."""
+    return tqdm(
+        total=settings.run.trials,
+        initial=min(done, settings.run.trials),
+        desc=desc,
+        unit="trial",
+        disable=quiet,
+        file=sys.stderr,
+        dynamic_ncols=True,
+    )
+
+
+def make_runner(
+    plan: RunPlan, existing: list[FrozenTrial], worker: WorkerSpec | None, quiet: bool, note: Note | None
+) -> tuple[StudyHandle, Runner, tqdm]:
+    """The trial loop of this process (alone, or one of the ``--workers``), ready to run, and its
+    progress bar. ``note`` is None in a worker: its parent speaks for all of them."""
+    import torch
+
+    from search.study._runner import Runner
+
+    settings = plan.settings
+    spec = worker or plan.specs[0]
+    torch.set_num_threads(spec.threads)
+    device = resolve_device(spec.device)
+    if note is not None:
+        warn_mixed_devices(existing, device.type, note)
+    index = worker.index if worker is not None else 0
+    seed = sampler_seed(settings.run.seed, len(existing), index, process_token())
+    sampler = make_sampler(settings.run.sampler, seed)
+    pruner = make_pruner(settings.run.pruner, plan.steps_per_trial)
+    handle = start_study(plan, sampler, pruner, note)
+    bar = progress_bar(settings, sum(t.state in FINISHED for t in existing), quiet, settings.study_name)
+    best = min((t.value for t in existing if t.state == TrialState.COMPLETE), default=math.inf)
+    failed = 0
+
+    def on_trial(state: TrialState, value: float | None) -> None:
+        nonlocal best, failed
+        if state == TrialState.FAIL:
+            failed += 1
+        else:
+            bar.update(1)
+        if state == TrialState.COMPLETE and value is not None:
+            best = min(best, value)
+        postfix = {"best": f"{best:.4f}" if math.isfinite(best) else "-"}
+        if failed:
+            postfix["failed"] = str(failed)
+        bar.set_postfix(postfix, refresh=True)
+
+    # Others may join a study on a database server (other hosts) or run beside us (--workers):
+    # then sampled trials are RUNNING with a heartbeat, so that a dead worker's trial is re-run.
+    shared = worker is not None or not settings.run.storage.startswith("sqlite")
+    amp_dtype = getattr(torch, settings.run.amp_dtype)
+    runner = Runner(
+        handle.study, settings, plan.problem.to(device), device_label(device), amp_dtype, sampler, pruner, on_trial,
+        shared=shared,
+    )
+    return handle, runner, bar
+
+
+def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool, note: Note) -> RunOutcome:
+    """The run in this process alone: the trial loop, then the summary."""
+    from search.study._runner import TooManyFailures
+    from search.tasks import TaskError
+
+    settings = plan.settings
+    handle, runner, bar = make_runner(plan, existing, None, quiet, note)
+    try:
+        stats = runner.run()
+    except Interrupted as e:
+        bar.close()
+        note(f"interrupted by {e}; {runner.stats.interrupted}")
+        outcome = finish(handle.study, settings, "interrupted", note)
+        return RunOutcome(128 + e.signum, outcome.headline, outcome.summary)
+    except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
+        bar.close()
+        outcome = finish(handle.study, settings, "stopped", note, publish_figures=True)
+        return RunOutcome(1, outcome.headline, outcome.summary, str(e))
+    bar.close()
+    outcome = finish(
+        handle.study,
+        settings,
+        f"this run: {stats.completed} complete, {stats.pruned} pruned, {stats.failed} failed"
+        + stale_text(stats.stale_failed)
+        + f" in {stats.seconds:.1f} s ({stats.stop_reason})",
+        note,
+        publish_figures=True,
+    )
+    if not_done(settings, read_trials(handle.study, settings), stats.stop_reason, note):
+        return RunOutcome(1, outcome.headline, outcome.summary)
+    return outcome
+
+
+def not_done(settings: Settings, trials: list[FrozenTrial], stop_reason: str, note: Note) -> bool:
+    """Says which seed baselines are still unfinished after a run, and how to finish them."""
+    missing = unfinished_seed_baselines(settings, trials)
+    if not missing:
+        return False
+    running = {baseline_of(t) for t in trials if t.state == TrialState.RUNNING}
+    queued = [tag for tag in missing if tag not in running]
+    elsewhere = [tag for tag in missing if tag in running]
+    parts = []
+    if queued:
+        parts.append(
+            f"baseline{'s' if len(queued) > 1 else ''} {', '.join(queued)} "
+            f"{'are' if len(queued) > 1 else 'is'} queued and not run yet (this run stopped first: {stop_reason})"
+        )
+    if elsewhere:
+        parts.append(
+            f"baseline{'s' if len(elsewhere) > 1 else ''} {', '.join(elsewhere)} "
+            f"{'are' if len(elsewhere) > 1 else 'is'} RUNNING in another worker (a live one finishes it; a dead "
+            f"one's is failed and re-run once its heartbeat is silent for {2 * settings.run.heartbeat_interval} s)"
+        )
+    note(f"not done: {'; '.join(parts)}; run the same command again")
+    return True
+
+
+def stale_text(n: int) -> str:
+    """The trials of stopped workers that this run failed (and Optuna queued again), if any."""
+    if not n:
+        return ""
+    return f", {n} trial{'s' if n > 1 else ''} of a stopped worker failed and queued again"
+
+
+def read_trials(study: optuna.Study, settings: Settings) -> list[FrozenTrial]:
+    """The study's trials; rides out an outage like the trial loop, and gives up with StorageUnreachable."""
+    return with_retry(
+        lambda: study.get_trials(deepcopy=False), what="reading the study", budget=settings.run.storage_retry
+    )
+
+
+def finish(
+    study: optuna.Study, settings: Settings, headline: str, note: Note, publish_figures: bool = False
+) -> RunOutcome:
+    """The study's summary under ``headline`` (exit 0); with ``publish_figures``, its dashboard figures too."""
+    trials = read_trials(study, settings)  # Read once: the summary and publishing share it.
+    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
+    data["storage"] = mask_url(settings.run.storage)
+    if publish_figures:
+        from search.publishing import publish  # Plotly: not for a command that stops at bad input.
+
+        # Curves and notes for optuna-dashboard (search.publishing): once per run, not per trial.
+        try:
+            publish(study, trials, data)
+        except Exception as e:  # The results are stored; only their dashboard figures are missing.
+            note(f"warning: dashboard figures not written: {redact(first_line(e), settings.run.storage)}")
+    return RunOutcome(0, headline, data)
