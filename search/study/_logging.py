@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from search.storage import redact
+from search.storage import RDB_STORAGE_LOGGER, redact
 
 __all__ = ["log_warnings"]
 
@@ -40,4 +40,4 @@ def log_warnings(url: str, prefix: str) -> None:
     logging.getLogger("psycopg").setLevel(logging.ERROR)
     # Likewise Optuna's "Caught an error from sqlalchemy … Falling back to a slower alternative": its
     # trial read takes a dropped connection for a too-long IN list; search.storage._retry handles what follows.
-    logging.getLogger("optuna.storages._rdb.storage").setLevel(logging.ERROR)
+    logging.getLogger(RDB_STORAGE_LOGGER).setLevel(logging.ERROR)

@@ -33,7 +33,7 @@ from search.core import (
     unfinished_baselines,
 )
 from search.results import summarize, summarize_confirmation
-from search.storage import enable_wal, first_line, mask_url, redact, sqlite_path, with_retry
+from search.storage import enable_wal, first_line, mask_url, redact, sqlite_path, storage_of, with_retry
 from search.study._plan import RunPlan
 from search.study._prepare import StudyHandle, prepare_study
 from search.study._sampling import make_pruner, make_sampler, sampler_seed
@@ -286,7 +286,7 @@ def finish(
 ) -> RunOutcome:
     """The study's summary under ``headline`` (exit 0); with ``publish_figures``, its dashboard figures too."""
     trials = read_trials(study, settings)  # Read once: the summary and publishing share it.
-    data = summarize(study, settings.space, summarize_confirmation(study._storage, study.study_name), trials)
+    data = summarize(study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials)
     data["storage"] = mask_url(settings.run.storage)
     if publish_figures:
         from search.publishing import publish  # Plotly: not for a command that stops at bad input.
