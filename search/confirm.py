@@ -63,7 +63,7 @@ from search.storage import (
     open_existing_storage,
     redact,
 )
-from search.study import ConfirmationPlan, ConfirmError, plan_confirmation, run_confirmation
+from search.study import ConfirmationPlan, ConfirmError, plan_confirmation
 from search.tasks import TaskError
 
 __all__ = ["build_parser", "main"]
@@ -195,6 +195,8 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     url = args.storage
     for note in plan.notes:
         _note(f"note: {note}")
+    from search.study import run_confirmation  # Trains, so imports torch: not for --help or bad input.
+
     runs = run_confirmation(
         plan, top=args.top, corners=not args.no_corners, tolerance=args.tolerance / 100, quiet=args.quiet
     )

@@ -26,10 +26,12 @@ from search.results import (
 from search.results import config_key as _config_key
 from search.storage import choose_study
 from search.study._prepare import settings_of
-from search.tasks import Problem, TaskError, build_problem, resolve_task
+from search.tasks import TaskError, resolve_task
 
 if TYPE_CHECKING:
     import torch
+
+    from search.tasks import Problem
 
 __all__ = ["ConfirmError", "ConfirmationPlan", "plan_confirmation"]
 
@@ -130,6 +132,8 @@ def plan_confirmation(
     if pending:
         try:
             task = resolve_task(settings.run.task)
+            from search.tasks import build_problem  # torch: only once the input is known to be good.
+
             first_problem = build_problem(task, settings.run.task, next(iter(pending)))
         except TaskError as e:
             raise ConfirmError(str(e))
