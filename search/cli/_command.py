@@ -36,8 +36,6 @@ from search.cli import _startup as startup
 from search.cli._parsing import fail
 from search.core import Interrupted, UsageError
 
-__all__ = ["READER_GONE", "Session", "run_command", "stdout_reader_gone"]
-
 # The exit code of a command whose standard output was closed by its reader: 128 + SIGPIPE, what a
 # shell reports for a tool that SIGPIPE killed (`yes | head -1; echo ${PIPESTATUS[0]}` prints 141).
 READER_GONE = 128 + signal.SIGPIPE

@@ -10,7 +10,6 @@ from typing import NoReturn
 
 from search.core import UsageError
 
-__all__ = ["OneLineParser", "check_output", "fail", "percent", "prog_name"]
 
 class OneLineParser(argparse.ArgumentParser):
     """``argparse`` whose errors raise :class:`UsageError` instead of printing usage and exiting."""

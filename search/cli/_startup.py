@@ -25,8 +25,6 @@ from typing import Any
 
 from search.core._interrupts import WORKER_ENV  # Light: signal and contextlib only.
 
-__all__ = ["COMMANDS", "command_being_started", "guard", "started"]
-
 # The commands, by module and by console script (pyproject.toml's [project.scripts]).
 COMMANDS = {
     "search.optimize": "search-optimize",

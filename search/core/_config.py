@@ -12,20 +12,6 @@ import tomllib
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-__all__ = [
-    "DEFAULTS",
-    "MAX_POPULATION",
-    "MAX_STUDY_NAME",
-    "ConfigError",
-    "ParamRange",
-    "PenaltyConfig",
-    "RunConfig",
-    "Settings",
-    "SpaceConfig",
-    "default_study_name",
-    "load_settings",
-]
-
 
 class ConfigError(ValueError):
     """A malformed config file, an unknown key or an impossible value."""

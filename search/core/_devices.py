@@ -11,8 +11,6 @@ if TYPE_CHECKING:
 
 from search.core._errors import UsageError
 
-__all__ = ["device_label", "process_token", "resolve_device"]
-
 
 def resolve_device(name: str) -> torch.device:
     """Maps auto/cpu/cuda/cuda:N to a device that exists here."""

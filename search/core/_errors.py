@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
-
 
 class UsageError(ValueError):
     """Bad input found by a command or the library under it: reported as one line, exit code 2."""

@@ -20,19 +20,6 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-__all__ = [
-    "WORKER_ENV",
-    "INTERRUPTS",
-    "Interrupted",
-    "deferred_interrupts",
-    "held_interrupts",
-    "interrupts_as_exceptions",
-    "raise_interrupted",
-    "raise_pending",
-    "record_interrupts",
-    "take_pending",
-]
-
 # Set in a --workers process's spawn environment (search.study._workers): a signal while it still
 # imports ends it quietly (search.cli._startup), the parent says so in one line.
 WORKER_ENV = "SEARCH_WORKER_PROCESS"

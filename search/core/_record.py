@@ -33,43 +33,6 @@ from typing import Any
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-__all__ = [
-    "BASELINE",
-    "CONFIRM_SUFFIX",
-    "SILENT_FAILURES",
-    "CHECK",
-    "CONFIG",
-    "CORNER",
-    "DATA_SEED",
-    "DEFAULT_BASELINE",
-    "DEVICE",
-    "EVAL_LOSS",
-    "FAILURE",
-    "FAIL_REASON",
-    "FINAL_LOSS",
-    "FINISHED",
-    "LEARNED",
-    "LOSS_CURVE",
-    "NONFINITE",
-    "POINT",
-    "POPULATION",
-    "RUN_ATTRS",
-    "SCALE_CURVE",
-    "SKIPPED_STEPS",
-    "SOURCE_TRIAL",
-    "TRAIN_SECONDS",
-    "WORKER",
-    "Showcase",
-    "baseline_of",
-    "default_trial",
-    "unfinished_baselines",
-    "device_kind",
-    "failure_of",
-    "scale_moves",
-    "showcase",
-    "waiting_baseline",
-]
-
 # -- keys ----------------------------------------------------------------------------------------
 BASELINE = "baseline"
 WORKER = "worker"

@@ -6,8 +6,6 @@ import math
 import struct
 from dataclasses import dataclass
 
-__all__ = ["ScalerConfig"]
-
 
 @dataclass(frozen=True)
 class ScalerConfig:

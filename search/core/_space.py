@@ -12,8 +12,6 @@ from search.core._config import ParamRange, SpaceConfig
 from search.core._record import DEFAULT_BASELINE
 from search.core._scaler_config import ScalerConfig
 
-__all__ = ["SEED_BASELINES", "baseline_trials", "distributions", "format_scale", "scaler_config", "suggest"]
-
 PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 POW2_NAME = "init_scale_log2"
 

@@ -16,8 +16,6 @@ from plotly.subplots import make_subplots
 
 from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scale_moves, scaler_config
 
-__all__ = ["curves_figure", "skipped_steps_of", "trial_curves"]
-
 # One colour per role, so that the best/default/worst read the same in every figure.
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 

@@ -44,8 +44,6 @@ from search.results import format_summary, summarize, summarize_confirmation
 from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 
-__all__ = ["CURVES_ID", "EXPLORER_ID", "PublishReport", "explorer_figure", "explorer_json", "publish"]
-
 CURVES_ID = "search-curves"
 EXPLORER_ID = "search-explorer"
 EXPLORER_MAX_TRIALS = 100  # Each trial adds ~1 kB to the study's system attrs, read on every page load.

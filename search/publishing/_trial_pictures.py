@@ -34,8 +34,6 @@ from search.publishing._figures import trial_curves
 from search.storage import TrialWriter, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 
-__all__ = ["FILENAME", "curves_svg", "publish_pictures", "write_pictures"]
-
 FILENAME = "loss-and-scale.svg"
 # optuna-dashboard's key for an artifact of a trial, in study system attrs. optuna.artifacts.upload_artifact
 # stores a trial's record in its trial system attrs, which a finished trial refuses (UpdateFinishedTrialError),

@@ -32,8 +32,6 @@ from search.results._confirmations import config_key as _config_key
 from search.results._recommendation import recommend
 from search.results._trials import DEFAULT_TOLERANCE
 
-__all__ = ["Candidate", "default_candidate", "recommended_candidate", "select_candidates"]
-
 
 @dataclass(frozen=True)
 class Candidate:

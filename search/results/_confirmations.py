@@ -35,20 +35,6 @@ from search.core import (
 )
 from search.storage import StorageError, close_storage, open_existing_storage
 
-__all__ = [
-    "ALPHA",
-    "DEFAULT_LABEL",
-    "SUFFIX",
-    "collect_runs",
-    "config_key",
-    "confirmation_data",
-    "confirm_study_name",
-    "confirmation_seeds",
-    "format_confirmation",
-    "paired_test",
-    "summarize_confirmation",
-]
-
 SUFFIX = CONFIRM_SUFFIX
 DEFAULT_LABEL = "seed-1 (default)"
 ALPHA = 0.05

@@ -11,8 +11,6 @@ from collections.abc import Iterable, Sequence
 
 from search.core import format_scale
 
-__all__ = ["format_point", "format_range", "format_value", "trial_list"]
-
 
 def format_value(param: str, value: float) -> str:
     """A setting as people read it: ``2^7.74`` for init_scale, ``1.93``, ``0.469``, ``662``."""

@@ -19,8 +19,6 @@ from optuna.trial import FrozenTrial
 from search.core import SpaceConfig
 from search.results._trials import good_trials, param_values, searched_params
 
-__all__ = ["MIN_SUPPORT", "Landscape", "coordinates", "depth_of", "octave_distance"]
-
 MIN_SUPPORT = 3  # A recommendation needs this many good trials (itself included) within its depth.
 
 

@@ -16,8 +16,6 @@ from search.core import FAILURE
 from search.results._format import format_point
 from search.results._landscape import MIN_SUPPORT, Landscape
 
-__all__ = ["deepest_reasons", "keep_default_reason", "nearest_reason", "nothing_safe_reason"]
-
 
 def _depth_text(depth: float) -> str:
     return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"

@@ -38,8 +38,6 @@ from search.results._together import candidate_box, judge_boxes, together_text
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
 from search.results._verdict import confirmation_verdict
 
-__all__ = ["DEFAULT_MARGIN", "Recommendation", "recommend"]
-
 DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
 _SEED_DEFAULT = SEED_BASELINES[0][1]  # PyTorch's default GradScaler settings (baseline seed-1).
 

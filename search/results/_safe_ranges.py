@@ -32,8 +32,6 @@ from search.results._trials import (
     searched_params,
 )
 
-__all__ = ["SafeRange", "idle_settings", "safe_ranges"]
-
 _IDLE_WHY = {  # What would have to happen in a run for the setting to act in it.
     "growth_factor": "the scale grew",
     "backoff_factor": "a step was skipped",

@@ -31,8 +31,6 @@ from search.results._landscape import MIN_SUPPORT
 from search.results._recommendation import recommend
 from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
 
-__all__ = ["format_summary", "summarize", "trial_row", "write_best_json"]
-
 
 def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
     """One trial as a table row: its number, tag, value, full scaler settings and run attrs."""

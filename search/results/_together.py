@@ -22,8 +22,6 @@ from search.results._format import format_point, format_range
 from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
 from search.results._trials import is_safe, searched_params
 
-__all__ = ["CHECK_ROUNDS", "box_corners", "candidate_box", "check_boxes", "judge_boxes", "together_text"]
-
 CHECK_ROUNDS = 3  # After the candidate box, this many halvings (in octaves) of it are tried.
 
 

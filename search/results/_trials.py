@@ -21,19 +21,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import PARAM_NAMES, ScalerConfig, SpaceConfig, scaler_config
 
-__all__ = [
-    "DEFAULT_TIE_TOLERANCE",
-    "DEFAULT_TOLERANCE",
-    "as_config",
-    "best_trial",
-    "completed",
-    "good_trials",
-    "is_safe",
-    "param_values",
-    "param_values_of",
-    "searched_params",
-]
-
 DEFAULT_TOLERANCE = 0.01  # Safe: within 1% of the best objective.
 DEFAULT_TIE_TOLERANCE = 0.001  # A tie with the best: within 0.1% (the summary's "within 0.1%").
 

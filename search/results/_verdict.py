@@ -13,8 +13,6 @@ from typing import Any
 from search.core import ScalerConfig, SpaceConfig
 from search.results._trials import as_config, param_values_of
 
-__all__ = ["confirmation_verdict"]
-
 
 def confirmation_verdict(
     confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig

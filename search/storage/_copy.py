@@ -54,8 +54,6 @@ from search.storage._snapshot import (
 )
 from search.storage._urls import first_line, mask_url, redact, sqlite_path
 
-__all__ = ["TransferError", "TransferFailed", "TransferReport", "transfer_study"]
-
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
 
 

@@ -10,8 +10,6 @@ from optuna.trial import FrozenTrial
 
 from search.storage._snapshot import StudySnapshot
 
-__all__ = ["verify_copy"]
-
 
 def _canon(value: Any) -> str:
     # JSON keeps int and float apart, and writes NaN as NaN so that NaN equals NaN.

@@ -23,8 +23,6 @@ from search.storage._optuna_internals import storage_of
 from search.storage._retry import with_retry
 from search.storage._trial_writer import TrialWriter
 
-__all__ = ["first_beat", "heartbeat", "heartbeat_interval"]
-
 _logger = logging.getLogger("search")
 
 

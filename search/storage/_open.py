@@ -27,16 +27,6 @@ from search.core import CONFIRM_SUFFIX, UsageError
 from search.storage._optuna_internals import rdb_backend
 from search.storage._urls import first_line, is_read_only, mask_url, redact, sqlite_path
 
-__all__ = [
-    "StorageError",
-    "check_storage",
-    "choose_study",
-    "close_storage",
-    "enable_wal",
-    "open_existing_storage",
-    "open_storage",
-]
-
 SQLITE_BUSY_TIMEOUT_S = 60
 
 

@@ -31,19 +31,6 @@ from optuna.storages._cached_storage import _CachedStorage
 from optuna.storages._rdb import models as _models
 from optuna.trial import FrozenTrial
 
-__all__ = [
-    "RDB_STORAGE_LOGGER",
-    "as_stored",
-    "check_trial",
-    "orm_models",
-    "pop_waiting_trial_id",
-    "rdb_backend",
-    "rdb_session",
-    "storage_of",
-    "study_id_of",
-    "trial_id_of",
-]
-
 RDB_STORAGE_LOGGER = "optuna.storages._rdb.storage"
 
 

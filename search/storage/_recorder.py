@@ -38,8 +38,6 @@ from search.storage._optuna_internals import as_stored, storage_of, trial_id_of
 from search.storage._retry import with_retry
 from search.storage._trial_writer import Finish, TrialWriter
 
-__all__ = ["WRITE_ID_ATTR", "NewTrial", "TrialRecorder"]
-
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
 

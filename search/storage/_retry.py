@@ -19,8 +19,6 @@ import sqlalchemy.exc
 
 from search.core import raise_pending
 
-__all__ = ["DEFAULT_BUDGET_S", "StorageUnreachable", "is_transient", "share_outage_warning", "with_retry"]
-
 T = TypeVar("T")
 DEFAULT_BUDGET_S = 300.0
 _logger = logging.getLogger("search")

@@ -22,15 +22,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import FAIL_REASON
 
-__all__ = [
-    "RUNNING_FAIL_REASON",
-    "SAMPLER_ID_LIST_KEY",
-    "StudySnapshot",
-    "count_artifacts",
-    "read_snapshot",
-    "remap_id_keys",
-]
-
 RUNNING_FAIL_REASON = (
     "was RUNNING in the source when search.transfer copied the study; a copy cannot finish it"
 )

@@ -15,8 +15,6 @@ import optuna
 from search.storage._optuna_internals import orm_models, storage_of, study_id_of
 from search.storage._study_tables import StudyTables
 
-__all__ = ["set_study_system_attrs"]
-
 
 def set_study_system_attrs(study: optuna.Study, tables: StudyTables | None, attrs: dict[str, Any]) -> None:
     """Sets ``attrs`` on ``study``: one transaction on its tables, else one storage call each."""

@@ -26,8 +26,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.storage._optuna_internals import orm_models, rdb_backend, rdb_session, storage_of
 
-__all__ = ["StudyTables", "study_tables"]
-
 models = orm_models()
 
 

@@ -18,8 +18,6 @@ from optuna.trial import FrozenTrial, TrialState
 from search.storage._optuna_internals import check_trial, orm_models, pop_waiting_trial_id, trial_id_of
 from search.storage._study_tables import StudyTables
 
-__all__ = ["claim_waiting", "enqueue_once", "find_by_system_attr"]
-
 models = orm_models()
 
 

@@ -23,8 +23,6 @@ from search.storage._study_attrs import set_study_system_attrs
 from search.storage._study_tables import study_tables
 from search.storage._trial_queue import claim_waiting, enqueue_once, find_by_system_attr
 
-__all__ = ["Finish", "TrialWriter"]
-
 models = orm_models()
 
 

@@ -10,9 +10,6 @@ import re
 
 from sqlalchemy.engine import make_url
 
-__all__ = ["first_line", "is_read_only", "mask_url", "redact", "sqlite_path"]
-
-
 # Query parameters that carry a secret: libpq and the MySQL drivers take ``password``/``passwd`` there too.
 _SECRET_KEY = r"[^=&?#\s]*(?:pass|pwd|secret|token)[^=&?#\s]*"
 _SECRET_QUERY = re.compile(rf"([?&]{_SECRET_KEY}=)[^&#\s'\"]*", re.IGNORECASE)

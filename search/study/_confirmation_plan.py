@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 
     from search.tasks import Problem
 
-__all__ = ["ConfirmError", "ConfirmationPlan", "plan_confirmation"]
-
 
 class ConfirmError(UsageError):
     """Bad input: nothing was written. The message is one line."""

@@ -65,8 +65,6 @@ from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 from search.training import TrialOutcome, run_trial
 
-__all__ = ["ConfirmationRuns", "run_confirmation"]
-
 
 @dataclass(frozen=True)
 class ConfirmationRuns:

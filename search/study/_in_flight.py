@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from optuna.storages import BaseStorage
 from optuna.trial import TrialState
 
-__all__ = ["InFlight"]
-
 
 @dataclass
 class InFlight:

@@ -7,8 +7,6 @@ import sys
 
 from search.storage import RDB_STORAGE_LOGGER, redact
 
-__all__ = ["log_warnings"]
-
 
 class _Redact(logging.Filter):
     """Masks the storage URL's password in every log record."""

@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from search.study._workers import WorkerSpec
     from search.tasks import Problem
 
-__all__ = ["NothingToRun", "RunPlan", "plan_run"]
-
 
 class NothingToRun(Exception):
     """--trials 0 on a study that does not exist: a success that writes nothing."""

@@ -46,8 +46,6 @@ from search.study._run import (
 )
 from search.study._workers import WorkerSpec, run_pool
 
-__all__ = ["GAVE_UP_ON_STORAGE", "run_workers", "worker_process"]
-
 # A worker's exit code for "gave up on the storage after --storage-retry" (sysexits' EX_TEMPFAIL):
 # the worker prints nothing, so that the user reads the one line the parent prints, once.
 GAVE_UP_ON_STORAGE = 75

@@ -24,8 +24,6 @@ from search.study._trial_training import raise_task_exit
 if TYPE_CHECKING:
     from search.study._runner import Runner
 
-__all__ = ["population_size", "run_population_trials"]
-
 
 def population_size(settings: Settings, trials: list[FrozenTrial]) -> int:
     """K, or fewer at the end: the trials still needed, so that --trials means N with one worker.

@@ -14,16 +14,6 @@ from optuna.trial import TrialState
 from search.core import BASELINE, FINISHED, Settings, baseline_trials, settings_from_dict, waiting_baseline
 from search.storage import TrialWriter, orm_models, with_retry
 
-__all__ = [
-    "IncompatibleStudyError",
-    "StudyHandle",
-    "finished_and_best",
-    "inspect_study",
-    "prepare_study",
-    "resolve_study_name",
-    "settings_of",
-]
-
 # Study user attrs that define what the trials measure; a resume must match them.
 RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint", "measurement")
 # How a trial's numbers are measured. A study without the attr was measured with version 1:

@@ -28,8 +28,6 @@ from search.study._trial_training import raise_task_exit
 if TYPE_CHECKING:
     from search.study._runner import Runner
 
-__all__ = ["run_queued_trial"]
-
 
 def run_queued_trial(runner: Runner) -> bool:
     """Runs one queued trial; False when another worker claimed the last one first."""

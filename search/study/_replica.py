@@ -15,8 +15,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.storage import trial_id_of
 
-__all__ = ["Replica"]
-
 
 class Replica:
     """An in-memory copy of the study's finished trials that the sampler runs against.

@@ -42,8 +42,6 @@ if TYPE_CHECKING:
     from search.study._runner import Runner
     from search.study._workers import WorkerSpec
 
-__all__ = ["RunOutcome", "run_plan", "study_is_done"]
-
 Note = Callable[[str], None]  # Prints one line on stderr, after the command's name.
 
 

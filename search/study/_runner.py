@@ -54,8 +54,6 @@ from search.study._stale import fail_stale_trials
 from search.study._trial_training import TrialTraining
 from search.tasks.base import Problem
 
-__all__ = ["RunStats", "Runner", "TooManyFailures"]
-
 
 class TooManyFailures(RuntimeError):
     """``max_failed_trials`` trials failed in this run."""

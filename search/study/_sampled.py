@@ -25,8 +25,6 @@ from search.training import TrialOutcome
 if TYPE_CHECKING:
     from search.study._runner import Runner
 
-__all__ = ["run_sampled_trial"]
-
 # Records how a trial ended: (state, value, user attrs, intermediate values) -> False when a peer
 # failed it first.
 _Record = Callable[[TrialState, float | None, dict, dict[int, float]], bool]

@@ -8,8 +8,6 @@ import warnings
 import numpy as np
 import optuna
 
-__all__ = ["make_pruner", "make_sampler", "sampler_seed"]
-
 
 def sampler_seed(task_seed: int, n_existing: int, worker: int = 0, process: str = "") -> int:
     """The sampler's seed, unique to each worker of each run.

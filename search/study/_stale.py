@@ -16,8 +16,6 @@ from optuna.trial import TrialState
 
 from search.core import FAIL_REASON
 
-__all__ = ["fail_stale_trials"]
-
 
 def fail_stale_trials(study: optuna.Study, storage_call: Callable[[Callable[[], Any], str], Any]) -> int:
     """Fails the study's stale trials; returns how many this call failed.

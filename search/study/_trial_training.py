@@ -25,8 +25,6 @@ from search.training import TrialOutcome, run_population, run_trial
 if TYPE_CHECKING:
     from search.study._runner import RunStats
 
-__all__ = ["WORKER", "TrialTraining", "raise_task_exit"]
-
 WORKER = process_token()  # Which process ran a trial (user attr "worker").
 
 

@@ -20,8 +20,6 @@ from typing import Any
 
 from search.core import WORKER_ENV, take_pending
 
-__all__ = ["PoolResult", "WorkerSpec", "plan_workers", "run_pool", "threads_per_process"]
-
 # Not search.core._interrupts' handlers: the parent has no trial in flight to record, so a signal does not stop
 # it; it forwards the signal, once to each worker, and waits for them to record theirs. SIGHUP is
 # forwarded too, as SIGTERM: the workers, in their own process group, never get the terminal's.

@@ -9,8 +9,6 @@ import torch
 from search.tasks._resolve import Task, TaskError
 from search.tasks.base import Problem
 
-__all__ = ["build_problem"]
-
 
 def build_problem(task: Task, name: str, seed: int) -> Problem:
     """Calls ``task(seed)`` and checks that it returned a :class:`Problem`."""

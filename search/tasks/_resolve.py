@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from search.tasks.base import Problem
 
-__all__ = ["BUILTIN_TASKS", "Task", "TaskError", "resolve_task", "task_target"]
-
 Task = Callable[[int], "Problem"]
 
 BUILTIN_TASKS: dict[str, str] = {

@@ -33,17 +33,6 @@ from torch import nn
 
 from search.tasks.base import Problem
 
-__all__ = [
-    "FINAL_WEIGHTS",
-    "LAST_STEP",
-    "Evaluation",
-    "evaluate",
-    "evaluation_mode",
-    "evaluation_of",
-    "evaluation_values",
-    "initial_evaluation",
-]
-
 LAST_STEP = "last_step"  # Full batch: the last step's whole-data loss (the seed's final_loss).
 FINAL_WEIGHTS = "final_weights"  # The final weights' loss on the evaluation set, in fp32.
 

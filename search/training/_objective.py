@@ -21,8 +21,6 @@ from search.training._penalty import assess
 from search.training._population import train_population
 from search.training._trainer import TrainResult, batch_plan, train
 
-__all__ = ["TrialOutcome", "outcome_of", "pruning_checkpoints", "run_population", "run_trial"]
-
 VERSIONS = {
     "torch": torch.__version__,
     "optuna": importlib.metadata.version("optuna"),  # Not imported: training knows nothing of Optuna.

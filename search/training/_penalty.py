@@ -34,9 +34,6 @@ from dataclasses import dataclass
 from search.core import PenaltyConfig
 from search.training._trainer import TrainResult
 
-__all__ = ["Assessment", "assess"]
-
-
 
 @dataclass(frozen=True)
 class Assessment:

@@ -54,8 +54,6 @@ from search.training._population_optimizer import _clip_per_member, _MemberOptim
 from search.training._population_scaler import _MemberScalers
 from search.training._trainer import TrainResult, TrialTimeout, _zero_fraction, batch_plan, fp32_zero_fraction
 
-__all__ = ["train_population"]
-
 
 def train_population(
     problem: Problem,

@@ -27,8 +27,6 @@ from torch import nn
 
 from search.tasks.base import Problem
 
-__all__ = ["PopulationError", "check_population"]
-
 _ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Identity)
 
 

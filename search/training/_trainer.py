@@ -43,8 +43,6 @@ from search.training._evaluation import (
     initial_evaluation,
 )
 
-__all__ = ["TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "train"]
-
 
 @dataclass(frozen=True)
 class TrainResult:
