@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import importlib
+import io
+import logging
 import os
 import pathlib
 import shutil
@@ -38,10 +41,14 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_cli(
+def run_process(
     args: list[str], cwd: pathlib.Path, timeout: float = 240, module: str = "search.optimize"
 ) -> subprocess.CompletedProcess:
-    """Runs ``python -m MODULE ARGS`` in ``cwd`` and captures its output."""
+    """Runs ``python -m MODULE ARGS`` in ``cwd`` as a real process and captures its output.
+
+    For tests where the process is the point: signals, start-up imports, ``--workers``, pipes,
+    determinism across processes. Everything else calls :func:`run_cli`, in this process.
+    """
     return subprocess.run(
         [sys.executable, "-m", module, *args],
         cwd=cwd,
@@ -50,6 +57,29 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def run_cli(args: list[str], cwd: pathlib.Path, module: str = "search.optimize") -> subprocess.CompletedProcess:
+    """Runs command ``MODULE``'s ``main(ARGS)`` in this process, in ``cwd``; its exit code and output.
+
+    What ``python -m MODULE ARGS`` does, less the seconds of a new interpreter importing torch and
+    Optuna: ``main`` never exits, and returns the code the process would exit with. What a command
+    sets for its process is put back afterwards (the working directory, torch's thread count, the
+    ``search`` logger's handler), so the next test finds this process as it was.
+    """
+    command = importlib.import_module(module)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()
+    search_logger = logging.getLogger("search")
+    handlers, propagate, level = list(search_logger.handlers), search_logger.propagate, search_logger.level
+    try:
+        with contextlib.chdir(cwd), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = command.main([str(a) for a in args])
+    finally:
+        torch.set_num_threads(threads)
+        search_logger.handlers[:] = handlers
+        search_logger.propagate, search_logger.level = propagate, level
+    return subprocess.CompletedProcess([module, *args], code, stdout.getvalue(), stderr.getvalue())
 
 
 def real_study(factory: pytest.TempPathFactory, name: str, trials: int) -> pathlib.Path:

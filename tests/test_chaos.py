@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, FINISHED, SEED_BASELINES
 from search.storage import WRITE_ID_ATTR
 
-from conftest import OwnPostgres, cli_env, run_cli, start_cli
+from conftest import OwnPostgres, cli_env, run_process, start_cli
 
 pytestmark = pytest.mark.chaos
 
@@ -191,6 +191,6 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     # The headline counts it as the storage does, apart from the trials that failed themselves.
     assert "0 failed, 1 trial of a stopped worker failed and queued again in" in out.splitlines()[0], out
 
-    resume = run_cli(["--trials", str(n + 6), *args], tmp_path)
+    resume = run_process(["--trials", str(n + 6), *args], tmp_path)
     assert resume.returncode == 0, resume.stderr
     assert_sound(trials_of(url), n + 6, n + 7, {t.number for t in trials if t.state in FINISHED})

@@ -15,7 +15,7 @@ import pytest
 
 from search.cli import command_being_started
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, run_process
 
 COMMANDS = ("optimize", "transfer", "report", "confirm", "dashboard")
 
@@ -40,7 +40,7 @@ def test_optimize_help_names_its_values_and_the_built_in_tasks(tmp_path):
 
 
 def test_bench_help_is_plain_text_with_defaults(tmp_path):
-    text = run_cli(["--help"], tmp_path, module="bench").stdout
+    text = run_process(["--help"], tmp_path, module="bench").stdout
     assert "``" not in text and "(default: 40)" in text and "(default: P1,P2,P3,P4,P5,S)" in text
 
 

@@ -28,9 +28,9 @@ from conftest import cli_env, real_study, run_cli
 SIBLING = "seed-mlp.confirm"
 
 
-def run_confirm(args: list[str], cwd: pathlib.Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """Runs ``python -m search.confirm ARGS`` in ``cwd``."""
-    return run_cli(args, cwd, timeout, module="search.confirm")
+def run_confirm(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    """Runs ``search.confirm``'s ``main(ARGS)`` in ``cwd``, in this process."""
+    return run_cli(args, cwd, module="search.confirm")
 
 
 def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:

@@ -21,7 +21,7 @@ from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_trial, train
 
-from conftest import run_cli
+from conftest import run_cli, run_process
 from plain_loop import plain_fp32_zero_fraction, plain_run
 
 pytestmark = pytest.mark.cuda
@@ -131,7 +131,7 @@ def test_optimize_on_cuda_records_the_device_and_a_cuda_gradscaler_line(cuda, tm
 
 
 def test_workers_on_cuda_place_every_trial_on_a_gpu(cuda, tmp_path):
-    proc = run_cli(["--trials", "12", "--workers", "2", "--quiet"], tmp_path)
+    proc = run_process(["--trials", "12", "--workers", "2", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     study = optuna.load_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="seed-mlp")
     devices = [t.user_attrs.get("device", "") for t in study.trials if t.state.is_finished()]

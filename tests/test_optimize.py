@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from search.optimize import main
 from search.study import sampler_seed
 
-from conftest import cli_env, load, read_only_media, run_cli, start_cli
+from conftest import cli_env, load, read_only_media, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 REQUIRED_ATTRS = {
@@ -81,7 +81,7 @@ def test_summary_and_best_json(finished):
 
 
 def test_same_params_in_two_processes_give_identical_results(finished, tmp_path):
-    proc = run_cli(["--trials", "5", "--study-name", "again"], tmp_path)
+    proc = run_process(["--trials", "5", "--study-name", "again"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     ours = {t.user_attrs["baseline"]: t for t in load(tmp_path, "again").get_trials()}
     theirs = {t.user_attrs["baseline"]: t for t in load(finished).get_trials()[:5]}
@@ -644,7 +644,7 @@ def test_a_study_killed_mid_baseline_is_finished_with_or_without_workers(tmp_pat
     seed-2 left RUNNING and three baselines WAITING; without, the stale trial was failed and every
     baseline run. Both paths now ask the same question (search.study.study_is_done)."""
     _killed_mid_baseline(tmp_path)
-    proc = run_cli([*SLOW_BASELINES, "--workers", str(workers), "--heartbeat-interval", "2", "--quiet"], tmp_path)
+    proc = run_process([*SLOW_BASELINES, "--workers", str(workers), "--heartbeat-interval", "2", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "already holds" not in proc.stdout
     trials = load(tmp_path, "tasks_for_tests-slow").trials

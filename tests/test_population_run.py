@@ -26,7 +26,7 @@ from search.storage import Finish, TrialWriter, open_storage
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_trial
 
-from conftest import load, run_cli, start_cli
+from conftest import load, run_cli, run_process, start_cli
 
 BASELINES = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
@@ -179,7 +179,7 @@ def test_resume_of_a_population_study(population_study, tmp_path, monkeypatch):
 def test_two_workers_with_populations_reach_n_to_n_plus_k(tmp_path):
     # Each worker counts the study, then registers its population: two that count at the same moment
     # both take what is still needed, so W workers end with N to N + (W - 1) * K (measured: 21 of 17 once).
-    proc = run_cli(["--trials", "17", "--workers", "2", "--population", "4", "--quiet"], tmp_path)
+    proc = run_process(["--trials", "17", "--workers", "2", "--population", "4", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     trials = load(tmp_path).get_trials()
     assert not [t for t in trials if t.state != TrialState.COMPLETE]  # nothing RUNNING, nothing lost

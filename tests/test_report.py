@@ -48,8 +48,8 @@ def _copy(src: pathlib.Path, dst: pathlib.Path) -> str:
     return _sqlite(dst)
 
 
-def _report_cli(args: list[str], cwd: pathlib.Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_cli(args, cwd, timeout, module="search.report")
+def _report_cli(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    return run_cli(args, cwd, module="search.report")
 
 
 def test_every_section_from_a_real_study(study_dir):
@@ -586,10 +586,10 @@ def deep_mlp_study(tmp_path_factory) -> pathlib.Path:
     """A real 40-trial deep-mlp search (the default underflows there; 2^19..2^20 is the good region),
     confirmed with --tolerance 50, which also trains the corners of the ranges that may be safe together."""
     directory = tmp_path_factory.mktemp("deep")
-    proc = run_cli(["--task", "deep-mlp", "--trials", "40", "--quiet"], directory, timeout=300)
+    proc = run_cli(["--task", "deep-mlp", "--trials", "40", "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
     # Two seeds and the best config only: the corners are what this test needs from it.
-    proc = run_cli(["--tolerance", "50", "--top", "1", "--seeds", "2", "--quiet"], directory, timeout=300, module="search.confirm")
+    proc = run_cli(["--tolerance", "50", "--top", "1", "--seeds", "2", "--quiet"], directory, module="search.confirm")
     assert proc.returncode == 0, proc.stderr
     return directory
 

@@ -206,7 +206,7 @@ def test_running_trial_becomes_fail_and_the_command_says_so(source, tmp_path):
     src = _snapshot(source)
     running = [n for n, t in src["trials"].items() if t["state"] == "RUNNING"]
     target = tmp_path / "copy.db"
-    proc = run_cli(["--from", source, "--to", _sqlite(target)], tmp_path, 120, "search.transfer")
+    proc = run_cli(["--from", source, "--to", _sqlite(target)], tmp_path, module="search.transfer")
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
     assert f"RUNNING in the source (#{running[0]}) copied as FAIL" in proc.stdout
@@ -285,7 +285,7 @@ def test_source_with_several_studies_needs_a_name(source, tmp_path, capsys):
 
 def test_passwords_never_appear(source, postgres_url, tmp_path, capsys):
     with_password = postgres_url.replace("postgres@", "postgres:hunter2@")  # Trust auth: still connects.
-    proc = run_cli(["--from", source, "--to", with_password], tmp_path, 120, "search.transfer")
+    proc = run_cli(["--from", source, "--to", with_password], tmp_path, module="search.transfer")
     assert proc.returncode == 0, proc.stderr
     assert "postgres:***@" in proc.stdout and "hunter2" not in proc.stdout + proc.stderr
 

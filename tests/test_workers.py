@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from search.study import DevicePlanError, plan_workers, sampler_seed, threads_per_process
 
-from conftest import POSTGRES_ADMIN, run_cli, start_cli
+from conftest import POSTGRES_ADMIN, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 SLOW = "tasks_for_tests:slow"
@@ -96,7 +96,7 @@ def test_devices_flag_is_bad_input_without_cuda(tmp_path):
 
 
 def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
-    proc = run_cli(["--trials", "40", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
+    proc = run_process(["--trials", "40", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "locked" not in proc.stderr and "Traceback" not in proc.stderr
     assert "4 workers" in proc.stdout
@@ -109,7 +109,7 @@ def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
 @pytest.mark.parametrize("fixture", ["postgres_url", "mysql_url"])
 def test_two_workers_on_a_database_server(request, tmp_path, fixture):
     url = request.getfixturevalue(fixture)
-    proc = run_cli(["--trials", "16", "--workers", "2", "--storage", url], tmp_path, timeout=300)
+    proc = run_process(["--trials", "16", "--workers", "2", "--storage", url], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "2 workers on cpu" in proc.stdout and "Traceback" not in proc.stderr
     trials = trials_of(url, "seed-mlp")
