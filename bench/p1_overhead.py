@@ -20,6 +20,7 @@ from search.core import DEFAULTS, suggest, with_run
 from search.storage import enable_wal, open_storage
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks.seed_mlp import build
+from search.training import run_steps
 
 
 def plain_optuna_per_trial(storage: str | None, n_trials: int) -> float:
@@ -84,6 +85,7 @@ def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, 
         sampler,
         None,
         on_trial=lambda state, value: stamps.append(time.perf_counter()),
+        steps=run_steps(problem, settings.run.epochs, settings.run.steps),
     )
     start = time.perf_counter()
     stats = runner.run()

@@ -31,6 +31,7 @@ import torch
 from search.core import DEFAULT_BASELINE, DEFAULTS, TRAIN_SECONDS, baseline_of, with_run
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks import build_problem, resolve_task
+from search.training import run_steps
 
 SAMPLERS = ("random", "tpe", "gp", "cmaes")
 TASKS = ("deep-mlp", "deep-mlp-spikes", "deep-mlp-sum")
@@ -55,7 +56,7 @@ def run_search(task: str, sampler: str, seed: int, budget: int) -> SearchRun:
     storage = optuna.storages.InMemoryStorage()
     chosen = make_sampler(sampler, seed)
     handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner())
-    Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None).run()
+    Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None, steps=run_steps(problem, 0, 0)).run()
     trials = handle.study.get_trials(deepcopy=False)
     # Each sampled trial's own time outside training (the sampler's suggest is inside it), median:
     # a mean would charge one-time costs (the first optimizer's imports, a sampler's own imports)

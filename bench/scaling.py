@@ -13,6 +13,7 @@ from search.core import DEFAULTS, with_run
 from search.storage import enable_wal, open_storage
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks.seed_mlp import build
+from search.training import run_steps
 
 
 def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]:
@@ -27,6 +28,7 @@ def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]
     Runner(
         handle.study, settings, problem, "cpu", torch.float16, sampler, None,
         on_trial=lambda state, value: stamps.append(time.perf_counter()),
+        steps=run_steps(problem, settings.run.epochs, settings.run.steps),
     ).run()
     trials = handle.study.get_trials()
     storage.engine.dispose()

@@ -418,7 +418,7 @@ def sum_trials() -> list[optuna.trial.FrozenTrial]:
 
     from search.core import baseline_trials, distributions
     from search.tasks import build_problem, resolve_task
-    from search.training import run_trial
+    from search.training import run_steps, run_trial
 
     problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
     dists = distributions(SPACE)
@@ -426,7 +426,7 @@ def sum_trials() -> list[optuna.trial.FrozenTrial]:
     points = [params for _, params in baseline_trials(SPACE)[0]] + [sampler.ask(dists).params for _ in range(12)]
     store = optuna.create_study()
     for params in points:
-        out = run_trial(problem, scaler_config(params, SPACE), epochs=problem.epochs, amp_dtype=torch.float16,
+        out = run_trial(problem, scaler_config(params, SPACE), steps=run_steps(problem, 0, 0), amp_dtype=torch.float16,
                         penalty=DEFAULTS.penalty, device_label="cpu")
         store.add_trial(optuna.trial.create_trial(value=out.value, params=params, distributions=dists, user_attrs=out.user_attrs))
     return store.get_trials()

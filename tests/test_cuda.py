@@ -37,7 +37,7 @@ def cuda() -> torch.device:
 def _compare(problem, cfg: ScalerConfig, steps: int) -> tuple[dict, object]:
     fp32 = plain_fp32_zero_fraction(problem, steps)
     outcome = run_trial(
-        problem, cfg, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16,
+        problem, cfg, steps=steps, amp_dtype=torch.float16,
         penalty=PenaltyConfig(), device_label="cuda:0",
     )
     attrs, plain = outcome.user_attrs, plain_run(problem, *cfg.__dict__.values(), steps, fp32_zeros=fp32)

@@ -26,7 +26,7 @@ from search.tasks.deep_mlp import (
     build_spikes,
     build_sum,
 )
-from search.training import batch_plan, run_trial, train
+from search.training import batch_plan, run_steps, run_trial, train
 
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)  # PyTorch's GradScaler defaults
 GOOD = ScalerConfig(2.0**20, 2.0, 0.5, 2000)
@@ -48,7 +48,7 @@ def runs(problem):
             cache[config] = run_trial(
                 problem,
                 config,
-                epochs=0,  # the task's own default, as `--epochs 0` does
+                steps=run_steps(problem, 0, 0),  # the task's own default, as `--epochs 0` does
                 amp_dtype=torch.float16,
                 penalty=DEFAULTS.penalty,
                 device_label="cpu",

@@ -21,7 +21,7 @@ def test_skipped_steps_are_counted_from_the_first_step_when_every_setting_is_fix
     fixed = {"init_scale": 1.37 * 2.0**23, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
     space = SpaceConfig(**{n: dataclasses.replace(getattr(DEFAULTS.space, n), fixed=v) for n, v in fixed.items()})
     problem = build(42)
-    out = run_trial(problem, scaler_config({}, space), epochs=30, amp_dtype=torch.float16, penalty=DEFAULTS.penalty,
+    out = run_trial(problem, scaler_config({}, space), steps=30, amp_dtype=torch.float16, penalty=DEFAULTS.penalty,
                     device_label="cpu")
     trial = optuna.trial.create_trial(value=out.value, params={}, distributions={}, user_attrs=out.user_attrs)
     plain = plain_run(problem, fixed["init_scale"], 2.0, 0.5, 2000, 30)

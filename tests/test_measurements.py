@@ -29,7 +29,7 @@ from tasks_for_tests import exploding, sensor_outliers, sensor_validation, still
 
 def _service(problem, cfg: ScalerConfig, steps: int) -> tuple[float, dict]:
     outcome = run_trial(
-        problem, cfg, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16,
+        problem, cfg, steps=steps, amp_dtype=torch.float16,
         penalty=PenaltyConfig(), device_label="cpu",
     )
     return outcome.value, outcome.user_attrs

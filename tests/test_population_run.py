@@ -24,7 +24,7 @@ from search.core import _record as record
 from search.optimize import main
 from search.storage import Finish, TrialWriter, open_storage
 from search.tasks.seed_mlp import build as build_seed
-from search.training import run_trial
+from search.training import run_steps, run_trial
 
 from conftest import load, run_cli, run_process, start_cli
 
@@ -62,7 +62,7 @@ def test_each_member_stores_what_an_ordinary_trial_of_its_params_stores(populati
     sampled = [t for t in load(population_study).get_trials() if "baseline" not in t.user_attrs]
     for t in sampled:
         ordinary = run_trial(
-            problem, scaler_config(t.params, DEFAULTS.space), epochs=problem.epochs, amp_dtype=torch.float16,
+            problem, scaler_config(t.params, DEFAULTS.space), steps=run_steps(problem, 0, 0), amp_dtype=torch.float16,
             penalty=PenaltyConfig(), device_label=t.user_attrs[record.DEVICE],
         )
         mine, theirs = dict(t.user_attrs), dict(ordinary.user_attrs)

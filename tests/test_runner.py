@@ -20,7 +20,7 @@ def _runner(tmp_path, trials: int) -> Runner:
     enable_wal(storage)
     sampler = make_sampler("tpe", 0)
     handle = prepare_study(storage, settings, problem.fingerprint(), sampler, optuna.pruners.NopPruner())
-    return Runner(handle.study, settings, problem, "cpu", torch.float16, sampler, None)
+    return Runner(handle.study, settings, problem, "cpu", torch.float16, sampler, None, steps=5)
 
 
 def _as_read(t: optuna.trial.FrozenTrial) -> tuple:

@@ -63,7 +63,7 @@ from search.results import (
 from search.storage import TrialWriter
 from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task
-from search.training import TrialOutcome, run_trial
+from search.training import TrialOutcome, run_steps, run_trial
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,7 @@ def run_confirmation(
                     outcome = _run_trial(
                         on_device,
                         scaler_config(candidate.params, settings.space),
-                        epochs=settings.run.epochs,
-                        steps=settings.run.steps or None,  # The search's own step count.
+                        steps=run_steps(on_device, settings.run.epochs, settings.run.steps),  # The search's own.
                         amp_dtype=amp_dtype,
                         penalty=settings.penalty,
                         device_label=label,
@@ -197,7 +196,7 @@ def _check_corners(
             cfg = ScalerConfig(point["init_scale"], point["growth_factor"], point["backoff_factor"], round(point["growth_interval"]))
             assert problem is not None
             outcome = _run_trial(
-                problem, cfg, epochs=settings.run.epochs, steps=settings.run.steps or None, amp_dtype=amp_dtype,
+                problem, cfg, steps=run_steps(problem, settings.run.epochs, settings.run.steps), amp_dtype=amp_dtype,
                 penalty=settings.penalty, device_label=label,
             )
             values = {"init_scale": cfg.init_scale, "growth_factor": cfg.growth_factor,

@@ -75,7 +75,7 @@ def plan_run(
     # The task is torch tensors: from here on torch is imported.
     from search.study._workers import plan_workers
     from search.tasks import build_problem, resolve_task
-    from search.training import batch_plan
+    from search.training import run_steps
 
     resolve_device(run.device)  # Validates --device.
     specs = plan_workers(run.workers, run.device, run.devices, run.threads)
@@ -83,7 +83,7 @@ def plan_run(
     if not run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
         run = settings.run
-    steps_per_trial = len(batch_plan(problem, run.epochs, run.steps or None))
+    steps_per_trial = run_steps(problem, run.epochs, run.steps)
     if run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
         _check_population(settings, problem)
     fingerprint = problem.fingerprint()

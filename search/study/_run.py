@@ -203,7 +203,7 @@ def make_runner(
     amp_dtype = getattr(torch, settings.run.amp_dtype)
     runner = Runner(
         handle.study, settings, plan.problem.to(device), device_label(device), amp_dtype, sampler, pruner, on_trial,
-        shared=shared,
+        shared=shared, steps=plan.steps_per_trial,
     )
     return handle, runner, bar
 

@@ -89,6 +89,7 @@ class Runner:
         on_trial: Called after each trial with its state and value (progress bar).
         shared: Other processes may work on the study too: sampled trials are RUNNING in storage,
             with a heartbeat, while they train (two transactions per trial instead of one).
+        steps: Optimizer steps of every trial (the run plan's ``steps_per_trial``).
     """
 
     def __init__(
@@ -102,6 +103,8 @@ class Runner:
         pruner: optuna.pruners.BasePruner | None,
         on_trial: Callable[[TrialState, float | None], None] | None = None,
         shared: bool = False,
+        *,
+        steps: int,
     ) -> None:
         self.study = study
         self.settings = settings
@@ -110,7 +113,7 @@ class Runner:
         self.recorder = TrialRecorder(study, settings.run.storage_retry)
         self.stats = RunStats()
         self.shared = shared
-        self.training = TrialTraining(problem, settings, device_label, amp_dtype, pruner, self.stats)
+        self.training = TrialTraining(problem, settings, device_label, amp_dtype, pruner, self.stats, steps)
         self.flight = InFlight()
         self._last_stale_check: float | None = None
         self._known: list[FrozenTrial] | None = None  # The study after our last write, when it proves it.

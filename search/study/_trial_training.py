@@ -38,6 +38,7 @@ class TrialTraining:
         amp_dtype: Autocast dtype.
         pruner: The pruner, or None for no pruning.
         stats: This run's statistics, updated as trials end.
+        steps: Optimizer steps of every trial (the run plan's ``steps_per_trial``).
     """
 
     def __init__(
@@ -48,8 +49,10 @@ class TrialTraining:
         amp_dtype: torch.dtype,
         pruner: optuna.pruners.BasePruner | None,
         stats: RunStats,
+        steps: int,
     ) -> None:
         self.problem = problem
+        self.steps = steps
         self.settings = settings
         self.device_label = device_label
         self.amp_dtype = amp_dtype
@@ -79,8 +82,7 @@ class TrialTraining:
         """What a trial and a population train with, from the settings; the deadline starts now."""
         run = self.settings.run
         return {
-            "epochs": run.epochs or self.problem.epochs,
-            "steps": run.steps or None,
+            "steps": self.steps,
             "amp_dtype": self.amp_dtype,
             "penalty": self.settings.penalty,
             "device_label": self.device_label,

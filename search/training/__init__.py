@@ -19,7 +19,7 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "train"),
+        "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "run_steps", "train"),
         "_evaluation": (
             "FINAL_WEIGHTS",
             "LAST_STEP",

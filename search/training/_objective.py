@@ -19,7 +19,7 @@ from search.core import POPULATION, PenaltyConfig, ScalerConfig
 from search.tasks.base import Problem
 from search.training._penalty import assess
 from search.training._population import train_population
-from search.training._trainer import TrainResult, batch_plan, train
+from search.training._trainer import TrainResult, train
 
 VERSIONS = {
     "torch": torch.__version__,
@@ -42,8 +42,7 @@ def run_trial(
     problem: Problem,
     scaler_config: ScalerConfig,
     *,
-    epochs: int,
-    steps: int | None = None,
+    steps: int,
     amp_dtype: torch.dtype,
     penalty: PenaltyConfig,
     device_label: str,
@@ -56,8 +55,8 @@ def run_trial(
     Args:
         problem: The study's problem, already on the device.
         scaler_config: The trial's GradScaler settings.
-        epochs: Passes over the data (full-batch tasks: optimizer steps).
-        steps: Optimizer steps instead of ``epochs``, or None.
+        steps: Optimizer steps, resolved once for the whole run from the settings'
+            ``--epochs``/``--steps`` (:func:`search.training._trainer.run_steps`).
         amp_dtype: Autocast dtype.
         penalty: Penalty weights and thresholds.
         device_label: The device string stored with the trial (e.g. ``cuda:0 (NVIDIA H100)``).
@@ -66,12 +65,11 @@ def run_trial(
             True stops the run as PRUNED. None disables pruning and its host syncs.
         n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
     """
-    epochs = epochs or problem.epochs  # 0: the task's own default.
     intermediate: dict[int, float] = {}
     checkpoints: tuple[int, ...] = ()
     stop = None
     if should_prune is not None:
-        checkpoints = pruning_checkpoints(problem, epochs, steps, n_reports)
+        checkpoints = pruning_checkpoints(steps, n_reports)
 
         def stop(step: int, loss: float) -> bool:
             intermediate[step] = loss if math.isfinite(loss) else penalty.nonfinite
@@ -80,7 +78,6 @@ def run_trial(
     result = train(
         problem,
         scaler_config,
-        epochs=epochs,
         steps=steps,
         amp_dtype=amp_dtype,
         deadline=deadline,
@@ -94,8 +91,7 @@ def run_population(
     problem: Problem,
     scaler_configs: Sequence[ScalerConfig],
     *,
-    epochs: int,
-    steps: int | None = None,
+    steps: int,
     amp_dtype: torch.dtype,
     penalty: PenaltyConfig,
     device_label: str,
@@ -115,13 +111,12 @@ def run_population(
     Raises:
         PopulationError: The problem cannot be vectorised.
     """
-    epochs = epochs or problem.epochs
     size = len(scaler_configs)
     intermediate: list[dict[int, float]] = [{} for _ in range(size)]
     checkpoints: tuple[int, ...] = ()
     stop = None
     if should_prune is not None:
-        checkpoints = pruning_checkpoints(problem, epochs, steps, n_reports)
+        checkpoints = pruning_checkpoints(steps, n_reports)
 
         def stop(member: int, step: int, loss: float) -> bool:
             intermediate[member][step] = loss if math.isfinite(loss) else penalty.nonfinite
@@ -130,7 +125,6 @@ def run_population(
     results = train_population(
         problem,
         scaler_configs,
-        epochs=epochs,
         steps=steps,
         amp_dtype=amp_dtype,
         deadline=deadline,
@@ -146,9 +140,9 @@ def run_population(
     return outcomes
 
 
-def pruning_checkpoints(problem: Problem, epochs: int, steps: int | None, n_reports: int) -> tuple[int, ...]:
-    """The up to ``n_reports`` evenly spaced step counts after which a pruner is asked (each a host sync)."""
-    total = len(batch_plan(problem, epochs, steps))
+def pruning_checkpoints(total: int, n_reports: int) -> tuple[int, ...]:
+    """The up to ``n_reports`` evenly spaced step counts of a ``total``-step run after which a pruner
+    is asked (each a host sync)."""
     return tuple(sorted({max(1, round(total * k / n_reports)) for k in range(1, n_reports + 1)}))
 
 

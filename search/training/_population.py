@@ -59,7 +59,7 @@ def train_population(
     problem: Problem,
     configs: Sequence[ScalerConfig],
     *,
-    epochs: int,
+    epochs: int = 0,
     steps: int | None = None,
     amp_dtype: torch.dtype = torch.float16,
     deadline: float | None = None,

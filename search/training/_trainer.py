@@ -95,7 +95,17 @@ class TrialTimeout(Exception):
     """Raised between steps when a run passes its deadline."""
 
 
-def batch_plan(problem: Problem, epochs: int, steps: int | None = None) -> list[list[torch.Tensor | None]]:
+def run_steps(problem: Problem, epochs: int, steps: int) -> int:
+    """The optimizer steps of one run on ``problem``, from the settings' ``epochs`` and ``steps``.
+
+    The one place the settings' zeros are read: ``steps`` when it is not 0, else what ``epochs``
+    passes make, 0 epochs being the task's own default (``problem.epochs``). A run plan resolves
+    this once, and every trial, population and confirmation run then trains that many steps.
+    """
+    return len(batch_plan(problem, epochs or problem.epochs, steps or None))
+
+
+def batch_plan(problem: Problem, epochs: int = 0, steps: int | None = None) -> list[list[torch.Tensor | None]]:
     """The micro-batches of every optimizer step: index tensors, or None for the full batch.
 
     The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in
@@ -104,9 +114,11 @@ def batch_plan(problem: Problem, epochs: int, steps: int | None = None) -> list[
 
     Args:
         problem: The problem.
-        epochs: Passes over the data.
+        epochs: Passes over the data (when ``steps`` is None).
         steps: Optimizer steps instead of ``epochs`` (as many passes as they need), or None.
     """
+    if steps is None and epochs < 1:
+        raise ValueError(f"a run needs epochs >= 1 or steps, got epochs={epochs}, steps=None")
     n = problem.inputs.shape[0]
     if problem.batch_size is None or problem.batch_size >= n:
         per_epoch: int | None = None
@@ -133,7 +145,7 @@ def train(
     problem: Problem,
     scaler_config: ScalerConfig,
     *,
-    epochs: int,
+    epochs: int = 0,
     steps: int | None = None,
     amp_dtype: torch.dtype | None = torch.float16,
     deadline: float | None = None,
@@ -271,7 +283,7 @@ def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[
 _FP32_ZEROS: dict[tuple[int, int, int | None], tuple[weakref.ref, float]] = {}
 
 
-def fp32_zero_fraction(problem: Problem, epochs: int, steps: int | None = None) -> float:
+def fp32_zero_fraction(problem: Problem, epochs: int = 0, steps: int | None = None) -> float:
     """The zero-gradient fraction of one fp32 run (no autocast, scale 1), computed once per problem.
 
     Some models have exact zeros in their gradients without any underflow (dead ReLUs, embedding
