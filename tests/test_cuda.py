@@ -3,7 +3,7 @@
 README's test command deselects these (``-m "not cuda"``): CI has no GPU. Run on a machine without
 CUDA they fail with one line instead of skipping, so a GPU check can never pass by running nothing.
 Every measurement is compared with the independent plain loop (tests/plain_loop.py) on the device,
-as tests/test_measurements.py does on the CPU.
+as tests/training/test_measurements.py does on the CPU.
 """
 
 from __future__ import annotations

@@ -116,6 +116,15 @@ def test_search_holds_the_commands_and_the_subpackages():
     assert names == commands | SUBPACKAGES | {"__init__.py", "_exports.py"}, names
 
 
+def test_the_tests_mirror_the_package():
+    """tests/<subpackage>/ for each library subpackage, tests/commands/ for the commands; one basename each,
+    since pytest imports test modules by basename (no __init__.py)."""
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith((".", "__"))}
+    assert folders <= SUBPACKAGES | {"commands", "tasks_for_tests"}, folders - SUBPACKAGES
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+
+
 def test_no_module_is_over_400_lines():
     long = [f"{p.relative_to(ROOT)} ({n})" for p in _sources("search") if (n := len(p.read_text().splitlines())) > MAX_LINES]
     assert not long, "split by job: " + ", ".join(long)

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from search.optimize import main
 from search.study import sampler_seed
 
-from conftest import cli_env, load, read_only_media, run_cli, run_process, start_cli
+from conftest import cli_env, interrupt_at, load, read_only_media, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 REQUIRED_ATTRS = {
@@ -238,23 +238,6 @@ def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_p
     assert len(before) <= counted <= len([t for t in trials if t.state == TrialState.COMPLETE]), out
 
 
-def _interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, call: int, before: bool) -> None:
-    """Makes ``target.name``'s ``call``-th call send this process SIGINT, before or after it runs."""
-    original = getattr(target, name)
-    calls = []
-
-    def wrapped(*args, **kwargs):
-        calls.append(1)
-        if before and len(calls) == call:
-            signal.raise_signal(signal.SIGINT)
-        result = original(*args, **kwargs)
-        if not before and len(calls) == call:
-            signal.raise_signal(signal.SIGINT)
-        return result
-
-    monkeypatch.setattr(target, name, wrapped)
-
-
 @pytest.mark.parametrize(
     "target, name, call, before, message, state",
     [
@@ -273,7 +256,7 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
     import search.study._trial_training
 
     where = search.storage._recorder.TrialRecorder if target == "recorder" else search.study._trial_training
-    _interrupt_at(monkeypatch, where, name, call, before)
+    interrupt_at(monkeypatch, where, name, call, before)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     err = capsys.readouterr().err
@@ -288,7 +271,7 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
 def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monkeypatch, capsys):
     import search.study._runner
 
-    _interrupt_at(monkeypatch, search.study._runner.Runner, "_fail_stale_trials", 3, True)
+    interrupt_at(monkeypatch, search.study._runner.Runner, "_fail_stale_trials", 3, True)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err

@@ -16,8 +16,6 @@ import optuna
 import pytest
 import torch
 from optuna.trial import TrialState
-from test_optimize import _interrupt_at
-from test_population import CE_LOSS_REL
 
 from search.core import DEFAULTS, PenaltyConfig, scaler_config
 from search.core import _record as record
@@ -26,7 +24,7 @@ from search.storage import Finish, TrialWriter, open_storage
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_steps, run_trial
 
-from conftest import load, run_cli, run_process, start_cli
+from conftest import CE_LOSS_REL, interrupt_at, load, run_cli, run_process, start_cli
 
 BASELINES = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
@@ -118,7 +116,7 @@ def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_
     import search.study._trial_training
 
     original = search.study._trial_training.run_population
-    _interrupt_at(monkeypatch, search.study._trial_training, "run_population", 1, True)
+    interrupt_at(monkeypatch, search.study._trial_training, "run_population", 1, True)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "21", "--population", "8", "--quiet"]) == 130
     err = capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Retrying storage calls: which errors are transient, backoff, budget, the check before a retry.
 
 The end-to-end case (a PostgreSQL database that really drops every connection mid-run) is in
-tests/test_workers.py; here the errors are SQLAlchemy's own exception classes, raised by a real
+tests/study/test_workers.py; here the errors are SQLAlchemy's own exception classes, raised by a real
 engine pointed at a closed port.
 """
 

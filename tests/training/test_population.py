@@ -40,7 +40,7 @@ from search.tasks.seed_mlp import build as build_seed
 from search.training import PopulationError, TrainResult, assess, check_population, train, train_population
 from search.training._population_scaler import _update_scale
 
-CE_LOSS_REL = 1e-6  # measured: at most 2.5e-7 (module docstring)
+from conftest import CE_LOSS_REL
 
 
 def _sampled(n: int, seed: int, low: float, high: float) -> list[ScalerConfig]:
