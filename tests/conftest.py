@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import optuna
 import pytest
@@ -32,6 +32,12 @@ TESTS = pathlib.Path(__file__).parent
 # A population member against the ordinary trial of the same settings, cross-entropy tasks: the
 # stacked matmuls round differently (measured: at most 2.5e-7, tests/training/test_population.py).
 CE_LOSS_REL = 1e-6
+
+# A few test modules reuse another's builders by its basename (basenames are unique: test_layering
+# checks): every folder of tests/ is importable, whichever files a run collects.
+for _folder in sorted(TESTS.iterdir()):
+    if _folder.is_dir() and not _folder.name.startswith(("_", ".")) and str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 ROOT = TESTS.parent
 POSTGRES_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MYSQL_ADMIN = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -249,3 +255,13 @@ def interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, cal
         return result
 
     monkeypatch.setattr(target, name, wrapped)
+
+
+def wait_until_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, trial_ids: Collection[int],
+                     timeout: float = 60) -> None:
+    """Polls until the storage counts every one of ``trial_ids`` stale (silent for twice the heartbeat
+    interval, by the database's clock: whole seconds on SQLite), instead of sleeping a fixed margin."""
+    deadline = time.monotonic() + timeout
+    while not set(trial_ids) <= set(storage._get_stale_trial_ids(study._study_id)):
+        assert time.monotonic() < deadline, f"trials {sorted(trial_ids)} not stale after {timeout} s"
+        time.sleep(0.1)

@@ -132,6 +132,7 @@ def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
     context = multiprocessing.get_context("fork")  # Forked: the local functions need no pickling.
     flag, warned = context.Value("b", 0), context.Value("i", 0)
     down, ready = context.Event(), context.Barrier(3)
+    failed = context.Array("i", 2)  # Per worker: its calls that met the outage.
     error = connection_error()
 
     class Count(logging.Handler):
@@ -140,12 +141,13 @@ def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
                 with warned.get_lock():
                     warned.value += 1
 
-    def worker() -> None:
+    def worker(index: int) -> None:
         share_outage_warning(flag)
         logging.getLogger("search").addHandler(Count())
 
         def call() -> None:
             if down.is_set():
+                failed[index] += 1
                 raise error
 
         for _ in range(2):  # Two outages.
@@ -154,15 +156,20 @@ def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
             with_retry(call, what="test", budget=60, sleep=lambda s: time.sleep(0.05))
             ready.wait()  # Both rode it out.
 
-    workers = [context.Process(target=worker) for _ in range(2)]
+    workers = [context.Process(target=worker, args=(i,)) for i in range(2)]
     for p in workers:
         p.start()
     try:
         for outage in (1, 2):
+            before = failed[:]
             down.set()
             ready.wait()
             ready.wait()
-            time.sleep(0.5)  # Both workers are retrying.
+            # Both workers are retrying: each met this outage twice (its warning, if any, came after the first).
+            deadline = time.monotonic() + 30
+            while not all(now >= then + 2 for now, then in zip(failed[:], before)) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert all(now >= then + 2 for now, then in zip(failed[:], before)), (outage, before, failed[:])
             down.clear()
             ready.wait()
             assert warned.value == outage, f"outage {outage}: {warned.value} warnings in all"
@@ -253,17 +260,21 @@ def test_a_recorded_interrupt_ends_the_wait_for_the_storage():
     from search.core import Interrupted, record_interrupts, take_pending
 
     error = connection_error()
+    timers: list[threading.Timer] = []
 
-    def down():
+    def down_and_then_a_signal():
+        # The first failed call sends the signal 0.1 s later: it lands while with_retry waits (0.25 s).
+        if not timers:
+            timers.append(threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGTERM)))
+            timers[0].start()
         raise error
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         record_interrupts()
-        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
         begin = time.monotonic()
         with pytest.raises(Interrupted) as raised:
-            with_retry(down, what="reading trials", budget=60)
+            with_retry(down_and_then_a_signal, what="reading trials", budget=60)
         assert raised.value.signum == signal.SIGTERM and time.monotonic() - begin < 2.0
         assert take_pending() is None
     finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-import time
+import multiprocessing
 
 import optuna
 import pytest
@@ -11,6 +11,8 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from search.storage import TrialWriter, open_storage
+
+from conftest import wait_until_stale
 
 
 def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
@@ -136,28 +138,35 @@ def test_finish_mariadb(mysql_url):
     _check_finish_same_as_tell(mysql_url)
 
 
-def _check_enqueue_once_from_many_processes(url: str) -> None:
-    """Four processes enqueue the same tags at once: each tag ends up once."""
-    import subprocess
-    import sys
+def _enqueue_the_baselines(url: str, go, counts, index: int) -> None:
+    """One process: its own storage and connections; enqueues seed-1..seed-5 once the others are ready too."""
+    from search.core import waiting_baseline
 
+    writer = TrialWriter(optuna.load_study(storage=open_storage(url), study_name="q"))
+    go.wait()
+    counts[index] = len(writer.enqueue_once([waiting_baseline(f"seed-{i}", {"x": i}) for i in range(1, 6)], "baseline"))
+
+
+def _check_enqueue_once_from_many_processes(url: str) -> None:
+    """Four processes enqueue the same tags at once: each tag ends up once.
+
+    Forked from this one (a fresh interpreter per process only added seconds of imports): four real
+    processes with their own connections, held at a barrier so that they enqueue at the same moment.
+    """
     storage = open_storage(url)
     optuna.create_study(storage=storage, study_name="q")
     storage.engine.dispose()
-    code = (
-        "import sys, optuna; from search.storage._open import open_storage; "
-        "from search.core import waiting_baseline; from search.storage._trial_writer import TrialWriter; "
-        "s = optuna.load_study(storage=open_storage(sys.argv[1]), study_name='q'); "
-        "w = TrialWriter(s); "
-        "print(len(w.enqueue_once([waiting_baseline(f'seed-{i}', {'x': i}) for i in range(1, 6)], 'baseline')))"
-    )
-    procs = [
-        subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for _ in range(4)
-    ]
-    outs = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
-    assert sorted(int(out) for out, _ in outs) == [0, 0, 0, 5]
+    context = multiprocessing.get_context("fork")
+    go, counts = context.Barrier(4, timeout=60), context.Array("i", [-1] * 4)
+    procs = [context.Process(target=_enqueue_the_baselines, args=(url, go, counts, i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        if p.exitcode is None:
+            p.kill()
+    assert [p.exitcode for p in procs] == [0] * 4  # a child's traceback is on this test's stderr
+    assert sorted(counts) == [0, 0, 0, 5]
     trials = optuna.load_study(storage=url, study_name="q").get_trials()
     assert sorted(t.user_attrs["baseline"] for t in trials) == [f"seed-{i}" for i in range(1, 6)]
     assert all(t.state == TrialState.WAITING for t in trials)
@@ -191,7 +200,7 @@ def test_claimed_and_registered_trials_beat_in_the_same_transaction(request, fix
     assert writer.claim() is None  # Nothing else is waiting.
     states = {t._trial_id: t.state for t in study.get_trials()}
     assert states == {claimed: TrialState.RUNNING, registered: TrialState.RUNNING}
-    time.sleep(3.2)  # Twice the interval, and a margin for SQLite's timestamps, whole seconds.
+    wait_until_stale(storage, study, [claimed, registered])  # only a trial that beat can go stale
     with pytest.warns(optuna.exceptions.ExperimentalWarning):
         optuna.storages.fail_stale_trials(study)
     states = {t._trial_id: t.state for t in study.get_trials()}

@@ -24,9 +24,11 @@ from search.storage import Finish, TrialWriter, open_storage
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_steps, run_trial
 
-from conftest import CE_LOSS_REL, interrupt_at, load, run_cli, run_process, start_cli
+from conftest import CE_LOSS_REL, interrupt_at, load, run_cli, run_process, start_cli, wait_until_stale
 
 BASELINES = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
+# Where a test checks the wiring (counts, states, reasons, writes) and no trial's numbers: 3 steps, not 30.
+SHORT = ["--epochs", "3"]
 
 
 def _baselines(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
@@ -35,23 +37,25 @@ def _baselines(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def population_study(tmp_path_factory) -> pathlib.Path:
-    """5 baselines, then 16 sampled trials as two populations of 8."""
+    """5 baselines, then 8 sampled trials as two populations of 4 (two, so that "equal within a
+    population" and the second population's wiring are seen; K itself is not what these tests check)."""
     directory = tmp_path_factory.mktemp("population")
-    proc = run_cli(["--trials", "21", "--population", "8", "--quiet"], directory)
+    proc = run_cli(["--trials", "13", "--population", "4", "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
     return directory
 
 
 def test_a_population_run_reaches_exactly_n_with_every_baseline_once(population_study):
     trials = load(population_study).get_trials()
-    assert len(trials) == 21 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 13 and all(t.state == TrialState.COMPLETE for t in trials)
     assert _baselines(trials) == BASELINES
     sampled = [t for t in trials if "baseline" not in t.user_attrs]
-    assert [t.user_attrs[record.POPULATION] for t in sampled] == [8] * 16
+    assert [t.user_attrs[record.POPULATION] for t in sampled] == [4] * 8
     assert not any(record.POPULATION in t.user_attrs for t in trials[:5])  # baselines run as ordinary trials
     # A member's train_seconds is its share of the population's wall time: equal within a population.
-    assert len({t.user_attrs[record.TRAIN_SECONDS] for t in sampled[:8]}) == 1
-    assert len({tuple(sorted(t.params.items())) for t in sampled}) == 16  # K asks, K different settings
+    assert len({t.user_attrs[record.TRAIN_SECONDS] for t in sampled[:4]}) == 1
+    assert len({t.user_attrs[record.TRAIN_SECONDS] for t in sampled[4:]}) == 1
+    assert len({tuple(sorted(t.params.items())) for t in sampled}) == 8  # K asks, K different settings
 
 
 def test_each_member_stores_what_an_ordinary_trial_of_its_params_stores(population_study):
@@ -118,7 +122,7 @@ def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_
     original = search.study._trial_training.run_population
     interrupt_at(monkeypatch, search.study._trial_training, "run_population", 1, True)
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "21", "--population", "8", "--quiet"]) == 130
+    assert main(["--trials", "21", "--population", "8", *SHORT, "--quiet"]) == 130
     err = capsys.readouterr().err
     assert "interrupted by SIGINT; trials 5-12 (a population of 8), in flight, were recorded as FAIL" in err, err
     trials = load(tmp_path).get_trials()
@@ -127,7 +131,7 @@ def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_
                for t in trials[5:])
     # Resuming after the interrupt completes the study: the failed trials are replaced, not counted.
     monkeypatch.setattr(search.study._trial_training, "run_population", original)
-    assert main(["--trials", "13", "--population", "8", "--quiet"]) == 0
+    assert main(["--trials", "13", "--population", "8", *SHORT, "--quiet"]) == 0
     trials = load(tmp_path).get_trials()
     assert sum(t.state == TrialState.COMPLETE for t in trials) == 13 and _baselines(trials) == BASELINES
 
@@ -145,21 +149,23 @@ def test_a_failing_population_fails_its_trials_with_the_reason_and_the_study_goe
 
     monkeypatch.setattr(search.study._trial_training, "run_population", fails_once)
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "9", "--population", "4", "--quiet"]) == 0
+    assert main(["--trials", "9", "--population", "4", *SHORT, "--quiet"]) == 0
     trials = load(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 4 + [TrialState.COMPLETE] * 4
     assert {t.user_attrs[record.FAIL_REASON] for t in trials[5:9]} == {"RuntimeError: the device fell over"}
 
 
 def test_the_trial_timeout_applies_to_the_whole_population(tmp_path, monkeypatch, capsys):
-    # One trial of 10 slow steps takes ~0.5 s and fits in 1.5 s; four together take ~2 s and do not.
-    args = ["--trials", "9", "--population", "4", "--task", "tasks_for_tests:slow", "--epochs", "10",
-            "--trial-timeout", "1.5", "--max-failed-trials", "4", "--quiet"]
+    # One trial of 4 slow steps sleeps 0.2 s (the first 0.4 s, with its fp32 reference run) and fits in
+    # 1 s; eight together sleep 1.6 s and do not: 0.6 s to spare on both sides, more than ten steps of
+    # four against 1.5 s left (0.5 s), with baselines 2.5x shorter.
+    args = ["--trials", "13", "--population", "8", "--task", "tasks_for_tests:slow", "--epochs", "4",
+            "--trial-timeout", "1.0", "--max-failed-trials", "8", "--quiet"]
     monkeypatch.chdir(tmp_path)
     assert main(args) == 1
-    assert "4 trials failed in this run" in capsys.readouterr().err
+    assert "8 trials failed in this run" in capsys.readouterr().err
     trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 4
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 8
     reasons = {t.user_attrs[record.FAIL_REASON] for t in trials[5:]}
     assert len(reasons) == 1 and "TrialTimeout" in reasons.pop()
 
@@ -167,17 +173,17 @@ def test_the_trial_timeout_applies_to_the_whole_population(tmp_path, monkeypatch
 def test_resume_of_a_population_study(population_study, tmp_path, monkeypatch):
     shutil.copy(population_study / "study.db", tmp_path / "study.db")
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "26", "--population", "8", "--quiet"]) == 0  # the last population: the 5 still needed
-    assert main(["--trials", "27", "--quiet"]) == 0  # population is no recorded setting: ordinary trials resume it
+    assert main(["--trials", "16", "--population", "4", "--quiet"]) == 0  # the last population: the 3 still needed
+    assert main(["--trials", "17", "--quiet"]) == 0  # population is no recorded setting: ordinary trials resume it
     trials = load(tmp_path).get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 27 and _baselines(trials) == BASELINES
-    assert [t.user_attrs.get(record.POPULATION) for t in trials[5:]] == [8] * 16 + [5] * 5 + [None]
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 17 and _baselines(trials) == BASELINES
+    assert [t.user_attrs.get(record.POPULATION) for t in trials[5:]] == [4] * 8 + [3] * 3 + [None]
 
 
 def test_two_workers_with_populations_reach_n_to_n_plus_k(tmp_path):
     # Each worker counts the study, then registers its population: two that count at the same moment
     # both take what is still needed, so W workers end with N to N + (W - 1) * K (measured: 21 of 17 once).
-    proc = run_process(["--trials", "17", "--workers", "2", "--population", "4", "--quiet"], tmp_path)
+    proc = run_process(["--trials", "17", "--workers", "2", "--population", "4", *SHORT, "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     trials = load(tmp_path).get_trials()
     assert not [t for t in trials if t.state != TrialState.COMPLETE]  # nothing RUNNING, nothing lost
@@ -216,7 +222,7 @@ def test_a_shared_population_is_registered_running_and_finished_in_one_transacti
         return original_run(*args, **kwargs)
 
     monkeypatch.setattr(search.study._trial_training, "run_population", run_population)
-    assert main(["--storage", postgres_url, "--trials", "13", "--population", "4", "--quiet"]) == 0
+    assert main(["--storage", postgres_url, "--trials", "13", "--population", "4", *SHORT, "--quiet"]) == 0
     assert writes == [("write", 4), ("finish", 4)] * 2
     assert seen_running == [4, 4]
     trials = optuna.load_study(storage=postgres_url, study_name="seed-mlp").get_trials()
@@ -226,11 +232,11 @@ def test_a_shared_population_is_registered_running_and_finished_in_one_transacti
 def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path):
     """kill -9 during a shared population: its K RUNNING trials go stale, are failed and run again."""
     args = ["--storage", postgres_url, "--trials", "9", "--population", "4", "--task", "tasks_for_tests:slow",
-            "--epochs", "6", "--heartbeat-interval", "1", "--quiet"]
+            "--epochs", "4", "--heartbeat-interval", "1", "--quiet"]
     proc = start_cli(args, tmp_path)
     deadline = time.time() + 120
     running: list[optuna.trial.FrozenTrial] = []
-    while time.time() < deadline and len(running) < 4:  # the population trains ~1.2 s: seen RUNNING
+    while time.time() < deadline and len(running) < 4:  # the population trains ~0.8 s: seen RUNNING
         time.sleep(0.1)
         try:
             study = optuna.load_study(storage=postgres_url, study_name="tasks_for_tests-slow")
@@ -240,7 +246,9 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert len(running) == 4
-    time.sleep(2.5)  # No heartbeat for twice the interval: stale.
+    storage = open_storage(postgres_url, heartbeat_interval=1)
+    wait_until_stale(storage, study, [t._trial_id for t in running])  # No heartbeat for twice the interval.
+    storage.engine.dispose()
     resumed = run_cli(args, tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     trials = optuna.load_study(storage=postgres_url, study_name="tasks_for_tests-slow").get_trials()
@@ -259,7 +267,7 @@ def test_batched_heartbeats_and_finishes_respect_a_peers_fail(tmp_path):
     running = [optuna.trial.create_trial(state=TrialState.RUNNING) for _ in range(3)]
     ids = writer.add_many(running)
     assert [(t.number, t.state) for t in study.get_trials()] == [(n, TrialState.RUNNING) for n in range(3)]
-    time.sleep(3.1)  # SQLite's clock has whole seconds: 3 s is surely past the grace period of 2
+    wait_until_stale(storage, study, ids)  # all three, registered in one transaction, silent since
     writer.record_heartbeats(ids[:2])  # the third stays silent: stale after 2 intervals
     with pytest.warns(optuna.exceptions.ExperimentalWarning):
         optuna.storages.fail_stale_trials(study)

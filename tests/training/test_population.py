@@ -122,7 +122,9 @@ def test_scale_update_is_amp_update_scale_for_every_member():
 
 def test_seed_mlp_members_equal_ordinary_trials():
     problem = build_seed(42)
-    configs = _sampled(7, seed=11, low=-20, high=40) + [
+    # 4 draws (underflow, a recovery from skips, one more underflow, a grower that skips) beside the
+    # hand-picked cases below, which already hold every failure code; each member costs a second run.
+    configs = _sampled(4, seed=11, low=-20, high=40) + [
         ScalerConfig(1.787735685558448e-05, 2.548, 0.581, 19),  # underflows
         ScalerConfig(3.2393562610e8, 2.692, 0.885, 7),  # churns: every step overflows
         ScalerConfig(4.219e-05, 3.79, 0.156, 1),  # grows every step, overflows, backs off, grows again
@@ -272,12 +274,13 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     problem = build_deep(7)
     zeros, initial = search.training._population.fp32_zero_fraction, search.training._population.initial_evaluation
 
-    monkeypatch.setattr(search.training._population, "fp32_zero_fraction", slowed(zeros, 1.0))
-    monkeypatch.setattr(search.training._population, "initial_evaluation", slowed(initial, 1.0))
+    # 0.5 s each: either one inside train_seconds would be 7x the ~0.07 s the population's 8 steps take.
+    monkeypatch.setattr(search.training._population, "fp32_zero_fraction", slowed(zeros, 0.5))
+    monkeypatch.setattr(search.training._population, "initial_evaluation", slowed(initial, 0.5))
     begin = time.perf_counter()
     results = train_population(problem, [ScalerConfig(3.1e4, 1.7, 0.3, 9), ScalerConfig(97.0, 2.3, 0.61, 3)],
                                epochs=problem.epochs, steps=8, amp_dtype=torch.float16)
-    assert time.perf_counter() - begin > 2.0
-    assert all(r.train_seconds < 1.0 for r in results)
+    assert time.perf_counter() - begin > 1.0
+    assert all(r.train_seconds < 0.5 for r in results)
     assert all(r.fp32_zero_fraction == zeros(problem, problem.epochs, 8) for r in results)
     assert all(r.initial_eval_loss == initial(problem).loss for r in results)
