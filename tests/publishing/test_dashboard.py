@@ -17,13 +17,16 @@ from optuna_dashboard import get_note, save_note
 from search.publishing import _publish as publishing
 from search.storage import open_storage
 
-from conftest import cli_env, real_study, run_cli
+from conftest import cli_env, run_cli
 
 
 @pytest.fixture(scope="module")
 def study_dir(tmp_path_factory) -> pathlib.Path:
-    """A real 12-trial study; the run publishes its figures and notes at the end."""
-    return real_study(tmp_path_factory, "dash", 12)
+    """A real 12-trial study; the run publishes its figures and notes at the end. The one
+    test_confirm_runs.seed_mlp_study shares: only read it, a test that writes works on a copy."""
+    from test_confirm_runs import seed_mlp_study
+
+    return seed_mlp_study(tmp_path_factory)
 
 
 def _study(cwd: pathlib.Path) -> optuna.Study:
@@ -152,11 +155,14 @@ def _get(url: str) -> dict:
         return json.loads(response.read())
 
 
-def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir):
+def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir, tmp_path):
+    import shutil
+
+    shutil.copy(study_dir / "study.db", tmp_path / "study.db")  # It publishes (the pictures) before serving.
     port = _free_port()
-    server = subprocess.Popen(
+    server = subprocess.Popen(  # A real process: a server on a port.
         [sys.executable, "-m", "search.dashboard", "--port", str(port)],
-        cwd=study_dir,
+        cwd=tmp_path,
         env=cli_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -201,14 +207,7 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir):
 
 
 def test_no_study_file_is_one_line_and_creates_nothing(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "search.dashboard", "--publish-only"],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_cli(["--publish-only"], tmp_path, module="search.dashboard")
     assert proc.returncode == 2 and "no study file study.db" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and list(tmp_path.iterdir()) == []
 
@@ -267,10 +266,7 @@ def test_each_trial_gets_a_picture_of_its_recorded_curves(study_dir, tmp_path):
     url = f"sqlite:///{tmp_path / 'study.db'}"
 
     def publish_only() -> str:
-        proc = subprocess.run(
-            [sys.executable, "-m", "search.dashboard", "--storage", url, "--publish-only"],
-            cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120,
-        )
+        proc = run_cli(["--storage", url, "--publish-only"], tmp_path, module="search.dashboard")
         assert proc.returncode == 0, proc.stderr
         return proc.stderr
 
@@ -373,23 +369,26 @@ def test_a_study_on_read_only_media_is_served_but_not_published(study_dir, tmp_p
     assert _files(tmp_path) == before
 
 
-def test_the_study_note_is_the_summary_search_optimize_prints_confirmation_included(study_dir, tmp_path):
+def test_the_study_note_is_the_summary_search_optimize_prints_confirmation_included(tmp_path_factory, tmp_path):
     """search.dashboard once wrote the note without the confirmation runs (stale 'not checked yet') and
     without --storage in its commands (they would have read ./study.db)."""
     import shutil
 
     from optuna_dashboard import get_note
+    from test_confirm_runs import seed_mlp_study
 
     from search.dashboard import main
 
-    shutil.copy(study_dir / "study.db", tmp_path / "other.db")
+    # The 12-trial study confirmed by search.confirm --top 1 --seeds 2 (corners included), which leaves the
+    # dashboard's note as the search wrote it, before the confirmation.
+    shutil.copy(seed_mlp_study(tmp_path_factory, confirmed=True) / "study.db", tmp_path / "other.db")
     url = f"sqlite:///{tmp_path / 'other.db'}"
-    confirm = run_cli(["--storage", url, "--top", "1", "--seeds", "2", "--quiet"], tmp_path, module="search.confirm")
-    assert confirm.returncode == 0, confirm.stderr
+    stale = get_note(optuna.load_study(storage=url, study_name="seed-mlp"))
     assert main(["--storage", url, "--publish-only"]) == 0
     printed = run_cli(["--storage", url, "--trials", "12"], tmp_path)
     assert printed.returncode == 0, printed.stderr
     summary = printed.stdout.split("\n", 1)[1].rstrip("\n")  # After the headline: format_summary's text.
     note = get_note(optuna.load_study(storage=url, study_name="seed-mlp"))
     assert summary in note, (summary, note)
+    assert summary not in stale  # search.dashboard is what brought it up to date
     assert f"--storage {url}" in note and "not checked yet" not in note

@@ -33,13 +33,14 @@ def test_the_example_is_deterministic_in_its_seed():
 
 def test_the_command_runs_the_example(tmp_path):
     task = "examples.noisy_regression:build"
-    proc = run_cli(["--task", task, "--trials", "8", "--quiet"], tmp_path)
+    # 6 trials: the 5 seed baselines and one sampled trial, all on the same data, weights and batches.
+    proc = run_cli(["--task", task, "--trials", "6", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     # Issue 15: the default study name is readable (the module's name), the path is recorded.
     assert "Study 'noisy_regression'" in proc.stdout
     study = load(tmp_path, "noisy_regression")
     trials = study.get_trials()
-    assert len(trials) == 8 and all(t.state == TrialState.COMPLETE for t in trials)
+    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
     assert all(len(t.user_attrs["loss_curve"]) == 32 == len(t.intermediate_values) for t in trials)
     assert len({t.user_attrs["loss_curve"][0] for t in trials}) == 1  # Same data, weights, batches.
     assert study.user_attrs["epochs"] == 4 and study.user_attrs["task"] == task
@@ -49,11 +50,12 @@ def test_a_study_under_the_old_default_name_is_resumed(tmp_path):
     # Before issue 15 a user task's study was named after its import path. Rerunning the same
     # command must go on with that study, not start a second one beside it.
     task = "examples.noisy_regression:build"
-    first = run_cli(["--task", task, "--study-name", task, "--trials", "6", "--quiet"], tmp_path)
+    # The 5 seed baselines under the old name; the rerun adds one trial to that study.
+    first = run_cli(["--task", task, "--study-name", task, "--trials", "5", "--quiet"], tmp_path)
     assert first.returncode == 0, first.stderr
-    again = run_cli(["--task", task, "--trials", "7", "--quiet"], tmp_path)
+    again = run_cli(["--task", task, "--trials", "6", "--quiet"], tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"Study '{task}'" in again.stdout and again.stderr == ""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [task]
-    assert len(load(tmp_path, task).get_trials(states=(TrialState.COMPLETE,))) == 7
+    assert len(load(tmp_path, task).get_trials(states=(TrialState.COMPLETE,))) == 6

@@ -1,4 +1,8 @@
-"""search.confirm: real studies, real runs, real databases (SQLite and PostgreSQL)."""
+"""search.confirm's runs on real studies: the whole cycle on SQLite, an interrupt and its resume,
+PostgreSQL with a password, a study trained by --steps.
+
+Also the real seed-mlp studies that other test files share (:func:`seed_mlp_study`).
+"""
 
 from __future__ import annotations
 
@@ -15,13 +19,10 @@ import time
 import numpy as np
 import optuna
 import pytest
-import sqlalchemy
-import torch
 from optuna.trial import TrialState
 from scipy import stats
 
-from search.confirm import main
-from search.results import DEFAULT_LABEL, paired_test, select_candidates, summarize_confirmation
+from search.results import DEFAULT_LABEL, summarize_confirmation
 
 from conftest import cli_env, real_study, run_cli
 
@@ -45,20 +46,41 @@ def _fingerprint(url: str, name: str = "seed-mlp") -> list[tuple]:
     ]
 
 
-@pytest.fixture(scope="module")
-def searched(tmp_path_factory) -> pathlib.Path:
-    """A real 12-trial seed-mlp study (5 baselines + 7 TPE trials)."""
-    return real_study(tmp_path_factory, "searched", 12)
+def copy_study_file(src: pathlib.Path, dst: pathlib.Path) -> None:
+    """Copies a SQLite study file with its -wal/-shm, where there are any."""
+    for suffix in ("", "-wal", "-shm"):
+        if pathlib.Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
+
+
+_SHARED: dict[str, pathlib.Path] = {}
+
+
+def seed_mlp_study(factory: pytest.TempPathFactory, confirmed: bool = False) -> pathlib.Path:
+    """A directory whose study.db holds a real 12-trial seed-mlp search (5 baselines + 7 TPE trials); with
+    ``confirmed``, a copy of it confirmed by ``search.confirm --top 1 --seeds 2`` (corners included).
+
+    Built once per test process, shared by the test files that need such a study (test_confirm_*,
+    test_dashboard, test_transfer_confirm): only read it; a test that writes works on a copy.
+    """
+    key = "confirmed" if confirmed else "searched"
+    if key not in _SHARED:
+        if confirmed:
+            directory = factory.mktemp("confirmed")
+            copy_study_file(seed_mlp_study(factory) / "study.db", directory / "study.db")
+            proc = run_confirm(["--top", "1", "--seeds", "2", "--quiet"], directory)
+            assert proc.returncode == 0, proc.stderr
+        else:
+            directory = real_study(factory, "searched", 12)
+        _SHARED[key] = directory
+    return _SHARED[key]
 
 
 @pytest.fixture
-def study_dir(searched, tmp_path) -> pathlib.Path:
-    shutil.copy(searched / "study.db", tmp_path / "study.db")
+def study_dir(tmp_path_factory, tmp_path) -> pathlib.Path:
+    """A private copy of the shared 12-trial study."""
+    copy_study_file(seed_mlp_study(tmp_path_factory) / "study.db", tmp_path / "study.db")
     return tmp_path
-
-
-def _snapshot(directory: pathlib.Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
 # -- the whole cycle on SQLite: run, check, re-run, extend ------------------------------------
@@ -185,9 +207,10 @@ def test_summary_is_none_without_a_confirmation(study_dir, tmp_path):
 def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
     db = study_dir / "study.db"
     url = f"sqlite:///{db}"
-    proc = subprocess.Popen(
-        # 3 configs x 20 seeds: ~6 s of runs, so SIGINT after the first two always lands mid-way.
-        [sys.executable, "-m", "search.confirm", "--top", "2", "--seeds", "20", "--quiet"],
+    proc = subprocess.Popen(  # A real process: the signal is the point.
+        # 3 configs x 3 seeds, then the corners of this study's boxes (32): some 40 runs, 0.1-0.5 s each, so
+        # SIGINT after the first two always lands mid-way (the rerun below shows it had runs left to do).
+        [sys.executable, "-m", "search.confirm", "--top", "2", "--seeds", "3", "--quiet"],
         cwd=study_dir, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 120
@@ -207,15 +230,18 @@ def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted by SIGINT" in err and "Traceback" not in err
-    trials = _trials(url, SIBLING)
-    assert 2 <= len(trials) < 60
-    assert all(t.state == TrialState.COMPLETE for t in trials)  # Nothing RUNNING.
+    interrupted = _trials(url, SIBLING)
+    assert len(interrupted) >= 2
+    assert all(t.state == TrialState.COMPLETE for t in interrupted)  # Nothing RUNNING.
 
-    resumed = run_confirm(["--top", "2", "--seeds", "20", "--quiet"], study_dir)
+    resumed = run_confirm(["--top", "2", "--seeds", "3", "--quiet"], study_dir)
     assert resumed.returncode == 0, resumed.stderr
     trials = _trials(url, SIBLING)
+    assert len(interrupted) < len(trials)  # Interrupted mid-way: the rerun completed what was left.
+    kept = [(t.number, t.value, t.user_attrs) for t in interrupted]
+    assert [(t.number, t.value, t.user_attrs) for t in trials[: len(interrupted)]] == kept  # not run again
     pairs = [(t.user_attrs["config"], t.user_attrs["data_seed"]) for t in trials if t.user_attrs.get("check") != "corner"]
-    assert len(pairs) == 60 == len(set(pairs))
+    assert len(pairs) == 9 == len(set(pairs))
     points = [tuple(sorted(t.user_attrs["point"].items())) for t in trials if t.user_attrs.get("check") == "corner"]
     assert points and len(points) == len(set(points))  # a resumed check never trains a corner twice
 
@@ -254,181 +280,7 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
     assert data["comparison"]["test"].startswith(("paired t-test over 2 seeds", "none:"))
 
 
-
-# -- bad input: one line, exit 2, nothing written -----------------------------------------------
-
-
-def _add_studies(db: pathlib.Path) -> None:
-    """A study with no trials, and one not made by search.optimize, next to seed-mlp."""
-    storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
-    empty = optuna.create_study(storage=storage, study_name="empty")
-    empty.set_user_attr("task", "seed-mlp")
-    optuna.create_study(storage=storage, study_name="foreign").add_trial(
-        optuna.trial.create_trial(value=1.0)
-    )
-    storage.engine.dispose()  # The last connection: SQLite removes the -wal and -shm files.
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-        (["--top", "many"], "invalid int value"),
-        (["--top", "0"], "--top must be >= 1"),
-        (["--seeds", "1"], "--seeds must be >= 2"),
-        (["--device", "tpu"], "unknown device 'tpu'"),
-        (["--storage", "sqlite:///missing.db"], "missing.db does not exist"),
-        (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
-        (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
-        (["--study-name", "nope"], "no study 'nope'"),
-        ([], "holds 3 studies; choose one with --study-name"),
-        (["--study-name", "empty"], "study 'empty' has no COMPLETE trials"),
-        (["--study-name", "foreign"], "was not created by search.optimize"),
-        (["--json", "no/such/dir/out.json"], "does not exist or is not writable"),
-        (["--json", "."], "--json .: is a directory"),
-        (["--json", "/proc/c.json"], "--json /proc/c.json: cannot be created"),
-    ],
-)
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(study_dir, monkeypatch, capsys, args, message):
-    monkeypatch.chdir(study_dir)
-    _add_studies(study_dir / "study.db")
-    (study_dir / "not-a-db.txt").write_text("hello")
-    before = _snapshot(study_dir)
-    # The storage holds three studies: name the search one unless the case is about the name.
-    extra = [] if not args or "--study-name" in args else ["--study-name", "seed-mlp"]
-    assert main(args + extra + ["--quiet"]) == 2
-    out, err = capsys.readouterr()
-    assert message in err and len(err.strip().splitlines()) == 1, err
-    assert err.startswith("search.confirm: error: ")
-    assert "hunter2" not in err + out and "Traceback" not in err
-    assert _snapshot(study_dir) == before
-    assert SIBLING not in optuna.study.get_all_study_names(f"sqlite:///{study_dir / 'study.db'}")
-
-
-def test_cuda_asked_but_absent_is_bad_input(study_dir, monkeypatch, capsys):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # Runs on GPU hosts too.
-    monkeypatch.chdir(study_dir)
-    before = _snapshot(study_dir)
-    assert main(["--device", "cuda", "--quiet"]) == 2
-    assert "CUDA is not available" in capsys.readouterr().err
-    assert _snapshot(study_dir) == before
-
-
-def test_argparse_errors_in_a_real_process_exit_2_without_traceback(tmp_path):
-    proc = run_confirm(["--seeds", "x"], tmp_path)
-    assert proc.returncode == 2 and proc.stderr.startswith("search.confirm: error: ")
-    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_an_empty_postgres_database_is_left_empty(postgres_url, capsys):
-    assert main(["--storage", postgres_url, "--quiet"]) == 2
-    assert "holds no Optuna studies" in capsys.readouterr().err
-    engine = sqlalchemy.create_engine(postgres_url)
-    try:
-        with engine.connect() as c:
-            assert sqlalchemy.inspect(c).get_table_names() == []
-    finally:
-        engine.dispose()
-
-
-# -- the paired test ---------------------------------------------------------------------------
-
-
-def test_paired_test_matches_scipy_and_handles_ties():
-    best = [0.40, 0.41, 0.43, 0.39, 0.42]
-    default = [0.42, 0.43, 0.44, 0.41, 0.45]
-    t, p, test = paired_test(best, default)
-    expected = stats.ttest_rel(best, default)
-    assert (t, p) == pytest.approx((expected.statistic, expected.pvalue)) and p < 0.05
-    assert test.startswith("paired t-test over 5 seeds, two-sided")
-    # Two-sided: the default being better is significant too, with the same p.
-    assert paired_test(default, best)[1] == pytest.approx(p) and paired_test(default, best)[0] == pytest.approx(-t)
-    noisy = [0.43, 0.40, 0.46, 0.38, 0.45]
-    assert paired_test(noisy, default)[1] > 0.05
-    t, p, test = paired_test(default, default)
-    assert math.isnan(t) and p == 1.0 and "tie" in test
-    t, p, _ = paired_test([0.4], [0.5])
-    assert math.isnan(t) and math.isnan(p)
-
-
-def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
-    from test_analysis import _line_rows, _study
-
-    from search.core import DEFAULTS
-    from search.results import recommended_candidate
-
-    settings = DEFAULTS
-    rec = recommended_candidate(_study(_line_rows()), settings)
-    assert rec is not None and rec.label == "recommended (#5)"
-    assert rec.params == {"init_scale": 2.0**5, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
-    chosen, _ = select_candidates(_study(_line_rows()), settings, top=12)  # #5 is among the top 12 already
-    assert not any(c.label.startswith("recommended") for c in chosen) and "best-12 (#5)" not in chosen
-    chosen, _ = select_candidates(_study(_line_rows()), settings, top=1)
-    assert [c.label for c in chosen] == ["best-1 (#11)", "recommended (#5)", DEFAULT_LABEL]
-    assert recommended_candidate(_study(_line_rows(default_exp=16)), settings) is None  # keep the default
-
-
-# -- ranges that are safe together, against the plain loop ----------------------------------------
-
-
-@pytest.fixture(scope="module")
-def default_run(tmp_path_factory) -> pathlib.Path:
-    """README's default run (100 seed-mlp trials), confirmed with search.confirm's defaults."""
-    directory = real_study(tmp_path_factory, "default-run", 100)
-    proc = run_confirm(["--quiet"], directory)
-    assert proc.returncode == 0, proc.stderr
-    return directory
-
-
-def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
-    """The issue's bar: after confirmation, a default run either keeps the default or recommends a
-    setting that is not worse than the default on new seeds."""
-    from search.results import recommend
-    from search.study import settings_of
-
-    url = f"sqlite:///{default_run / 'study.db'}"
-    search = optuna.load_study(storage=url, study_name="seed-mlp")
-    data = summarize_confirmation(url, "seed-mlp")
-    rec = recommend(search.get_trials(), settings_of(search).space, confirmation=data)
-    if not rec.keep_default:
-        entry = next(c for c in data["comparisons"] if c["label"].startswith("recommended"))
-        assert not (entry["significant"] and entry["mean_diff"] > 0), entry
-
-
-def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
-    """The checked box's corners and random points inside it train without failure in the independent
-    plain loop; every corner search.confirm saw fail fails there too."""
-    from search.results import recommend
-    from search.study import settings_of
-    from search.tasks.seed_mlp import build
-
-    from plain_loop import plain_fp32_zero_fraction, plain_run
-
-    url = f"sqlite:///{default_run / 'study.db'}"
-    search = optuna.load_study(storage=url, study_name="seed-mlp")
-    rec = recommend(search.get_trials(), settings_of(search).space, confirmation=summarize_confirmation(url, "seed-mlp"))
-    assert rec.together_check == "checked", rec.text
-    problem = build(42)
-    zeros = plain_fp32_zero_fraction(problem, 30)
-    order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
-
-    def plain(point: dict) -> str:
-        return plain_run(problem, *(point[p] for p in order[:3]), int(round(point["growth_interval"])), 30, fp32_zeros=zeros).failure
-
-    from search.results import box_corners
-
-    rng = np.random.default_rng(7)
-    inside = []
-    for _ in range(12):  # log-uniform inside the box
-        point = {p: float(getattr(rec.config, p)) for p in order}
-        for p, (lo, hi) in rec.together.items():
-            point[p] = float(2 ** rng.uniform(math.log2(lo), math.log2(hi)))
-        inside.append(point)
-    for point in box_corners(rec.together, rec.config) + inside:
-        assert plain(point) == "none", point
-    for failed in rec.together_failed:
-        assert plain(failed["point"]) == failed["failure"], failed
+# -- a study trained by --steps ------------------------------------------------------------------
 
 
 def test_confirm_trains_the_study_steps_and_says_so(tmp_path):

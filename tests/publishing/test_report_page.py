@@ -1,0 +1,154 @@
+"""python -m search.report's page in a real browser: headless Chromium renders the history plot."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import struct
+import subprocess
+import zlib
+
+import pytest
+
+from search.report import main
+
+PLOT_BG = (229, 236, 246)  # Plotly's default template: the plot area.
+MARKER = (99, 110, 250)  # Optuna's history: objective values (plotly's first colour).
+BEST_LINE = (239, 85, 59)  # Optuna's history: best value so far.
+
+
+def _sqlite(path: pathlib.Path) -> str:
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="module")
+def study_dir(tmp_path_factory) -> pathlib.Path:
+    """The real seed-mlp study the test_report_* files share (test_report_sections.report_study)."""
+    from test_report_sections import report_study
+
+    return report_study(tmp_path_factory)
+
+
+# -- the page in a real browser ---------------------------------------------------------------
+
+
+def _chromium() -> str:
+    """Chromium's path. The browser is a set-up step (README, .ci/run), never installed by the suite."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("chromium is not installed; set-up step: apt-get install -y chromium")
+
+
+def screenshot(page: pathlib.Path, png: pathlib.Path, width: int = 1400, height: int = 1200) -> None:
+    """Renders ``page`` in headless Chromium (no network) into ``png``."""
+    profile = png.parent / f"chromium-profile-{png.stem}"
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        f"--window-size={width},{height}",
+        "--virtual-time-budget=10000",
+        f"--screenshot={png}",
+        page.resolve().as_uri(),
+    ]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("headless chromium did not finish the screenshot within 120 s")
+    assert png.exists(), f"chromium wrote no screenshot (rc {done.returncode}): {done.stderr[-2000:]}"
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+def read_png(path: pathlib.Path, max_rows: int | None = None) -> tuple[int, int, list[list[tuple[int, ...]]]]:
+    """(width, height, rows of RGB pixels) of a PNG: Pillow if installed, else zlib and the PNG filters."""
+    try:
+        from PIL import Image
+    except ImportError:
+        Image = None
+    if Image is not None:
+        with Image.open(path) as image:
+            rgb = image.convert("RGB")
+            w, h = rgb.size
+            h = h if max_rows is None else min(h, max_rows)
+            pixels = list(rgb.crop((0, 0, w, h)).getdata())
+        return w, h, [pixels[r * w : (r + 1) * w] for r in range(h)]
+    blob = path.read_bytes()
+    assert blob[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat = 8, []
+    while pos < len(blob):
+        (n,) = struct.unpack(">I", blob[pos : pos + 4])
+        kind = blob[pos + 4 : pos + 8]
+        if kind == b"IHDR":
+            w, h, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", blob[pos + 8 : pos + 21])
+        elif kind == b"IDAT":
+            idat.append(blob[pos + 8 : pos + 8 + n])
+        pos += 12 + n
+    assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+    bpp = 3 if colour == 2 else 4
+    raw = zlib.decompress(b"".join(idat))
+    stride = w * bpp
+    h = h if max_rows is None else min(h, max_rows)
+    rows, prev = [], bytearray(stride)
+    for r in range(h):
+        kind = raw[r * (stride + 1)]
+        line = bytearray(raw[r * (stride + 1) + 1 : (r + 1) * (stride + 1)])
+        if kind == 1:
+            for i in range(bpp, stride):
+                line[i] = (line[i] + line[i - bpp]) & 255
+        elif kind == 2:
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+        elif kind == 3:
+            for i in range(stride):
+                line[i] = (line[i] + (((line[i - bpp] if i >= bpp else 0) + prev[i]) >> 1)) & 255
+        elif kind == 4:
+            for i in range(stride):
+                a = line[i - bpp] if i >= bpp else 0
+                b, c = prev[i], (prev[i - bpp] if i >= bpp else 0)
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append([tuple(line[i : i + 3]) for i in range(0, stride, bpp)])
+        prev = line
+    return w, h, rows
+
+
+def _near(pixel: tuple[int, ...], colour: tuple[int, int, int], tol: int = 40) -> bool:
+    return sum(abs(a - b) for a, b in zip(pixel, colour)) <= tol
+
+
+def test_page_renders_in_headless_chromium(study_dir, tmp_path):
+    page = tmp_path / "report.html"
+    assert main(["--storage", _sqlite(study_dir / "study.db"), "--out", str(page)]) == 0
+    png = tmp_path / "report.png"
+    screenshot(page, png, 1400, 1100)
+    w, h, rows = read_png(png)
+    assert (w, h) == (1400, 1100)
+    colours = {p for row in rows[::2] for p in row[::2]}
+    assert len(colours) > 300, f"screenshot looks blank: {len(colours)} distinct colours"
+
+    # The first plot area from the top (plotly's light blue-grey) is the history plot.
+    bg_rows = [y for y, row in enumerate(rows) if sum(_near(p, PLOT_BG, 6) for p in row) > 300]
+    assert bg_rows, "no plotly plot area in the first 1100 px: the history plot did not render"
+    top = bottom = bg_rows[0]
+    for y in bg_rows[1:]:
+        if y - bottom > 6:  # Gridlines cross the area as white rows; a wider gap ends it.
+            break
+        bottom = y
+    assert bottom - top > 200, f"the history plot area is only {bottom - top} px high"
+    area = rows[top : bottom + 1]
+    markers = sum(_near(p, MARKER) for row in area for p in row)
+    line = sum(_near(p, BEST_LINE) for row in area for p in row)
+    assert markers > 100, f"no objective-value markers in the history plot ({markers} px)"
+    assert line > 100, f"no best-value line in the history plot ({line} px)"
+    # Its heading is above it: the page order is the report's (the history comes first).
+    assert top < 600
