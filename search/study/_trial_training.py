@@ -1,14 +1,13 @@
 """Training for the trial loop: one trial or a population, and how a failed one is accounted.
 
 Every path of the loop (queued, sampled, population) trains through :class:`TrialTraining`: the
-same settings, the same deadline rule, the same "worker" attr, and the same run statistics when a
+same settings, the same timeout rule, the same "worker" attr, and the same run statistics when a
 trial ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +70,7 @@ class TrialTraining:
         return outcome
 
     def train_population(self, members: list[optuna.Trial], configs: list[ScalerConfig]) -> list[TrialOutcome]:
-        """Trains K trials at once; --trial-timeout is one deadline for all (its members end together)."""
+        """Trains K trials at once; --trial-timeout is one limit for all (its members end together)."""
         should_prune = [_pruning_judge(trial) for trial in members] if self.pruner is not None else None
         outcomes = run_population(self.problem, configs, should_prune=should_prune, **self._training_kwargs())
         for outcome in outcomes:
@@ -79,14 +78,14 @@ class TrialTraining:
         return outcomes
 
     def _training_kwargs(self) -> dict[str, Any]:
-        """What a trial and a population train with, from the settings; the deadline starts now."""
+        """What a trial and a population train with, from the settings."""
         run = self.settings.run
         return {
             "steps": self.steps,
             "amp_dtype": self.amp_dtype,
             "penalty": self.settings.penalty,
             "device_label": self.device_label,
-            "deadline": time.perf_counter() + run.trial_timeout if run.trial_timeout else None,
+            "timeout": run.trial_timeout or None,
         }
 
     def failure_attrs(self, error: BaseException, trials: int = 1) -> dict[str, Any]:

@@ -46,7 +46,7 @@ def run_trial(
     amp_dtype: torch.dtype,
     penalty: PenaltyConfig,
     device_label: str,
-    deadline: float | None = None,
+    timeout: float | None = None,
     should_prune: Callable[[int, float], bool] | None = None,
     n_reports: int = 10,
 ) -> TrialOutcome:
@@ -60,7 +60,8 @@ def run_trial(
         amp_dtype: Autocast dtype.
         penalty: Penalty weights and thresholds.
         device_label: The device string stored with the trial (e.g. ``cuda:0 (NVIDIA H100)``).
-        deadline: ``time.perf_counter()`` deadline of the trial, or None.
+        timeout: Seconds the trial may train (--trial-timeout), not counting the references that
+            the process's first trial computes for all; None for no limit.
         should_prune: Called at up to ``n_reports`` evenly spaced steps with the loss so far;
             True stops the run as PRUNED. None disables pruning and its host syncs.
         n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
@@ -80,7 +81,7 @@ def run_trial(
         scaler_config,
         steps=steps,
         amp_dtype=amp_dtype,
-        deadline=deadline,
+        timeout=timeout,
         checkpoints=checkpoints,
         should_stop=stop,
     )
@@ -95,7 +96,7 @@ def run_population(
     amp_dtype: torch.dtype,
     penalty: PenaltyConfig,
     device_label: str,
-    deadline: float | None = None,
+    timeout: float | None = None,
     should_prune: Sequence[Callable[[int, float], bool]] | None = None,
     n_reports: int = 10,
 ) -> list[TrialOutcome]:
@@ -105,7 +106,7 @@ def run_population(
     population's size (:data:`search.core._record.POPULATION`); ``train_seconds`` is what the member
     really cost, the population's wall time divided by K. Arguments as for :func:`run_trial`, except
     ``should_prune``: one callable per setting, each asked at the same sparse checkpoints; a pruned
-    member stops there (its weights and scale freeze) while the others go on. ``deadline`` applies
+    member stops there (its weights and scale freeze) while the others go on. ``timeout`` applies
     to the whole population: past it, every member fails with :class:`~search.training._trainer.TrialTimeout`.
 
     Raises:
@@ -127,7 +128,7 @@ def run_population(
         scaler_configs,
         steps=steps,
         amp_dtype=amp_dtype,
-        deadline=deadline,
+        timeout=timeout,
         checkpoints=checkpoints,
         should_stop=stop,
     )

@@ -62,7 +62,7 @@ def train_population(
     epochs: int = 0,
     steps: int | None = None,
     amp_dtype: torch.dtype = torch.float16,
-    deadline: float | None = None,
+    timeout: float | None = None,
     checkpoints: tuple[int, ...] = (),
     should_stop: Callable[[int, int, float], bool] | None = None,
 ) -> list[TrainResult]:
@@ -78,8 +78,8 @@ def train_population(
         epochs: Passes over the data (full-batch tasks: optimizer steps).
         steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast.
-        deadline: ``time.perf_counter()`` value after which :class:`~search.training._trainer.TrialTimeout`
-            is raised for the whole population.
+        timeout: Seconds of the population's own training (after the shared references) after
+            which :class:`~search.training._trainer.TrialTimeout` is raised for the whole population.
         checkpoints: Steps after which ``should_stop`` is asked, for every member still training.
         should_stop: ``should_stop(member, step, loss)``; True stops that member there (its weights
             and scale freeze, its curves end; ``stopped_early`` in its result), as the trainer's
@@ -101,6 +101,7 @@ def train_population(
     fp32_zeros = fp32_zero_fraction(problem, epochs, steps)
     initial = initial_evaluation(problem) if mode != LAST_STEP else None
     start = time.perf_counter()
+    deadline = None if timeout is None else start + timeout
     k = len(configs)
     inputs, targets = problem.inputs, problem.targets
     device = inputs.device

@@ -92,7 +92,7 @@ class TrainResult:
 
 
 class TrialTimeout(Exception):
-    """Raised between steps when a run passes its deadline."""
+    """Raised between steps when a run has trained longer than its timeout."""
 
 
 def run_steps(problem: Problem, epochs: int, steps: int) -> int:
@@ -148,7 +148,7 @@ def train(
     epochs: int = 0,
     steps: int | None = None,
     amp_dtype: torch.dtype | None = torch.float16,
-    deadline: float | None = None,
+    timeout: float | None = None,
     checkpoints: tuple[int, ...] = (),
     should_stop: Callable[[int, float], bool] | None = None,
 ) -> TrainResult:
@@ -165,7 +165,9 @@ def train(
         steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast; None trains in fp32
             without autocast (the reference of :func:`fp32_zero_fraction`).
-        deadline: ``time.perf_counter()`` value after which :class:`TrialTimeout` is raised.
+        timeout: Seconds of this run's own training after which :class:`TrialTimeout` is raised
+            between steps; the clock starts after the shared references (the fp32 run and the
+            initial evaluation), which only the process's first trial pays.
         checkpoints: Steps after which ``should_stop`` is asked (pruning). Each costs a sync.
         should_stop: ``should_stop(step, loss)``; returning True ends training there.
 
@@ -176,6 +178,7 @@ def train(
     fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
     initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
     start = time.perf_counter()
+    deadline = None if timeout is None else start + timeout
     inputs, targets = problem.inputs, problem.targets
     device_type = inputs.device.type
     plan = batch_plan(problem, epochs, steps)

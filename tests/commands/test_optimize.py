@@ -167,6 +167,16 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
     assert len(failed) == 2 and all("TrialTimeout" in t.user_attrs["fail_reason"] for t in failed)
 
 
+
+def test_trial_timeout_leaves_out_the_first_trials_shared_references(tmp_path):
+    """10 steps of ~50 ms: a trial trains ~0.5 s, under the 0.9 s limit, but the first trial also pays
+    the fp32 reference run (another ~0.5 s) that every trial shares; that is not its own time."""
+    args = ["--trials", "5", "--task", "tasks_for_tests:slow", "--epochs", "10", "--trial-timeout", "0.9", "--quiet"]
+    proc = run_cli(args, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
+    assert len(trials) == 5 and {t.state for t in trials} == {TrialState.COMPLETE}, [t.user_attrs for t in trials]
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
     proc = start_cli(["--trials", "50", "--task", "tasks_for_tests:slow"], tmp_path)

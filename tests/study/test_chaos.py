@@ -109,7 +109,7 @@ def running_sampled_with_heartbeat(url: str) -> int:
 
 def test_hard_restart_mid_run_under_two_workers(own_postgres: OwnPostgres, tmp_path):
     """``pg_ctl stop -m immediate`` (every session cut, no checkpoint), 3 s down, then start: ridden out."""
-    url, n = own_postgres.url, 20
+    url, n = own_postgres.url, 14
     proc = start_cli(["--trials", str(n), "--workers", "2", "--storage", url, *FAST], tmp_path)
     try:
         wait_until(lambda: len(completed(url)) >= 8, what="8 trials before the restart")
@@ -130,7 +130,7 @@ def test_hard_restart_mid_run_under_two_workers(own_postgres: OwnPostgres, tmp_p
 def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgres: OwnPostgres, tmp_path):
     """Down longer than --storage-retry: exit 1 with one line, once (two workers and the parent), then
     the command it prints resumes the study once the server is back."""
-    url, n = own_postgres.url.replace("postgres@", "postgres:hunter2@"), 20  # Trust: any password works.
+    url, n = own_postgres.url.replace("postgres@", "postgres:hunter2@"), 12  # Trust: any password works.
     args = ["--trials", str(n), "--workers", "2", "--storage", url, "--storage-retry", "2"]
     proc = start_cli([*args, "--heartbeat-interval", "1", *FAST], tmp_path)
     try:

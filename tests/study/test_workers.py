@@ -96,12 +96,12 @@ def test_devices_flag_is_bad_input_without_cuda(tmp_path):
 
 
 def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
-    proc = run_process(["--trials", "40", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
+    proc = run_process(["--trials", "30", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "locked" not in proc.stderr and "Traceback" not in proc.stderr
     assert "4 workers" in proc.stdout
     trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", "seed-mlp")
-    assert_study_is_sound(trials, 40, 4)
+    assert_study_is_sound(trials, 30, 4)
     assert not [t for t in trials if t.state == TrialState.FAIL]
     assert len({t.user_attrs["worker"] for t in trials}) >= 2  # Several processes really wrote trials.
 
@@ -136,7 +136,7 @@ def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
 
 
 def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
-    proc = start_cli(["--trials", "10", "--task", SLOW, "--workers", "2", "--epochs", "30"], tmp_path)
+    proc = start_cli(["--trials", "7", "--task", SLOW, "--workers", "2", "--epochs", "30"], tmp_path)
     pid = wait_for_mid_trial_pid(tmp_path)
     assert pid != proc.pid
     os.kill(pid, signal.SIGTERM)  # One worker only; the parent and the other worker go on.
@@ -144,7 +144,7 @@ def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
     assert proc.returncode == 0, err
     assert "worker" in err and "exited with 143" in err and "Traceback" not in err
     trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY)
-    assert_study_is_sound(trials, 10, 2)
+    assert_study_is_sound(trials, 7, 2)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].user_attrs["fail_reason"] == "interrupted (SIGTERM)"
 
@@ -163,7 +163,7 @@ def test_hosts_starting_at_the_same_second_enqueue_baselines_once(postgres_url, 
 
 def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tmp_path):
     """kill -9 one of two hosts mid-baseline: the other fails its trial (heartbeat) and re-runs it."""
-    args = ["--trials", "10", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
+    args = ["--trials", "7", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
     procs = {p.pid: p for p in (start_cli(args, tmp_path), start_cli(args, tmp_path))}
     victim = wait_for_mid_trial_pid(tmp_path)
     running = [t for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.RUNNING]
@@ -174,7 +174,7 @@ def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tm
     _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err
     trials = trials_of(postgres_url, SLOW_STUDY)
-    assert_study_is_sound(trials, 10, 2)
+    assert_study_is_sound(trials, 7, 2)
     assert completed_before <= {t.number for t in trials if t.state == TrialState.COMPLETE}
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].number in {t.number for t in running}
@@ -189,7 +189,7 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
     """The database refuses connections and drops every session for 4 s, twice: nothing is lost."""
     name = postgres_url.rsplit("/", 1)[1]
     url = postgres_url.replace("postgres@", "postgres:hunter2@")  # Trust auth: any password works.
-    proc = start_cli(["--trials", "14", "--task", SLOW, "--workers", "2", "--storage", url], tmp_path)
+    proc = start_cli(["--trials", "10", "--task", SLOW, "--workers", "2", "--storage", url], tmp_path)
     admin = sqlalchemy.create_engine(POSTGRES_ADMIN, isolation_level="AUTOCOMMIT")
     seen_complete: set[int] = set()
     try:
@@ -220,14 +220,14 @@ def test_workers_ride_out_a_database_outage(postgres_url, tmp_path):
     trials = trials_of(postgres_url, SLOW_STUDY)
     assert seen_complete <= {t.number for t in trials if t.state == TrialState.COMPLETE}
     finished = [t for t in trials if t.state == TrialState.COMPLETE]
-    assert 14 <= len(finished) <= 15 and not [t for t in trials if t.state == TrialState.RUNNING]
+    assert 10 <= len(finished) <= 11 and not [t for t in trials if t.state == TrialState.RUNNING]
     assert sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs) == TAGS
 
 
 def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tmp_path):
     """On a shared database a sampled trial is RUNNING with a heartbeat while it trains: kill -9 its
     host mid-trial and the live host fails it and re-runs the same params."""
-    args = ["--trials", "12", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
+    args = ["--trials", "9", "--task", SLOW, "--storage", postgres_url, "--heartbeat-interval", "1"]
     procs = [start_cli(args, tmp_path), start_cli(args, tmp_path)]
     deadline = time.time() + 120
     while time.time() < deadline:  # Past the five baselines: from now on, trials are sampled.
@@ -248,7 +248,7 @@ def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres
     _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err
     trials = trials_of(postgres_url, SLOW_STUDY)
-    assert_study_is_sound(trials, 12, 2)
+    assert_study_is_sound(trials, 9, 2)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert len(failed) == 1 and failed[0].number in {t.number for t in running}
     assert "baseline" not in failed[0].user_attrs  # A sampled trial, not a queued one.

@@ -1,4 +1,5 @@
 import math
+import time
 
 import pytest
 import torch
@@ -79,9 +80,32 @@ def test_bfloat16_runs(problem):
     assert r.steps == 5 and r.weights_finite
 
 
-def test_deadline_stops_between_steps(problem):
+def test_timeout_stops_between_steps(problem):
     with pytest.raises(TrialTimeout):
-        train(problem, DEFAULT, epochs=30, deadline=0.0)
+        train(problem, DEFAULT, epochs=30, timeout=1e-9)
+
+
+@pytest.mark.parametrize("population", [False, True], ids=["trial", "population"])
+def test_timeout_does_not_count_the_shared_fp32_reference(problem, monkeypatch, population):
+    """--trial-timeout limits a trial's own training: the fp32 reference run, which the process's
+    first trial computes for all, is outside it (it used to fail the first trial of each process)."""
+    from search.training import _population, _trainer, train_population
+
+    real = _trainer.fp32_zero_fraction
+
+    def slow_reference(*args, **kwargs):
+        time.sleep(0.6)  # a reference far longer than the limit below
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_trainer, "fp32_zero_fraction", slow_reference)
+    monkeypatch.setattr(_population, "fp32_zero_fraction", slow_reference)
+    start = time.perf_counter()
+    if population:
+        (result,) = train_population(problem, [DEFAULT], epochs=3, timeout=0.5)
+    else:
+        result = train(problem, DEFAULT, epochs=3, timeout=0.5)
+    assert time.perf_counter() - start > 0.6  # the reference really ran before the trial's clock
+    assert result.steps == 3 and result.train_seconds < 0.5
 
 
 def test_should_stop_is_asked_only_at_checkpoints(problem):
