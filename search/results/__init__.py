@@ -10,7 +10,8 @@
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
 * ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
-* ``_summary``: the end-of-run table and its JSON.
+* ``_summary``: the end-of-run table and its JSON;
+* ``_paste``: the snippet a user pastes to train with given settings, per framework.
 
 Reads finished trials only and never imports torch (``tests/test_layering.py``).
 """
@@ -61,5 +62,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "summarize_confirmation",
         ),
         "_summary": ("format_summary", "summarize", "trial_row", "write_best_json"),
+        "_paste": ("paste_lines",),
     },
 )
