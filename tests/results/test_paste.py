@@ -162,6 +162,14 @@ def test_lightning_refuses_precision_next_to_the_plugin():
         _lightning_trainer(paste_lines(ODD, "cpu")["lightning"], precision="16-mixed")
 
 
+def test_lightning_names_come_from_one_package():
+    """pytorch_lightning has its own classes: its Trainer refuses the snippet's lightning.pytorch plugin."""
+    pytorch_lightning = _need("pytorch_lightning")
+    flags = _run(paste_lines(ODD, "cpu")["lightning"].replace("trainer = Trainer(", "flags = dict("))["flags"]
+    with pytest.raises(Exception, match="Found invalid type for plugin"):
+        pytorch_lightning.Trainer(accelerator="cpu", devices=1, logger=False, **flags)
+
+
 def test_lightning_plain_precision_flag_has_no_scaler_on_cpu():
     """Why even the default snippet uses the plugin: the flag alone turns fp16 into bf16 on CPU."""
     _need("lightning")
@@ -221,3 +229,8 @@ def test_hf_trainer_hands_the_handler_to_accelerate_on_cpu(tmp_path, fresh_accel
     trainer = trainer_class(model=_Tiny(), args=_training_args(tmp_path))
     assert trainer.accelerator.scaler is None
     assert trainer.accelerator.scaler_handler.to_kwargs() == dict(zip(PARAM_NAMES, _expected(ODD)))
+
+
+def test_a_missing_framework_fails_naming_the_install_command():
+    with pytest.raises(pytest.fail.Exception, match=r"pip install -e '\.\[dev\]'"):
+        _need("no_such_framework_here")
