@@ -49,11 +49,13 @@ from search.core import (
 )
 from search.results import (
     DEFAULT_TOLERANCE,
-    Recommendation,
+    FRAMEWORKS,
     collect_runs,
     confirmation_data,
     format_confirmation,
-    recommend,
+    format_verdict,
+    summarize,
+    summarize_confirmation,
 )
 from search.storage import (
     StorageError,
@@ -107,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         "on the search's own data)",
     )
     add("--json", metavar="PATH", default=None, help="write the confirmation's numbers as JSON")
+    add(
+        "--paste",
+        choices=tuple(FRAMEWORKS),
+        default="torch",
+        help="whose line the verdict shows: " + ", ".join(FRAMEWORKS) + " [torch]",
+    )
     add("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -223,20 +231,24 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     print()
     print(format_confirmation(seeds, stats, settings, plan.baselines))
     data = confirmation_data(seeds, stats, corners)
-    rec = recommend(plan.trials, settings.space, args.tolerance / 100, confirmation=data)
-    if rec is not None and rec.together_check != "none":
-        print()
-        print("  " + _together_sentence(rec))
+    # The verdict now, from the same summary search.optimize prints (and the study's dashboard note,
+    # rewritten here): after confirmation, every output of the study says the same.
+    study = optuna.load_study(study_name=plan.study_name, storage=storage)
+    summary = summarize(study, settings.space, summarize_confirmation(storage, plan.study_name), plan.trials)
+    summary["storage"] = mask_url(url)
+    print()
+    print("\n".join(format_verdict(summary, args.paste)))
+    from search.publishing import publish  # Plotly: only once the runs are done.
+
+    try:
+        publish(study, plan.trials, summary)
+    except Exception as e:  # The runs are stored; only the dashboard's note is behind.
+        _note(f"warning: dashboard note not updated: {redact(first_line(e), url)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2, allow_nan=False)
             f.write("\n")
     return 0
-
-
-def _together_sentence(rec: Recommendation) -> str:
-    """The recommendation's sentence on the ranges that are safe together."""
-    return next(r for r in rec.reasons if "safe together" in r)
 
 
 if __name__ == "__main__":

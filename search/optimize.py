@@ -31,7 +31,7 @@ from search.core import (
     load_settings,
     raise_pending,
 )
-from search.results import format_summary, write_best_json
+from search.results import FRAMEWORKS, format_summary, write_best_json
 from search.storage import StorageError, StorageUnreachable, first_line, mask_url, redact
 from search.study import (
     DevicePlanError,
@@ -149,7 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume a study even if its recorded settings differ",
     )
-    add("--best-out", metavar="PATH", default=None, help="write the summary and best params as JSON")
+    add("--best-out", metavar="PATH", default=None, help="write the summary, the verdict and every framework's line as JSON")
+    add(
+        "--paste",
+        choices=tuple(FRAMEWORKS),
+        default="torch",
+        help="whose line the verdict shows: " + ", ".join(f"{k} ({v})" for k, v in FRAMEWORKS.items()) + " [torch]",
+    )
     add("--quiet", action="store_true", help="no progress bar")
     # ArgumentDefaultsHelpFormatter would print "None" for flags whose defaults live in config.
     p.formatter_class = argparse.HelpFormatter
@@ -221,7 +227,7 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
         if args.best_out:  # Before printing: a reader that went away (| head -1) must not cost the file.
             write_best_json(outcome.summary, args.best_out)
         print(outcome.headline)
-        print(format_summary(outcome.summary))
+        print(format_summary(outcome.summary, args.paste))
     if outcome.error is not None:
         return session.fail(outcome.error, outcome.code)
     return outcome.code

@@ -4,7 +4,8 @@
 * ``_format``: settings as people read them (a value, a range, a point, a list of trials);
 * ``_safe_ranges``: per setting, the good trials' range, the bad trials inside it, idle settings;
 * ``_landscape``: the trials in the space of octaves: coordinates, distance, depth, support;
-* ``_recommendation``: the deepest good trial or PyTorch's default, step by step;
+* ``_minimal``: the minimal change: settings that did not act in a run put back to PyTorch's defaults;
+* ``_recommendation``: the verdict and its setting: the deepest good trial or PyTorch's default, step by step;
 * ``_reasons``: the recommendation's reasons, sentence by sentence;
 * ``_verdict``: what confirmation runs say of a setting against the default;
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
@@ -36,7 +37,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_format": ("format_point", "format_range", "format_value", "trial_list"),
         "_safe_ranges": ("SafeRange", "idle_settings", "safe_ranges"),
         "_landscape": ("MIN_SUPPORT", "Landscape", "coordinates", "depth_of", "octave_distance"),
-        "_recommendation": ("DEFAULT_MARGIN", "Recommendation", "recommend"),
+        "_minimal": ("PYTORCH_DEFAULT", "changed_settings", "minimal_change"),
+        "_recommendation": ("DEFAULT_MARGIN", "VERDICTS", "Recommendation", "recommend"),
         "_reasons": ("deepest_reasons", "keep_default_reason", "nearest_reason", "nothing_safe_reason"),
         "_verdict": ("confirmation_verdict",),
         "_together": (
@@ -61,7 +63,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "paired_test",
             "summarize_confirmation",
         ),
-        "_summary": ("format_summary", "summarize", "trial_row", "write_best_json"),
-        "_paste": ("paste_lines",),
+        "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
+        "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),
     },
 )

@@ -336,7 +336,7 @@ def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
 def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
     paired = _comparison(seeds, stats, label)
     if paired is None:
-        return [f"  verdict: nothing to compare ({label.strip()} or the default is missing)"]
+        return [f"  paired test: nothing to compare ({label.strip()} or the default is missing)"]
     c = paired.comparison
     best, mean_diff, p, t = c["best_label"], c["mean_diff"], c["p"], c["t"]
     lines = []
@@ -346,7 +346,7 @@ def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
             "on its seed (ties go to the earliest trial)"
         )
     if mean_diff is None or paired.n < 2:
-        return lines + [f"  verdict: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
+        return lines + [f"  paired test: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
     default = next(s for s in stats if s.candidate["label"] == DEFAULT_LABEL)
     _, spread = _mean_sd([default.values[x] for x in seeds if x in default.values])
     sd_text = f" ± {paired.sd_diff:.3g} (sd)" if paired.sd_diff is not None else ""
@@ -358,23 +358,23 @@ def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
     t_text = f"t = {t:.2f}, " if t is not None else ""
     if paired.tie:
         lines.append(
-            f"  verdict: {best} and the default tie on every seed "
+            f"  paired test: {best} and the default tie on every seed "
             "(identical objective; no test needed, p = 1)"
         )
     elif c["better_beyond_noise"]:
         lines.append(
-            f"  verdict: {best} is better than the default beyond noise "
+            f"  paired test: {best} is better than the default beyond noise "
             f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test)"
         )
     elif c["worse_beyond_noise"]:
         lines.append(
-            f"  verdict: the default is better than {best} beyond noise "
+            f"  paired test: the default is better than {best} beyond noise "
             f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test): keep the default"
         )
     else:
         p_text = f"p={p:.3g}" if p is not None else "p undefined"
         lines.append(
-            f"  verdict: {best} is not distinguishable from the default "
+            f"  paired test: {best} is not distinguishable from the default "
             f"({t_text}{p_text}, two-sided paired t-test)"
         )
     return lines

@@ -29,7 +29,16 @@ from __future__ import annotations
 from search.core import DEFAULT_BASELINE, PARAM_NAMES, SEED_BASELINES, ScalerConfig
 from search.core._scaler_config import _pretty_scale, _shortest
 
-__all__ = ["paste_lines"]
+__all__ = ["FRAMEWORKS", "paste_lines", "scaler_line"]
+
+# The frameworks paste_lines writes for, in its order, with the names people know them by.
+FRAMEWORKS = {
+    "torch": "plain PyTorch (torch.amp.GradScaler)",
+    "fsdp": "FSDP (ShardedGradScaler)",
+    "accelerate": "Hugging Face Accelerate",
+    "lightning": "Lightning",
+    "hf_trainer": "the Hugging Face Trainer",
+}
 
 # PyTorch's defaults (torch/amp/grad_scaler.py): 2.0**16, 2.0, 0.5, 2000.
 _PYTORCH_DEFAULT: ScalerConfig = dict(SEED_BASELINES)[DEFAULT_BASELINE]
@@ -62,6 +71,11 @@ def paste_lines(config: ScalerConfig, device_type: str = "cuda") -> dict[str, st
         "lightning": _lightning(keywords, device_type),
         "hf_trainer": _hf_trainer(keywords, device_type),
     }
+
+
+def scaler_line(config: ScalerConfig, device_type: str = "cuda") -> str:
+    """The one ``torch.amp.GradScaler(...)`` expression of ``config``, naming only what differs from the defaults."""
+    return _grad_scaler(_keywords(config), device_type)
 
 
 def _keywords(config: ScalerConfig) -> list[str]:

@@ -8,6 +8,7 @@ the wording stays in one place.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial
@@ -21,11 +22,14 @@ def _depth_text(depth: float) -> str:
     return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"
 
 
-def nothing_safe_reason(best: FrozenTrial) -> str:
-    """Why the best trial is shown although no trial is safe."""
+def nothing_safe_reason(best: FrozenTrial, done: list[FrozenTrial]) -> str:
+    """Why no setting is safe: how the completed trials failed, and what the best one is worth."""
+    codes = Counter(t.user_attrs.get(FAILURE) or "no failure code" for t in done)
+    how = ", ".join(f"{n} {code}" for code, n in codes.most_common())
     return (
-        f"The best trial (#{best.number}) failed ({best.user_attrs.get(FAILURE)}) and no trial is "
-        "safe: it is shown only as the best found; look at the safe ranges before using anything."
+        f"No setting is safe here: no trial is good ({how}). The lowest objective, trial #{best.number} "
+        f"({best.user_attrs.get(FAILURE)}), is shown only as the best found, not as a setting to use; "
+        "look at where the failures lie before using anything."
     )
 
 

@@ -10,7 +10,10 @@ objective such as deep-mlp's it can land well outside the tolerance). When PyTor
 the default". When confirmation runs on new seeds exist (``search.confirm``), they decide
 (:mod:`search.results._verdict`): a default that is significantly better than the recommended
 setting overturns it, and a recommended setting that is not significantly better than a good
-default is not worth a change. Last come the ranges safe together around the answer
+default is not worth a change. The setting is the *minimal change* (:mod:`search.results._minimal`):
+the trial's settings that did not act in its run are PyTorch's defaults, which run it step for
+step the same; a trial that differs from the default only in such settings means "keep the default".
+The verdict is one of :data:`VERDICTS`. Last come the ranges safe together around the answer
 (:mod:`search.results._together`).
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from optuna.trial import FrozenTrial
@@ -33,11 +36,14 @@ from search.core import (
     scaler_config,
 )
 from search.results._landscape import MIN_SUPPORT, Landscape
+from search.results._minimal import changed_settings, minimal_change
+from search.results._paste import scaler_line
 from search.results._reasons import deepest_reasons, keep_default_reason, nearest_reason, nothing_safe_reason
 from search.results._together import candidate_box, judge_boxes, together_text
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
 from search.results._verdict import confirmation_verdict
 
+VERDICTS = ("keep-default", "change", "none-safe")  # The answer's one word, in every output.
 DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
 _SEED_DEFAULT = SEED_BASELINES[0][1]  # PyTorch's default GradScaler settings (baseline seed-1).
 
@@ -47,7 +53,8 @@ class Recommendation:
     """A robust GradScaler setting and why it was chosen.
 
     Attributes:
-        config: The recommended settings (PyTorch's default when ``keep_default``).
+        config: The settings to use: PyTorch's default when ``keep_default``, else the minimal change
+            (``source_trial``'s settings, those that did not act in its run at their defaults).
         source_trial: The measured trial whose values it is, or the default's trial. When
             confirmation runs turn the answer to the default (``keep_default`` with ``confirmed``),
             the trial they tested against it; ``depth``, ``nearest_bad``, ``edge`` and
@@ -80,6 +87,9 @@ class Recommendation:
         together_trials: Numbers of the study's trials inside ``together`` (or the candidate).
         device_type: The device type of the ``GradScaler`` line.
         reasons: The explanation, sentence by sentence.
+        reset: Per setting of ``source_trial`` put back to PyTorch's default because it did not act
+            in its run, why (:func:`~search.results._minimal.minimal_change`).
+        safe: False when no trial is good: ``config`` is then only the lowest objective found.
     """
 
     config: ScalerConfig
@@ -100,11 +110,23 @@ class Recommendation:
     together_check: str = "none"
     together_failed: tuple[dict[str, Any], ...] = field(default=())
     together_trials: tuple[int, ...] = field(default=())
+    reset: dict[str, str] = field(default_factory=dict)
+    safe: bool = True
+
+    @property
+    def verdict(self) -> str:
+        """``keep-default``, ``change`` or ``none-safe`` (:data:`VERDICTS`)."""
+        return "none-safe" if not self.safe else "keep-default" if self.keep_default else "change"
+
+    @property
+    def changed(self) -> tuple[str, ...]:
+        """The settings the answer changes from PyTorch's defaults (none for keep-default and none-safe)."""
+        return changed_settings(self.config) if self.verdict == "change" else ()
 
     @property
     def code(self) -> str:
-        """The ready ``torch.amp.GradScaler(...)`` line."""
-        return self.config.as_code(self.device_type)
+        """The ready ``torch.amp.GradScaler(...)`` expression, naming only the settings that differ from the defaults."""
+        return scaler_line(self.config, self.device_type)
 
     @property
     def text(self) -> str:
@@ -114,6 +136,9 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """Plain data for JSON."""
         return {
+            "verdict": self.verdict,
+            "changed": list(self.changed),
+            "reset": dict(self.reset),
             "init_scale": self.config.init_scale,
             "growth_factor": self.config.growth_factor,
             "backoff_factor": self.config.backoff_factor,
@@ -206,11 +231,13 @@ def recommend(
             best_trial=best.number,
             confirmed=None,
             device_type=device,
-            reasons=(nothing_safe_reason(best),),
+            reasons=(nothing_safe_reason(best, done),),
+            safe=False,
         )
 
     choice = _choose(landscape, default)
     depth, nearest = landscape.depths[choice.source.number]
+    reset: dict[str, str] = {}
     if choice.keep_default:
         assert default is not None
         reasons = [keep_default_reason(default, best, landscape, choice.deepest, DEFAULT_MARGIN, tolerance)]
@@ -219,13 +246,23 @@ def recommend(
         reasons = deepest_reasons(
             landscape, best, choice.deepest, default, choice.default_depth, DEFAULT_MARGIN, tolerance
         )
-        config = _measured_config(landscape.values[choice.deepest.number], space)
+        measured = _measured_config(landscape.values[choice.deepest.number], space)
+        config, reset = minimal_change(choice.deepest, measured)
+        if reset:
+            reasons.append(_reset_sentence(choice.deepest, reset))
+        if not changed_settings(config):
+            reasons.append(
+                f"Trial #{choice.deepest.number} is PyTorch's default"
+                + ("" if choice.deepest is default else " in every setting that acted in its run")
+                + ": keep the default."
+            )
+            choice = replace(choice, keep_default=True)
     if nearest is not None:
         reasons.append(nearest_reason(landscape, nearest, params))
 
     keep_default, confirmed = choice.keep_default, None
     if confirmation is not None and not keep_default:
-        confirmed, to_default, sentences = _weigh_confirmation(confirmation, config, space, choice.default_depth)
+        confirmed, to_default, sentences = _weigh_confirmation(confirmation, config, space)
         reasons += sentences
         if to_default:
             keep_default, config = True, _SEED_DEFAULT
@@ -251,6 +288,19 @@ def recommend(
         together_check=together.check,
         together_failed=tuple(together.failed),
         together_trials=together.inside,
+        reset=reset if not keep_default else {},
+    )
+
+
+def _reset_sentence(trial: FrozenTrial, reset: dict[str, str]) -> str:
+    """Which of the trial's settings the answer leaves at PyTorch's defaults, and why they did not act."""
+    by_reason: dict[str, list[str]] = {}
+    for param, reason in reset.items():
+        by_reason.setdefault(reason, []).append(param)
+    parts = "; ".join(f"{' and '.join(params)}: {reason}" for reason, params in by_reason.items())
+    return (
+        f"Settings that did not act in trial #{trial.number}'s run stay at PyTorch's defaults, which run it "
+        f"the same, step for step ({parts})."
     )
 
 
@@ -283,13 +333,11 @@ def _measured_config(values: dict[str, float], space: SpaceConfig) -> ScalerConf
     return as_config(full)
 
 
-def _weigh_confirmation(
-    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig, default_depth: float | None
-) -> tuple[str | None, bool, list[str]]:
+def _weigh_confirmation(confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig) -> tuple[str | None, bool, list[str]]:
     """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
 
-    An overturned setting gives way to the default; so does one not better than a default that was
-    good in the search. One not better than a default that failed or fell behind stands, unconfirmed.
+    An overturned setting gives way to the default, and so does one that new seeds do not find
+    better beyond noise: a change is worth making only when it measurably helps.
     """
     verdict = confirmation_verdict(confirmation, config, space)
     if verdict is None:
@@ -297,13 +345,8 @@ def _weigh_confirmation(
     confirmed, sentence = verdict
     if confirmed == "overturned":
         return confirmed, True, [sentence]
-    if confirmed == "not better" and default_depth is not None:
-        return confirmed, True, [sentence, "The default is good in the search too: keep the default."]
     if confirmed == "not better":
-        return confirmed, False, [
-            sentence,
-            "The default failed or fell behind in the search, so the recommendation stands, unconfirmed.",
-        ]
+        return confirmed, True, [sentence, "Keep the default."]
     return confirmed, False, [sentence]
 
 

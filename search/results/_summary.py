@@ -28,6 +28,7 @@ from search.core import (
 )
 from search.results._format import format_range
 from search.results._landscape import MIN_SUPPORT
+from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
 
@@ -85,6 +86,7 @@ def summarize(
         rec = recommend(group, space, device_type=kind, confirmation=confirmation)
         if rec is not None:
             data = rec.to_dict()
+            data["paste"] = paste_lines(rec.config, kind) if rec.safe else {}
             data["n_good"] = len(good_trials(group))
             data["best_ties"] = max(0, len(good_trials(group, DEFAULT_TIE_TOLERANCE)) - 1)
             recommended[kind] = data
@@ -103,8 +105,12 @@ def summarize(
         for t in complete
         if t.datetime_complete and t.datetime_start
     ]
+    # The answer of the device most trials ran on: the one a --best-out reader acts on.
+    primary = max(recommended, key=lambda kind: (len(by_device[kind]), kind), default=None)
     return {
         "study_name": study.study_name,
+        "verdict": recommended[primary]["verdict"] if primary else None,
+        "paste": recommended[primary]["paste"] if primary else {},
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
         "best": best_by_device,
         "recommended": recommended,
@@ -131,8 +137,13 @@ def _num(value: Any, fmt: str = ".4f") -> str:
     return format(value, fmt)
 
 
-def format_summary(data: dict[str, Any]) -> str:
-    """Renders :func:`summarize` output as the text printed at the end of a run."""
+def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
+    """Renders :func:`summarize` output as the text printed at the end of a run.
+
+    Args:
+        data: :func:`summarize` output.
+        framework: Whose line the verdict shows (a key of :data:`~search.results._paste.FRAMEWORKS`).
+    """
     lines = [f"Study {data['study_name']!r}"]
     states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
     lines.append(f"  trials: {states or 'none'}")
@@ -161,14 +172,7 @@ def format_summary(data: dict[str, Any]) -> str:
     for tag, row in data["baselines"].items():
         lines.append(line(tag, row))
     lines.append("")
-    for kind, rec in data.get("recommended", {}).items():
-        where = "" if len(data["best"]) == 1 else f" on {kind}"
-        label = "keep the default" if rec["keep_default"] else "recommended" if rec["n_good"] else "no safe setting; best found"
-        lines.append(f"  {label}{where}: {rec['code']}")
-        lines.append("    " + _recommendation_reason(rec, data["best"][kind], _command("report", data)))
-        together = _together_line(rec, _command("confirm", data))
-        if together:
-            lines.append("    " + together)
+    lines += format_verdict(data, framework)
     default = data["baselines"].get(DEFAULT_BASELINE)
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
@@ -189,6 +193,23 @@ def format_summary(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
+    """The summary's verdict lines (per device: the verdict, why, the line to paste, ranges safe together).
+
+    ``search.optimize`` prints them inside the summary and ``search.confirm`` after its table, from
+    the same :func:`summarize` data, so the two never disagree.
+    """
+    lines = []
+    for kind, rec in data.get("recommended", {}).items():
+        where = "" if len(data["best"]) == 1 else f" on {kind}"
+        reason = _recommendation_reason(rec, data["best"][kind], _command("report", data))
+        lines += _verdict_lines(rec, where, framework, reason)
+        together = _together_line(rec, _command("confirm", data))
+        if together:
+            lines.append("    " + together)
+    return lines
+
+
 DEFAULT_STORAGE = DEFAULTS.run.storage
 STALE_REASON = "worker stopped (no heartbeat)"
 
@@ -198,6 +219,22 @@ def _command(name: str, data: dict[str, Any]) -> str:
     storage = data.get("storage")
     where = f" --storage {storage}" if storage and storage != DEFAULT_STORAGE else ""
     return f"python -m search.{name}{where} --study-name {data['study_name']}"
+
+
+def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str) -> list[str]:
+    """The verdict and why, then the line to paste for ``framework`` and how to get another framework's."""
+    verdict = rec["verdict"]
+    if verdict == "none-safe":
+        return [f"  verdict{where}: no setting is safe here, nothing to paste", f"    {reason}"]
+    what = "keep the default" if verdict == "keep-default" else f"change {', '.join(rec['changed'])}"
+    others = "|".join(name for name in FRAMEWORKS if name != framework)
+    return [
+        f"  verdict{where}: {what}",
+        f"    {reason}",
+        f"    for {FRAMEWORKS[framework]}:",
+        *(f"      {line}" if line else "" for line in rec["paste"][framework].splitlines()),
+        f"    --paste {others} prints another framework's line; search.optimize --best-out writes them all to JSON",
+    ]
 
 
 def _together_line(rec: dict[str, Any], confirm: str) -> str:
@@ -229,6 +266,11 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
         why = (
             f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), was "
             f"{rec['confirmed']} on new seeds against the default; {_default_status(rec)}"
+        )
+    elif rec["keep_default"] and rec["source_trial"] != rec["default_trial"]:
+        why = (
+            f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), differs from "
+            "the default only in settings that did not act in its run"
         )
     elif rec["keep_default"]:
         why = f"seed-1 (#{rec['source_trial']}) is good here and {margin}"

@@ -114,3 +114,35 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
         assert plain(point) == "none", point
     for failed in rec.together_failed:
         assert plain(failed["point"]) == failed["failure"], failed
+
+
+def test_after_confirmation_every_output_gives_the_same_verdict(default_run):
+    """search.confirm's verdict, the summary search.optimize prints again, --best-out, the dashboard note
+    (rewritten by confirm) and the report all say the same, from the same confirmation runs."""
+    import json
+
+    from optuna_dashboard import get_note
+
+    confirm = run_cli(["--quiet"], default_run, module="search.confirm")  # runs nothing: all stored
+    assert confirm.returncode == 0, confirm.stderr
+    assert "this run: nothing to run" in confirm.stdout
+    verdict_block = confirm.stdout[confirm.stdout.index("  verdict: ") :].rstrip("\n")
+    again = run_cli(["--trials", "100", "--quiet", "--best-out", "best.json"], default_run)
+    assert again.returncode == 0, again.stderr
+    assert verdict_block in again.stdout
+    note = get_note(optuna.load_study(storage=f"sqlite:///{default_run / 'study.db'}", study_name="seed-mlp"))
+    assert verdict_block in note
+    best = json.loads((default_run / "best.json").read_text())
+    verdict = best["verdict"]
+    assert verdict in ("keep-default", "change")  # seed-mlp: the default is good, no run needs "none-safe"
+    first = verdict_block.splitlines()[0]
+    report = run_cli(["--study-name", "seed-mlp", "--out", "report.html"], default_run, module="search.report")
+    assert report.returncode == 0, report.stderr
+    page = (default_run / "report.html").read_text()
+    if verdict == "keep-default":
+        assert first == "  verdict: keep the default" and "Verdict: keep PyTorch&#x27;s default" in page
+        assert best["paste"]["torch"].endswith('scaler = torch.amp.GradScaler("cpu")')
+    else:
+        changed = ", ".join(best["recommended"]["cpu"]["changed"])
+        assert first == f"  verdict: change {changed}" and f"Verdict: change {changed}" in page
+        assert best["recommended"]["cpu"]["confirmed"] == "confirmed"  # only a change new seeds found better

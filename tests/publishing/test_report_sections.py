@@ -118,8 +118,13 @@ def test_every_section_from_a_real_study(study_dir):
     assert re.match(
         r"init_scale from 2\^-?[\d.]+ to 2\^[\d.]+ is safe for this task", data["safe_ranges"][0]["text"]
     )
-    # 9. The recommendation as a GradScaler line.
-    assert data["recommendation"]["code"].startswith('torch.amp.GradScaler("cpu", init_scale=2.0**')
+    # 9. The verdict and its GradScaler line, naming only what it changes (the default names nothing).
+    rec = data["recommendation"]
+    if rec["verdict"] == "keep-default":
+        assert rec["code"] == 'torch.amp.GradScaler("cpu")' and rec["changed"] == []
+    else:
+        assert rec["verdict"] == "change" and rec["code"].startswith('torch.amp.GradScaler("cpu", init_scale=2.0**')
+    assert "Verdict: " in report.section("recommendation").body
     # 10. No confirmation yet.
     assert data["confirmation"] is None
     assert report.section("confirmation").message.startswith(

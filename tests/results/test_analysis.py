@@ -236,9 +236,9 @@ def test_recommendation_is_the_deepest_good_trial_not_the_argmin():
     assert rec.nearest_bad == 12 and rec.edge["init_scale"] == 2.0**22  # ties: the lower number
     assert rec.config.init_scale == 2.0**5 and rec.config.growth_interval == 2000
     assert len(rec.neighbours) == 12  # every good trial within 17 octaves
-    assert rec.code == (
-        'torch.amp.GradScaler("cuda", init_scale=2.0**5, growth_factor=2, backoff_factor=0.5, growth_interval=2000)'
-    )
+    # The line names only what differs from PyTorch's defaults.
+    assert rec.code == 'torch.amp.GradScaler("cuda", init_scale=2.0**5)' and rec.verdict == "change"
+    assert rec.changed == ("init_scale",)
     assert "deepest inside that region" in rec.text and "has not run" in rec.text
 
 
@@ -293,7 +293,8 @@ def test_confirmation_decides():
     assert confirmed.confirmed == "confirmed" and not confirmed.keep_default
     assert confirmed.config == rec.config
     same = recommend(trials, SPACE, confirmation=confirmation(-1e-5, False))
-    assert same.confirmed == "not better" and same.keep_default and "keep the default" in same.text
+    assert same.confirmed == "not better" and same.keep_default and "Keep the default." in same.text
+    assert same.verdict == "keep-default" and overturned.verdict == "keep-default" and confirmed.verdict == "change"
 
 
 def _combination_study():
@@ -383,7 +384,8 @@ def test_no_failed_trial_inside_the_candidate(seed):
 
 def test_no_good_trial_and_no_trial():
     rec = recommend(_study([{"exp": -20, "value": 1.7, "failure": "underflow"}]), SPACE)
-    assert rec.best_trial == 0 and "no trial is safe" in rec.text
+    assert rec.best_trial == 0 and "No setting is safe here: no trial is good (1 underflow)" in rec.text
+    assert rec.verdict == "none-safe" and not rec.safe
     assert recommend([], SPACE) is None
 
 
@@ -502,8 +504,9 @@ def test_the_default_alone_is_not_kept_on_its_own_word():
     """A run stopped after the default's trial: one good trial is not a region, whatever its depth."""
     trials = _study([{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": -12, "value": 1.7, "failure": "underflow"}])
     rec = recommend(trials, SPACE)
-    assert not rec.keep_default and rec.neighbours == (0,)
-    assert "Only 1 good trial around any good trial" in rec.text
+    # Chosen as the deepest good trial, not kept for its depth; being the default, the verdict keeps it.
+    assert rec.neighbours == (0,) and rec.source_trial == 0 and rec.verdict == "keep-default"
+    assert "Only 1 good trial around any good trial" in rec.text and "Trial #0 is PyTorch's default: keep" in rec.text
     with_support = _study(
         [{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": 15, "value": 0.4203}, {"exp": 17, "value": 0.4204},
          {"exp": -12, "value": 1.7, "failure": "underflow"}]

@@ -67,7 +67,8 @@ def test_an_overturned_recommendation_names_the_trial_tested_not_a_default_that_
     rec, confirmation = _overturned(study)
     data = summarize(study, DEFAULTS.space, confirmation=confirmation)
     line = format_summary(data)
-    assert "keep the default: torch.amp.GradScaler(" in line
+    assert "  verdict: keep the default\n" in line
+    assert 'for plain PyTorch (torch.amp.GradScaler):\n      import torch\n\n      scaler = torch.amp.GradScaler("cpu")\n' in line
     assert (
         f"trial #{rec.source_trial}, the deepest of 5 good trials ({rec.depth:.1f} octaves from the nearest trial "
         "that is not good), was overturned on new seeds against the default; seed-1 has not run in this study"
@@ -92,7 +93,8 @@ def test_a_recommendation_on_one_good_trial_says_it_is_weak():
     _add(study, 0.4203, "cpu", baseline="seed-1")
     _add(study, 1.7, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
     text = format_summary(summarize(study, DEFAULTS.space))
-    assert "recommended: torch.amp.GradScaler(" in text and "keep the default" not in text
+    # The one good trial is the default itself: keep it, but say that one trial is not a region.
+    assert "verdict: keep the default\n" in text and "seed-1 (#0) is good here" in text
     assert "weak: only 1 good trial around it" in text
 
 
@@ -102,6 +104,6 @@ def test_a_study_whose_best_trial_failed_recommends_nothing_as_safe():
     _add(study, 1.70, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
     _add(study, 1.90, "cpu", init_scale=2.0**-15.5, failure="underflow", learned=False)
     text = format_summary(summarize(study, DEFAULTS.space))
-    assert "no safe setting; best found: torch.amp.GradScaler(" in text
+    assert "verdict: no setting is safe here, nothing to paste" in text and "GradScaler(" not in text.split("verdict")[1]
     assert "(the best trial, #0, failed (underflow), so no trial counts as good: this is only the lowest" in text
     assert "ties with -1" not in text and "0 good trials" not in text

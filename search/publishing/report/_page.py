@@ -60,13 +60,18 @@ def render_html(report: Report) -> str:
         )
         + "</p>",
     ]
-    if data.get("best"):
-        lines.append(
-            f"<p>best objective {data['best']['value']:.4f} (trial #{data['best']['number']}) · "
-            + ("keep the default" if rec["keep_default"] else "recommended")
-            + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
-            + f": <code>{esc(rec['code'])}</code></p>"
+    if rec:
+        what = {"keep-default": "keep PyTorch's default", "none-safe": "no setting is safe here"}.get(
+            rec["verdict"], "change " + ", ".join(rec["changed"])
         )
+        lines.append(
+            f'<p class="verdict"><b>Verdict: {esc(what)}</b>'
+            + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
+            + (f": <code>{esc(rec['code'])}</code>" if rec["verdict"] != "none-safe" else "")
+            + ' · <a href="#recommendation">why, and the line for other frameworks</a></p>'
+        )
+    if data.get("best"):
+        lines.append(f"<p>best objective {data['best']['value']:.4f} (trial #{data['best']['number']})</p>")
     lines.append(f"<p>generated {esc(report.generated)} by python -m search.report</p>")
     lines.append("</header><main>")
     lines.append(

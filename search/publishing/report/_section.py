@@ -21,7 +21,7 @@ SECTION_TITLES = {
     "skipped": "Skipped steps",
     "baselines": "The seed's configurations next to the best",
     "safe_ranges": "Safe ranges",
-    "recommendation": "Recommended setting",
+    "recommendation": "The answer: verdict and the line to paste",
     "confirmation": "Confirmation runs",
 }
 

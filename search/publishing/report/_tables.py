@@ -20,11 +20,13 @@ from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._section import SECTION_TITLES, Section
 from search.results import (
     DEFAULT_MARGIN,
+    FRAMEWORKS,
     MIN_SUPPORT,
     Recommendation,
     format_range,
     format_value,
     param_values,
+    paste_lines,
     recommend,
     safe_ranges,
     searched_params,
@@ -193,13 +195,13 @@ def _recommendation_section(
                 _together_cell(rec, param),
             ]
         )
-    title = "Keep the default" if rec.keep_default else "Recommended"
+    title = verdict_title(rec)
     if rec.confirmed:
         title += f" ({rec.confirmed} on new seeds)"
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
-        f'<pre class="code">{html.escape(rec.code)}</pre>'
-        f'<p class="text">{html.escape(rec.text)}</p>'
+        + (_paste_blocks(rec) if rec.safe else "")
+        + f'<p class="text">{html.escape(rec.text)}</p>'
         + _table(
             [
                 "setting",
@@ -219,6 +221,24 @@ def _recommendation_section(
         )
     )
     return section, rec.to_dict()
+
+
+def verdict_title(rec: Recommendation) -> str:
+    """The verdict in words: the same three answers the summary and ``--best-out`` give."""
+    if rec.verdict == "none-safe":
+        return "Verdict: no setting is safe here"
+    if rec.verdict == "keep-default":
+        return "Verdict: keep PyTorch's default"
+    return f"Verdict: change {', '.join(rec.changed)}"
+
+
+def _paste_blocks(rec: Recommendation) -> str:
+    """The answer's line for each framework, the torch one first."""
+    lines = paste_lines(rec.config, rec.device_type)
+    return "".join(
+        f'<p class="paste-label">{html.escape(FRAMEWORKS[name])}</p><pre class="code">{html.escape(code)}</pre>'
+        for name, code in lines.items()
+    )
 
 
 def _together_cell(rec: Recommendation, param: str) -> str:
@@ -283,7 +303,7 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
         failed = Counter(c["failure"] for c in corners if c["failure"] != "none")
         seeds_used = sorted({c.get("data_seed") for c in corners if c.get("data_seed") is not None})
         body += (
-            f"<p>Corner runs of the ranges that may be safe together (10. Recommended setting): {len(corners)} "
+            f"<p>Corner runs of the ranges that may be safe together (10. The answer): {len(corners)} "
             f"on the search's own data (seed {', '.join(map(str, seeds_used)) or '?'}), "
             + (", ".join(f"{n} {code}" for code, n in failed.items()) if failed else "none failed")
             + ".</p>"
