@@ -1,4 +1,4 @@
-"""python -m search.report's page in a real browser: headless Chromium renders the history plot."""
+"""python -m search.report's page in a real browser: headless Chromium renders the answer first, then its plots."""
 
 from __future__ import annotations
 
@@ -10,11 +10,10 @@ import zlib
 
 import pytest
 
+from search.publishing._figures import COLOURS
 from search.report import main
 
 PLOT_BG = (229, 236, 246)  # Plotly's default template: the plot area.
-MARKER = (99, 110, 250)  # Optuna's history: objective values (plotly's first colour).
-BEST_LINE = (239, 85, 59)  # Optuna's history: best value so far.
 
 
 def _sqlite(path: pathlib.Path) -> str:
@@ -126,29 +125,46 @@ def _near(pixel: tuple[int, ...], colour: tuple[int, int, int], tol: int = 40) -
     return sum(abs(a - b) for a, b in zip(pixel, colour)) <= tol
 
 
-def test_page_renders_in_headless_chromium(study_dir, tmp_path):
+def _rendered_dom(page: pathlib.Path, tmp_path: pathlib.Path) -> str:
+    """The page's DOM after Chromium ran its scripts (``--dump-dom``)."""
+    profile = tmp_path / "chromium-profile-dom"
+    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+               f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "<html" in done.stdout, done.stderr[-2000:]
+    shutil.rmtree(profile, ignore_errors=True)
+    return done.stdout
+
+
+def test_page_leads_with_the_answer_in_headless_chromium(study_dir, tmp_path):
+    """At laptop width the page opens on the verdict and its line; the first plot under it is the
+    answer's evidence (loss and scale curves), the generic Optuna plots come after."""
     page = tmp_path / "report.html"
     assert main(["--storage", _sqlite(study_dir / "study.db"), "--out", str(page)]) == 0
+    dom = _rendered_dom(page, tmp_path)
+    verdict = dom.index("Verdict: ")
+    plots = [dom.index(f'id="figure-{key}"') for key in ("curves", "failures", "history", "parallel")]
+    assert verdict < plots[0] < plots[1] < plots[2] < plots[3]
+    assert dom.count("js-plotly-plot") >= 8, "plotly did not draw the page's figures"
+
     png = tmp_path / "report.png"
-    screenshot(page, png, 1400, 1100)
+    screenshot(page, png, 1400, 1600)
     w, h, rows = read_png(png)
-    assert (w, h) == (1400, 1100)
+    assert (w, h) == (1400, 1600)
     colours = {p for row in rows[::2] for p in row[::2]}
     assert len(colours) > 300, f"screenshot looks blank: {len(colours)} distinct colours"
-
-    # The first plot area from the top (plotly's light blue-grey) is the history plot.
+    # The first plot area from the top (plotly's light blue-grey) is the curves plot: its lines are
+    # drawn in the roles' colours (search.publishing._figures.COLOURS: the lead trial, the default, the worst).
     bg_rows = [y for y, row in enumerate(rows) if sum(_near(p, PLOT_BG, 6) for p in row) > 300]
-    assert bg_rows, "no plotly plot area in the first 1100 px: the history plot did not render"
+    assert bg_rows, "no plotly plot area in the first 1600 px: the curves plot did not render"
     top = bottom = bg_rows[0]
     for y in bg_rows[1:]:
         if y - bottom > 6:  # Gridlines cross the area as white rows; a wider gap ends it.
             break
         bottom = y
-    assert bottom - top > 200, f"the history plot area is only {bottom - top} px high"
+    assert bottom - top > 150, f"the first plot area is only {bottom - top} px high"
     area = rows[top : bottom + 1]
-    markers = sum(_near(p, MARKER) for row in area for p in row)
-    line = sum(_near(p, BEST_LINE) for row in area for p in row)
-    assert markers > 100, f"no objective-value markers in the history plot ({markers} px)"
-    assert line > 100, f"no best-value line in the history plot ({line} px)"
-    # Its heading is above it: the page order is the report's (the history comes first).
-    assert top < 600
+    for colour in COLOURS[1:3]:  # seed-1 default (green) and the worst finite run (red)
+        rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
+        assert sum(_near(p, rgb) for row in area for p in row) > 50, f"no {colour} curve in the first plot"
+    assert top > 300, "a plot sits above the answer"

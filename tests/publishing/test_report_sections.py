@@ -26,7 +26,7 @@ from search.storage import open_storage
 from conftest import real_study, run_cli
 
 NAME = "seed-mlp"
-FIGURES = ("history", "importances", "slices", "contour", "parallel", "curves", "skipped")
+FIGURES = ("curves", "failures", "skipped", "history", "importances", "slices", "contour", "parallel")
 TRIALS = 20  # enough for every section (the contour needs 10 complete trials) and the ranges' edges
 
 
@@ -242,7 +242,7 @@ def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
     comparison = data["confirmation"]["comparison"]
     assert comparison["better_beyond_noise"] is True
     assert (
-        f"Verdict:</b> best-1 (#{best.number}) is better than {results.DEFAULT_LABEL} beyond noise" in section
+        f"Paired test:</b> best-1 (#{best.number}) is better than {results.DEFAULT_LABEL} beyond noise" in section
     )
     assert f"p = {comparison['p']:.3g}" in section
     assert "no confirmation runs" not in section

@@ -78,7 +78,7 @@ def test_too_few_trials_show_messages_instead_of_plots(study_dir, tmp_path):
     report = build_report(load_snapshot(url))
     data = report.data
     assert data["n_complete"] == 1 and data["ignored"] == {"RUNNING": 0, "WAITING": 4}
-    assert set(report.figures) == {"history", "slices", "curves", "skipped"}
+    assert set(report.figures) == {"history", "slices", "curves", "failures", "skipped"}
     for key in ("importances", "contour", "parallel"):
         assert report.section(key).message.startswith("Not enough trials for this plot"), key
     assert "at least 2 complete trials; the study has 1" in report.section("importances").message

@@ -18,6 +18,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from search.publishing.report._failures import _failures_section
 from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._runs import _curves_section, _skipped_section
 from search.publishing.report._section import Section
@@ -88,24 +89,29 @@ def build_report(
         parallel = _parallel_section(study, done, space)
     finally:
         optuna.logging.set_verbosity(previous)
-    curves, chosen = _curves_section(done, space, best)
+    recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation)
+    answer = next((t for t in done if rec_data and t.number == rec_data["source_trial"]), None)
+    if rec_data and rec_data["verdict"] != "change":
+        answer = None  # keep-default: the default's own curves are the answer's; none-safe: no answer
+    curves, chosen = _curves_section(done, space, best, answer)
+    failures = _failures_section(done, space, answer)
     skipped, skipped_counts = _skipped_section(done)
     baselines, baseline_data = _baselines_section(done, space, best)
     safe, safe_data = _safe_section(done, space, tolerance)
-    recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation)
     confirmation = _confirmation_section(snapshot)
     report.sections = [
+        recommendation,
+        curves,
+        failures,
+        confirmation,
+        safe,
+        baselines,
+        skipped,
         history,
         importances,
         slices,
         contour,
         parallel,
-        curves,
-        skipped,
-        baselines,
-        safe,
-        recommendation,
-        confirmation,
     ]
     report.data = {
         "study_name": snapshot.study_name,

@@ -30,7 +30,10 @@ table.numbers td { text-align: right; white-space: nowrap; }
 table.numbers td:first-child { text-align: left; }
 table.wide td:last-child { max-width: 780px; }
 pre.code { background: #f3f5f8; border: 1px solid #d6dbe3; padding: 10px 14px; font-size: 14px;
-           overflow-x: auto; }
+           white-space: pre-wrap; overflow-wrap: anywhere; }
+details.paste { margin: 6px 0 10px 0; font-size: 14px; }
+details.paste summary { cursor: pointer; color: #1f5fa8; }
+p.paste-label { margin: 10px 0 2px 0; font-size: 14px; color: #4a5263; }
 .verdict { font-size: 15px; }
 p.text { font-size: 14px; max-width: 1100px; }
 footer { color: #6b7385; font-size: 12px; padding: 0 32px 24px 32px; }

@@ -21,39 +21,49 @@ def _has_curves(trial: FrozenTrial) -> bool:
 
 
 def _curves_section(
-    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None
+    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, answer: FrozenTrial | None = None
 ) -> tuple[Section, dict[str, int | None]]:
+    """The answer's run (when the verdict is a change) against the default's, and the worst finite run.
+
+    When the verdict keeps the default (or nothing is safe), the best trial stands in for the answer,
+    so the page still shows what the search could reach against the default.
+    """
     section = Section(
         "curves",
         SECTION_TITLES["curves"],
-        "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the best "
-        "trial, the seed's default (seed-1, PyTorch's GradScaler defaults) and the worst trial that "
-        "stayed finite; x marks a step GradScaler skipped (inf/NaN gradients).",
+        "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the "
+        "answer's trial (when the verdict is a change; else the best trial), the seed's default (seed-1, PyTorch's "
+        "GradScaler defaults) and the worst trial that stayed finite; x marks a step GradScaler skipped "
+        "(inf/NaN gradients).",
     )
     shown = showcase(done)
     default = shown.default
     worst = shown.worst_finite if shown.worst_finite is not None and _has_curves(shown.worst_finite) else None
     chosen: dict[str, int | None] = {
+        "answer": answer.number if answer else None,
         "best": best.number if best else None,
         "default": default.number if default else None,
         "worst_finite": worst.number if worst else None,
     }
+    lead = (f"answer #{answer.number}", answer) if answer is not None else None
+    if lead is None and best is not None:
+        lead = (f"best #{best.number}", best)
     named: list[tuple[str, FrozenTrial]] = []
-    if best is not None and _has_curves(best):
-        named.append((f"best #{best.number}", best))
-    if default is not None and _has_curves(default):
+    if lead is not None and _has_curves(lead[1]):
+        named.append(lead)
+    if default is not None and _has_curves(default) and all(default.number != t.number for _, t in named):
         named.append((f"seed-1 default #{default.number}", default))
     if worst is not None and all(worst.number != t.number for _, t in named):
         named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
     notes = []
     if default is None:
         notes.append("the seed's default (seed-1) has no complete trial yet")
-    if worst is not None and best is not None and worst.number == best.number:
-        notes.append("the worst finite trial is the best one (a single finite trial)")
+    if worst is not None and lead is not None and worst.number == lead[1].number:
+        notes.append(f"the worst finite trial is the {lead[0].split()[0]} one (a single finite trial)")
     if not named:
         section.message = "Not enough trials for this plot: no complete trial with stored curves yet."
         return section, chosen
-    section.figure = curves_figure(named, space, title="Best vs seed-1 (default) vs worst finite trial")
+    section.figure = curves_figure(named, space, title=" vs ".join(label for label, _ in named))
     section.figure.update_layout(height=650)
     if notes:
         section.message = "Note: " + "; ".join(notes) + "."

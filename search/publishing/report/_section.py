@@ -12,17 +12,19 @@ from dataclasses import dataclass
 import plotly.graph_objects as go
 
 SECTION_TITLES = {
+    # The answer first, then its evidence, then the study's generic plots.
+    "recommendation": "The answer: verdict and the line to paste",
+    "curves": "Loss and scale curves: the answer, the default, the worst finite trial",
+    "failures": "Where runs fail along init_scale",
+    "confirmation": "Confirmation runs",
+    "safe_ranges": "Safe ranges",
+    "baselines": "The seed's configurations next to the best",
+    "skipped": "Skipped steps",
     "history": "Optimisation history",
     "importances": "Parameter importances",
     "slices": "Slice plots",
     "contour": "Contour: init_scale × backoff_factor",
     "parallel": "Parallel coordinates",
-    "curves": "Loss and scale curves: best, default, worst finite",
-    "skipped": "Skipped steps",
-    "baselines": "The seed's configurations next to the best",
-    "safe_ranges": "Safe ranges",
-    "recommendation": "The answer: verdict and the line to paste",
-    "confirmation": "Confirmation runs",
 }
 
 

@@ -162,17 +162,13 @@ def _recommendation_section(
     section = Section(
         "recommendation",
         SECTION_TITLES["recommendation"],
-        f"Not the argmin, which among near-equal trials is noise: the good trials (within {pct} of the best "
-        "objective, --tolerance, without failure) form a region; each is scored by its depth, the distance in "
-        "octaves (log2 of the four settings combined) to the nearest trial that is not good, and the deepest "
-        f"with at least {MIN_SUPPORT} good trials within that distance is recommended with its own measured "
-        "values (a rounded neighbour would be a setting no trial ran). PyTorch's default is kept when it is good and at least "
-        f"{DEFAULT_MARGIN:g} octaves deep. Confirmation runs on new seeds, when there are any, decide. "
-        "The last column gives ranges that are safe together, in any combination (the safe ranges above hold one "
-        "setting at a time). The candidate is the box around the setting that no failed trial comes near, inside the "
-        "span of the failure-free trials there; sampled trials cannot vouch for its corners, so it is stated as safe "
-        "only once search.confirm has trained all of them without failure (else it is halved and tried again). "
-        "It promises no failure, not every combination within the tolerance of the best.",
+        f"The verdict, the line to paste and why. Not the argmin, which among near-equal trials is noise: the "
+        f"deepest good trial (within {pct} of the best, no failure) with at least {MIN_SUPPORT} good trials within "
+        "its distance to the nearest trial that is not good (octaves, the four settings' log2 combined), or "
+        f"PyTorch's default when it is good and at least {DEFAULT_MARGIN:g} octaves deep; a change keeps only the "
+        "settings that acted in its run; confirmation runs on new seeds, when there are any, decide "
+        "(docs/report.md). The last column: ranges safe together, in any combination, stated only once "
+        "search.confirm has trained every corner without failure.",
     )
     rec = recommend(done, space, tolerance, confirmation=confirmation)
     if rec is None:
@@ -205,7 +201,7 @@ def _recommendation_section(
         + _table(
             [
                 "setting",
-                "recommended",
+                "answer",
                 f"trial #{rec.source_trial}"
                 + (f" ({rec.confirmed} on new seeds)" if rec.keep_default and rec.confirmed else ""),
                 "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
@@ -233,11 +229,23 @@ def verdict_title(rec: Recommendation) -> str:
 
 
 def _paste_blocks(rec: Recommendation) -> str:
-    """The answer's line for each framework, the torch one first."""
+    """The answer's line for plain PyTorch, then the other frameworks' lines folded away (one click)."""
     lines = paste_lines(rec.config, rec.device_type)
-    return "".join(
-        f'<p class="paste-label">{html.escape(FRAMEWORKS[name])}</p><pre class="code">{html.escape(code)}</pre>'
-        for name, code in lines.items()
+
+    def block(name: str) -> str:
+        return (
+            f'<p class="paste-label">{html.escape(FRAMEWORKS[name])}</p>'
+            f'<pre class="code">{html.escape(lines[name])}</pre>'
+        )
+
+    others = [name for name in lines if name != "torch"]
+    return (
+        block("torch")
+        + '<details class="paste"><summary>The same settings for '
+        + html.escape(", ".join(FRAMEWORKS[name] for name in others))
+        + "</summary>"
+        + "".join(block(name) for name in others)
+        + "</details>"
     )
 
 
@@ -293,11 +301,11 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
         else:
             verdict = f"{comparison.get('best_label')} and {comparison.get('default_label')} are not distinguishable"
         body += (
-            f'<p class="verdict"><b>Verdict:</b> {html.escape(verdict)} ({html.escape(stats)}; '
+            f'<p class="verdict"><b>Paired test:</b> {html.escape(verdict)} ({html.escape(stats)}; '
             f"{html.escape(str(comparison.get('test', '')))}).</p>"
         )
     else:
-        body += '<p class="verdict"><b>Verdict:</b> nothing to compare yet (the best or the default has no runs).</p>'
+        body += '<p class="verdict"><b>Paired test:</b> nothing to compare yet (the best or the default has no runs).</p>'
     corners = data.get("corners", [])
     if corners:
         failed = Counter(c["failure"] for c in corners if c["failure"] != "none")

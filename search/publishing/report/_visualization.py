@@ -48,16 +48,18 @@ def _init_param(space: SpaceConfig) -> str:
     return POW2_NAME if space.init_scale.powers_of_two else "init_scale"
 
 
-def _pow2_axis(axis: Any, space: SpaceConfig, data_exponents: Sequence[float], max_ticks: int = 14) -> None:
+def _pow2_axis(
+    axis: Any, space: SpaceConfig, data_exponents: Sequence[float], max_ticks: int = 14, scale_values: bool = False
+) -> None:
     """Marks powers of two (2^-20 ... 2^32) on an init_scale axis: a log axis of the scale, or the
-    log2 param of a powers-of-two space. Every 1st, 2nd, 4th or 8th power, at most ``max_ticks``
-    across the data."""
+    log2 param of a powers-of-two space (unless ``scale_values``: the axis plots the scale itself).
+    Every 1st, 2nd, 4th or 8th power, at most ``max_ticks`` across the data."""
     lo, hi = POW2_TICKS
     span = max(data_exponents) - min(data_exponents) if data_exponents else hi - lo
     step = next((s for s in (1, 2, 4, 8) if span / s <= max_ticks), 16)
     exponents = list(range(lo - lo % step, hi + 1, step))
     text = [f"2<sup>{k}</sup>" for k in exponents]
-    if space.init_scale.powers_of_two:
+    if space.init_scale.powers_of_two and not scale_values:
         axis.update(tickvals=exponents, ticktext=text, title_text="init_scale (log2 exponent searched)")
     else:
         axis.update(type="log", tickvals=[2.0**k for k in exponents], ticktext=text)
