@@ -18,7 +18,7 @@ of the steps skipped); ``underflow`` (the share of gradient entries that were ex
 the share an fp32 run of the same problem has by at least ``underflow_threshold``: the loss scale
 was too small for fp16, whether or not the run still learned a little; the fp32 share keeps a
 model's own exact zeros, dead ReLUs or unused embedding rows, from counting); ``frozen`` (did not
-learn for another reason); ``none``. A run *learned* when its evaluation fell by at least
+learn for another reason: a flat loss, or a finite one that rose, alike); ``none``. A run *learned* when its evaluation fell by at least
 ``learn_threshold`` (default 10%) from the initial weights' evaluation, comparing like with like:
 the median chunk loss of the same evaluation before and after (for a full-batch task, the last
 step's loss against the first step's). ``skipped_fraction`` counts the steps GradScaler itself
