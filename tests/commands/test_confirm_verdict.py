@@ -36,10 +36,10 @@ def test_paired_test_matches_scipy_and_handles_ties():
 
 
 def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
-    from test_analysis import _line_rows, _study
-
     from search.core import DEFAULTS
     from search.results import recommended_candidate
+
+    from test_recommendation import _line_rows, _study
 
     settings = DEFAULTS
     rec = recommended_candidate(_study(_line_rows()), settings)
