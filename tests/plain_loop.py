@@ -29,6 +29,7 @@ class PlainRun:
     skipped: int
     zero_fraction: float
     eval_loss: float
+    eval_median: float
     initial_eval_loss: float
     learned: bool
     failure: str
@@ -100,6 +101,7 @@ def plain_run(
     nonfinite_weight: float = 10.0,
     silent: float = 1.0,
     skip: float = 0.1,
+    evaluation: str = "mean",
 ) -> PlainRun:
     device = problem.inputs.device.type
     model = copy.deepcopy(problem.model)
@@ -170,5 +172,6 @@ def plain_run(
             failure = "frozen"
         else:
             failure = "none"
-        objective = final + skip * fraction + (silent if failure != "none" else 0.0)
-    return PlainRun(losses, scales, skipped, zero_fraction, final, initial, learned, failure, objective)
+        judged = final_median if evaluation == "median" else final  # docs/objective.md: [penalty] evaluation
+        objective = judged + skip * fraction + (silent if failure != "none" else 0.0)
+    return PlainRun(losses, scales, skipped, zero_fraction, final, final_median, initial, learned, failure, objective)

@@ -56,6 +56,9 @@ class PenaltyConfig:
     learn_threshold: float = 0.1
     churn_threshold: float = 0.5
     underflow_threshold: float = 0.5
+    # What the objective reads of the final weights' evaluation: "mean", the loss on the whole set;
+    # "median", the median chunk loss, which a few records the model cannot fit do not decide.
+    evaluation: str = "mean"
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ DEFAULTS = Settings()
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random")
 PRUNERS = ("none", "median", "hyperband")
+EVALUATIONS = ("mean", "median")
 AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}
 # K models, their optimizer states and K x batch activations live on the device at once; beyond
@@ -316,6 +320,8 @@ def _validate(s: Settings) -> None:
             raise ConfigError(f"{where} contains no power of two")
 
     pen = s.penalty
+    if pen.evaluation not in EVALUATIONS:
+        raise ConfigError(f"unknown [penalty] evaluation {pen.evaluation!r}: use one of {', '.join(EVALUATIONS)}")
     for name in ("nonfinite", "silent", "skip"):
         if getattr(pen, name) < 0:
             raise ConfigError(f"[penalty] {name} must be >= 0, got {getattr(pen, name):g}")

@@ -11,6 +11,7 @@
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
 * ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
+* ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
 * ``_summary``: the end-of-run table and its JSON;
 * ``_paste``: the snippet a user pastes to train with given settings, per framework.
 
@@ -63,6 +64,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "paired_test",
             "summarize_confirmation",
         ),
+        "_dominance": ("DOMINANCE_RATIO", "dominance_note"),
         "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
         "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),
     },

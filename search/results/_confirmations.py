@@ -25,8 +25,12 @@ from search.core import (
     CONFIRM_SUFFIX,
     CORNER,
     DATA_SEED,
-    FINAL_LOSS,
+    DEFAULTS,
+    EVAL_LOSS,
+    LOSS_CURVE,
+    NONFINITE,
     POINT,
+    SKIPPED_STEPS,
     SOURCE_TRIAL,
     Settings,
     failure_of,
@@ -64,8 +68,8 @@ class _Stats:
     """A configuration's runs on the requested seeds, for the table."""
 
     candidate: dict[str, Any]  # label, source_trial, params (as stored in the sibling's attrs)
-    values: dict[int, float]  # data seed -> objective
-    final_losses: dict[int, float | None]
+    values: dict[int, float]  # data seed -> score (:func:`run_score`)
+    final_losses: dict[int, float | None]  # data seed -> the evaluation the objective reads
 
 
 def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
@@ -101,6 +105,9 @@ def collect_runs(
     except KeyError:
         return None
     attrs = storage.get_study_user_attrs(study_id)
+    penalty = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name)).get("penalty") or {}
+    skip_weight = float(penalty.get("skip", DEFAULTS.penalty.skip))
+    judged = "eval_median" if penalty.get("evaluation") == "median" else EVAL_LOSS
     seeds = [int(s) for s in attrs.get("seeds", [])]
     configs = list(attrs.get("configs", []))
     runs: dict[tuple[str, int], FrozenTrial] = {}
@@ -126,11 +133,29 @@ def collect_runs(
         stats.append(
             _Stats(
                 candidate=config,
-                values={s: float(t.value) for s, t in found.items()},
-                final_losses={s: t.user_attrs.get(FINAL_LOSS) for s, t in found.items()},
+                values={s: run_score(t, skip_weight) for s, t in found.items()},
+                final_losses={s: t.user_attrs.get(judged) for s, t in found.items()},
             )
         )
     return seeds, stats, corners
+
+
+def run_score(trial: FrozenTrial, skip_weight: float) -> float:
+    """What confirmation compares: the run's objective without its skipped-step term.
+
+    The search adds ``skip * skipped fraction`` to prefer, among near-equal runs, the one that wasted
+    fewer steps; but a skipped step costs a run nothing beyond what its evaluation already shows
+    (skipping the steps of a few corrupted batches can even help), and that term is in the loss's
+    own units, so on a task whose loss is small it can outweigh the evaluation. A change is worth
+    making when the model is better, so confirmation compares the evaluation plus the failure
+    penalty: the objective less that term (a non-finite run's value has no such term).
+    """
+    value = float(trial.value)
+    curve = trial.user_attrs.get(LOSS_CURVE) or []
+    skipped = trial.user_attrs.get(SKIPPED_STEPS) or 0
+    if trial.user_attrs.get(NONFINITE) or not curve:
+        return value
+    return value - skip_weight * skipped / len(curve)
 
 
 @dataclass(frozen=True)
@@ -300,7 +325,7 @@ def format_confirmation(
     label_width = max([len("config")] + [len(s.candidate["label"]) for s in stats])
     header = (
         f"  {'config':<{label_width}} {'source':>12} {'init_scale':>10} {'growth':>7} {'backoff':>7} "
-        f"{'interval':>8} {'n':>3} {'objective mean ± sd':>21} {'final_loss mean ± sd':>21}"
+        f"{'interval':>8} {'n':>3} {'score mean ± sd':>21} {'evaluation mean ± sd':>21}"
     )
     lines = [header]
     for s in stats:

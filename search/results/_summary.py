@@ -26,6 +26,7 @@ from search.core import (
     format_scale,
     scaler_config,
 )
+from search.results._dominance import dominance_note
 from search.results._format import format_range
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
@@ -47,6 +48,7 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
         "growth_interval": cfg.growth_interval,
         "final_loss": attrs.get("final_loss"),
         "eval_loss": attrs.get("eval_loss"),
+        "eval_median": attrs.get("eval_median"),
         "final_loss_fp32": attrs.get("final_loss_fp32"),
         "skipped_steps": attrs.get("skipped_steps"),
         "learned": attrs.get("learned"),
@@ -107,8 +109,12 @@ def summarize(
     ]
     # The answer of the device most trials ran on: the one a --best-out reader acts on.
     primary = max(recommended, key=lambda kind: (len(by_device[kind]), kind), default=None)
+    evaluation = (study.user_attrs.get("penalty") or {}).get("evaluation", "mean")
+    best_overall = min(complete, key=lambda t: t.value, default=None)
     return {
         "study_name": study.study_name,
+        "evaluation": evaluation,
+        "evaluation_note": dominance_note(best_overall, evaluation),
         "verdict": recommended[primary]["verdict"] if primary else None,
         "paste": recommended[primary]["paste"] if primary else {},
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
@@ -151,16 +157,18 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
         lines.append("  no completed trial yet")
         return "\n".join(lines)
 
+    # The evaluation column is the one the objective reads ([penalty] evaluation).
+    evaluated = "eval_median" if data.get("evaluation") == "median" else "eval_loss"
     header = (
         f"  {'':8} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
-        f"{'eval_loss':>10} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
+        f"{evaluated:>11} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
     )
 
     def line(label: str, row: dict[str, Any]) -> str:
         return (
             f"  {label:8} {row['number']:>4} {format_scale(row['init_scale']):>10} "
             f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
-            f"{_num(row['eval_loss']):>10} {_num(row['skipped_steps'], 'd'):>7} "
+            f"{_num(row[evaluated]):>11} {_num(row['skipped_steps'], 'd'):>7} "
             f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"
         )
 
@@ -180,6 +188,8 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
                 f"  note: the best on {kind} is within 0.1% of seed-1 (PyTorch's default settings): "
                 "on this task the default is already as good as anything found"
             )
+    if data.get("evaluation_note"):
+        lines.append(f"  note: {data['evaluation_note']}")
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(f"  nonfinite trials: {data['nonfinite_trials']}; silent failures: {silent}")
     if data["fail_reasons"]:

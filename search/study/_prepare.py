@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
@@ -11,7 +11,15 @@ import sqlalchemy
 import sqlalchemy.orm
 from optuna.trial import TrialState
 
-from search.core import BASELINE, FINISHED, Settings, baseline_trials, settings_from_dict, waiting_baseline
+from search.core import (
+    BASELINE,
+    FINISHED,
+    PenaltyConfig,
+    Settings,
+    baseline_trials,
+    settings_from_dict,
+    waiting_baseline,
+)
 from search.storage import TrialWriter, orm_models, with_retry
 
 # Study user attrs that define what the trials measure; a resume must match them.
@@ -64,6 +72,10 @@ def settings_of(study: optuna.Study) -> Settings:
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     diffs = []
+    stored = dict(stored)
+    if isinstance(stored.get("penalty"), dict):
+        # A study recorded before a penalty key existed was measured with that key's default.
+        stored["penalty"] = {**asdict(PenaltyConfig()), **stored["penalty"]}
     for key in RECORDED_KEYS:
         if key in stored and _canon(stored[key]) != _canon(wanted[key]):
             if key == "fingerprint":

@@ -68,7 +68,8 @@ def assess(result: TrainResult, penalty: PenaltyConfig) -> Assessment:
         failure = "frozen"
     else:
         failure = "none"
-    value = result.eval_loss + penalty.skip * skipped_fraction
+    evaluated = result.eval_median if penalty.evaluation == "median" else result.eval_loss
+    value = evaluated + penalty.skip * skipped_fraction
     if failure != "none":
         value += penalty.silent
     return Assessment(value, failure, False, learned, None)

@@ -191,6 +191,7 @@ BAD_CONFIGS = {
     "fixed.toml": "[space.growth_interval]\nfixed = 2000\nlow = 10\n",
     "interval.toml": "[space.growth_interval]\nlow = 10\n",
     "latin1.toml": "[run]\n# caf\xe9\n",  # written as Latin-1 below: not UTF-8
+    "evaluation.toml": "[penalty]\nevaluation = 'mode'\n",
 }
 
 
@@ -207,6 +208,7 @@ BAD_CONFIGS = {
         (["--steps", "10", "--epochs", "10"], "steps (10) and epochs (10) both set"),
         # The setting that differs, not two tables cut at the same place (a newcomer could not tell).
         (["--config", "interval.toml"], "space.growth_interval.low: study has 1.0, this run 10.0 (use another"),
+        (["--config", "evaluation.toml"], "unknown [penalty] evaluation 'mode': use one of mean, median"),
         (["--config", "missing.toml"], "cannot read config"),
         (["--trials", "-3"], "trials must be >= 0"),
         (["--task", "no-such-task"], "unknown task 'no-such-task'"),
@@ -387,3 +389,21 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
     assert len([t for t in load(tmp_path).get_trials() if t.state == TrialState.COMPLETE]) == 7
 
 
+
+
+def test_a_study_recorded_before_the_evaluation_setting_resumes_and_another_evaluation_is_refused(
+    existing, monkeypatch, capsys
+):
+    """A study recorded without [penalty] evaluation was judged on the mean: it resumes as it is; judging
+    it on the median now would change its objective, so that is a changed setting like any other."""
+    monkeypatch.chdir(existing)
+    study = optuna.load_study(storage="sqlite:///study.db", study_name="seed-mlp")
+    penalty = dict(study.user_attrs["penalty"])
+    del penalty["evaluation"]
+    study.set_user_attr("penalty", penalty)
+    assert main(["--trials", "13", "--quiet"]) == 0
+    assert "changed settings" not in capsys.readouterr().err
+    (existing / "median.toml").write_text('[penalty]\nevaluation = "median"\n')
+    assert main(["--trials", "14", "--config", "median.toml", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert 'penalty.evaluation: study has "mean", this run "median"' in err and len(err.splitlines()) == 1, err

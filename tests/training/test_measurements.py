@@ -145,6 +145,22 @@ def test_outlier_records_do_not_make_learning_runs_frozen():
         assert attrs["final_loss"] < 1.0 < attrs["eval_loss"]
 
 
+def test_the_median_evaluation_is_the_plain_loops_median_chunk_loss():
+    """[penalty] evaluation = "median": the objective reads the median chunk loss, which six 100x
+    records do not decide (the mean does); the plain loop computes both its own way."""
+    problem = sensor_outliers(42)
+    fp32 = plain_fp32_zero_fraction(problem, 320)
+    for cfg in (ScalerConfig(2.0**16, 2.0, 0.5, 2000), ScalerConfig(1.37 * 2.0**-11, 2.3, 0.4, 8)):
+        outcome = run_trial(
+            problem, cfg, steps=320, amp_dtype=torch.float16,
+            penalty=PenaltyConfig(evaluation="median"), device_label="cpu",
+        )
+        plain = plain_run(problem, *cfg.__dict__.values(), 320, fp32_zeros=fp32, evaluation="median")
+        assert outcome.user_attrs["eval_median"] == pytest.approx(plain.eval_median, rel=1e-5)
+        assert outcome.value == pytest.approx(plain.objective, rel=1e-5)
+        assert plain.objective < 0.2 < 1.0 < plain.eval_loss  # the mean would have ranked by the six records
+
+
 def test_most_gradients_zero_while_learning_a_little_is_underflow():
     """95% zero gradients and a loss ten times the reachable one: flagged, not labelled fine."""
     problem = sensor_outliers(42)

@@ -89,7 +89,9 @@ def build_report(
         parallel = _parallel_section(study, done, space)
     finally:
         optuna.logging.set_verbosity(previous)
-    recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation)
+    recommendation, rec_data = _recommendation_section(
+        done, space, tolerance, snapshot.confirmation, snapshot.settings.penalty.evaluation
+    )
     answer = next((t for t in done if rec_data and t.number == rec_data["source_trial"]), None)
     if rec_data and rec_data["verdict"] != "change":
         answer = None  # keep-default: the default's own curves are the answer's; none-safe: no answer

@@ -23,6 +23,8 @@ from search.results import (
     FRAMEWORKS,
     MIN_SUPPORT,
     Recommendation,
+    best_trial,
+    dominance_note,
     format_range,
     format_value,
     param_values,
@@ -156,7 +158,11 @@ def _safe_section(
 
 
 def _recommendation_section(
-    done: list[FrozenTrial], space: SpaceConfig, tolerance: float, confirmation: dict[str, Any] | None
+    done: list[FrozenTrial],
+    space: SpaceConfig,
+    tolerance: float,
+    confirmation: dict[str, Any] | None,
+    evaluation: str = "mean",
 ) -> tuple[Section, dict[str, Any] | None]:
     pct = f"{tolerance * 100:g}%"
     section = Section(
@@ -171,6 +177,9 @@ def _recommendation_section(
         "search.confirm has trained every corner without failure.",
     )
     rec = recommend(done, space, tolerance, confirmation=confirmation)
+    note = dominance_note(best_trial(done), evaluation)
+    if note:
+        section.message = "Note: " + note + "."
     if rec is None:
         section.message = "No complete trial yet: nothing to recommend."
         return section, None
@@ -280,7 +289,7 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
         rows.append([f"<b>{html.escape(str(c.get('label')))}</b>", source, str(c.get("n", 0)), pm])
     seeds = data.get("seeds", [])
     body = f"<p>Seeds: {html.escape(', '.join(str(s) for s in seeds)) or 'none'}.</p>"
-    body += _table(["config", "source trial", "runs", "objective mean ± sd"], rows, "numbers")
+    body += _table(["config", "source trial", "runs", "score mean ± sd"], rows, "numbers")
     comparison = data.get("comparison")
     if comparison:
         better = comparison.get("better_beyond_noise")

@@ -1,0 +1,42 @@
+"""The note that a few records decide a study's evaluation (search.results.dominance_note)."""
+
+from __future__ import annotations
+
+import optuna
+
+from search.core import DEFAULTS
+from search.results import DOMINANCE_RATIO, dominance_note, format_summary, summarize
+
+from test_summary import _add
+
+
+def _trial(mean: float, median: float, number: int = 0) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(value=mean, user_attrs={"eval_loss": mean, "eval_median": median})
+    trial.number = number
+    return trial
+
+
+def test_a_mean_far_above_the_median_chunk_loss_is_named_with_what_to_do():
+    note = dominance_note(_trial(31.5, 0.0741, 11), "mean")
+    assert note.startswith("a few records decide the evaluation: on trial #11 its loss over the evaluation set is 31.5, 425x")
+    assert 'evaluation = "median"' in note and "validation data or an eval function" in note
+
+
+def test_no_note_for_a_typical_mean_a_median_study_or_missing_numbers():
+    assert dominance_note(_trial(0.42 * DOMINANCE_RATIO * 0.999, 0.42), "mean") is None
+    assert dominance_note(_trial(31.5, 0.0741), "median") is None  # judged on the median already
+    assert dominance_note(_trial(31.5, 0.0), "mean") is None and dominance_note(None, "mean") is None
+
+
+def test_the_summary_prints_the_note_and_shows_the_evaluation_the_objective_reads():
+    study = optuna.create_study()
+    study.set_user_attr("penalty", {"evaluation": "mean"})
+    _add(study, 31.5, "cpu", eval_loss=31.5, eval_median=0.0741)
+    text = format_summary(summarize(study, DEFAULTS.space))
+    assert "  note: a few records decide the evaluation: on trial #0" in text and "eval_loss" in text
+    study.set_user_attr("penalty", {"evaluation": "median"})
+    data = summarize(study, DEFAULTS.space)
+    text = format_summary(data)
+    assert data["evaluation"] == "median" and data["evaluation_note"] is None
+    assert "a few records" not in text and "eval_median" in text.splitlines()[3]
+    assert "     0.0741 " in text  # the median in the column, not the mean
