@@ -108,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not train the corners of the ranges that may be safe together (up to 16 runs a box, "
         "on the search's own data)",
     )
+    add(
+        "--threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="torch intra-op threads; 0: 1 thread, or OMP_NUM_THREADS when set (threads that share cores "
+        "with another process stall at every barrier, as for search.optimize) [0]",
+    )
     add("--json", metavar="PATH", default=None, help="write the confirmation's numbers as JSON")
     add(
         "--paste",
@@ -126,6 +134,8 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
         raise ConfirmError(f"--top must be >= 1, got {args.top}")
     if args.seeds < 2:
         raise ConfirmError(f"--seeds must be >= 2 (a paired test needs two seeds), got {args.seeds}")
+    if args.threads < 0:
+        raise ConfirmError(f"--threads must be >= 0 (0: automatic), got {args.threads}")
     try:
         device = resolve_device(args.device)
     except RuntimeError as e:  # torch.device("tpu")
@@ -142,6 +152,11 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
         raise ConfirmError(str(e))
     _OPENED.append(storage)
 
+    import torch  # Set before the task is built, as search.optimize does: every run of this process uses it.
+
+    from search.study import threads_per_process
+
+    torch.set_num_threads(threads_per_process(args.threads))
     return plan_confirmation(
         storage, url, args.study_name, top=args.top, n_seeds=args.seeds, device=device, tolerance=args.tolerance / 100
     )
@@ -225,7 +240,7 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     )
     stored = len(plan.candidates) * len(seeds)
     if done:
-        print(f"  this run: {done} runs in {seconds:.1f} s; stored in study {runs.study_name!r}")
+        print(f"  this run: {done} runs in {seconds:.1f} s of training, start-up not counted; stored in study {runs.study_name!r}")
     else:
         print(f"  this run: nothing to run, all {stored} runs are already in study {runs.study_name!r}")
     print()

@@ -55,6 +55,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "DEFAULT_BASELINE",
             "DEVICE",
             "EVAL_LOSS",
+            "EVAL_MEDIAN",
             "FAILURE",
             "FAIL_REASON",
             "FINAL_LOSS",

@@ -39,6 +39,7 @@ WORKER = "worker"
 FAIL_REASON = "fail_reason"
 FINAL_LOSS = "final_loss"
 EVAL_LOSS = "eval_loss"
+EVAL_MEDIAN = "eval_median"
 SKIPPED_STEPS = "skipped_steps"
 NONFINITE = "nonfinite"
 FAILURE = "failure"
@@ -61,7 +62,7 @@ RUN_ATTRS = (
     "final_loss_fp32",
     EVAL_LOSS,
     "initial_eval_loss",
-    "eval_median",
+    EVAL_MEDIAN,
     "initial_eval_median",
     "evaluation",
     SKIPPED_STEPS,

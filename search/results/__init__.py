@@ -12,6 +12,8 @@
 * ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
 * ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
+* ``_horizon``: what trials of their length cannot show about the growth settings;
+* ``_score``: what confirmation compares: a run's objective without its skipped-step term;
 * ``_summary``: the end-of-run table and its JSON;
 * ``_paste``: the snippet a user pastes to train with given settings, per framework.
 
@@ -65,6 +67,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "summarize_confirmation",
         ),
         "_dominance": ("DOMINANCE_RATIO", "dominance_note"),
+        "_horizon": ("horizon_note", "trial_steps"),
+        "_score": ("run_score",),
         "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
         "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),
     },

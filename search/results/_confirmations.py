@@ -27,16 +27,15 @@ from search.core import (
     DATA_SEED,
     DEFAULTS,
     EVAL_LOSS,
-    LOSS_CURVE,
-    NONFINITE,
+    EVAL_MEDIAN,
     POINT,
-    SKIPPED_STEPS,
     SOURCE_TRIAL,
     Settings,
     failure_of,
     format_scale,
     scaler_config,
 )
+from search.results._score import run_score
 from search.storage import StorageError, close_storage, open_existing_storage
 
 SUFFIX = CONFIRM_SUFFIX
@@ -107,7 +106,7 @@ def collect_runs(
     attrs = storage.get_study_user_attrs(study_id)
     penalty = storage.get_study_user_attrs(storage.get_study_id_from_name(study_name)).get("penalty") or {}
     skip_weight = float(penalty.get("skip", DEFAULTS.penalty.skip))
-    judged = "eval_median" if penalty.get("evaluation") == "median" else EVAL_LOSS
+    judged = EVAL_MEDIAN if penalty.get("evaluation") == "median" else EVAL_LOSS
     seeds = [int(s) for s in attrs.get("seeds", [])]
     configs = list(attrs.get("configs", []))
     runs: dict[tuple[str, int], FrozenTrial] = {}
@@ -138,24 +137,6 @@ def collect_runs(
             )
         )
     return seeds, stats, corners
-
-
-def run_score(trial: FrozenTrial, skip_weight: float) -> float:
-    """What confirmation compares: the run's objective without its skipped-step term.
-
-    The search adds ``skip * skipped fraction`` to prefer, among near-equal runs, the one that wasted
-    fewer steps; but a skipped step costs a run nothing beyond what its evaluation already shows
-    (skipping the steps of a few corrupted batches can even help), and that term is in the loss's
-    own units, so on a task whose loss is small it can outweigh the evaluation. A change is worth
-    making when the model is better, so confirmation compares the evaluation plus the failure
-    penalty: the objective less that term (a non-finite run's value has no such term).
-    """
-    value = float(trial.value)
-    curve = trial.user_attrs.get(LOSS_CURVE) or []
-    skipped = trial.user_attrs.get(SKIPPED_STEPS) or 0
-    if trial.user_attrs.get(NONFINITE) or not curve:
-        return value
-    return value - skip_weight * skipped / len(curve)
 
 
 @dataclass(frozen=True)
@@ -374,8 +355,8 @@ def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
         return lines + [f"  paired test: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
     default = next(s for s in stats if s.candidate["label"] == DEFAULT_LABEL)
     _, spread = _mean_sd([default.values[x] for x in seeds if x in default.values])
-    sd_text = f" ± {paired.sd_diff:.3g} (sd)" if paired.sd_diff is not None else ""
-    spread_text = f"; the default's seed-to-seed sd is {spread:.3g}" if math.isfinite(spread) else ""
+    sd_text = f" ± {paired.sd_diff:#.3g} (sd)" if paired.sd_diff is not None else ""
+    spread_text = f"; the default's seed-to-seed sd is {spread:#.3g}" if math.isfinite(spread) else ""
     lines.append(
         f"  {best} minus the default, paired by seed: mean {mean_diff:+.4g}{sd_text} over {paired.n} seeds"
         + spread_text

@@ -14,6 +14,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from search.core import EVAL_LOSS, EVAL_MEDIAN
+
 DOMINANCE_RATIO = 3.0  # A mean this many times the median chunk loss is decided by a few records.
 
 
@@ -27,7 +29,7 @@ def dominance_note(trial: FrozenTrial | None, evaluation: str) -> str | None:
     """
     if trial is None or evaluation == "median":
         return None
-    mean, median = trial.user_attrs.get("eval_loss"), trial.user_attrs.get("eval_median")
+    mean, median = trial.user_attrs.get(EVAL_LOSS), trial.user_attrs.get(EVAL_MEDIAN)
     if not _positive(mean) or not _positive(median) or mean < DOMINANCE_RATIO * median:
         return None
     return (

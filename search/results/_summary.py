@@ -14,6 +14,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import (
     DEFAULT_BASELINE,
     DEFAULTS,
+    EVAL_MEDIAN,
     FAIL_REASON,
     FAILURE,
     NONFINITE,
@@ -28,6 +29,7 @@ from search.core import (
 )
 from search.results._dominance import dominance_note
 from search.results._format import format_range
+from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
@@ -48,7 +50,7 @@ def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
         "growth_interval": cfg.growth_interval,
         "final_loss": attrs.get("final_loss"),
         "eval_loss": attrs.get("eval_loss"),
-        "eval_median": attrs.get("eval_median"),
+        "eval_median": attrs.get(EVAL_MEDIAN),
         "final_loss_fp32": attrs.get("final_loss_fp32"),
         "skipped_steps": attrs.get("skipped_steps"),
         "learned": attrs.get("learned"),
@@ -115,6 +117,7 @@ def summarize(
         "study_name": study.study_name,
         "evaluation": evaluation,
         "evaluation_note": dominance_note(best_overall, evaluation),
+        "horizon_note": horizon_note(trial_steps(best_overall)),
         "verdict": recommended[primary]["verdict"] if primary else None,
         "paste": recommended[primary]["paste"] if primary else {},
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
@@ -190,6 +193,8 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
             )
     if data.get("evaluation_note"):
         lines.append(f"  note: {data['evaluation_note']}")
+    if data.get("horizon_note"):
+        lines.append(f"  {data['horizon_note']}")
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(f"  nonfinite trials: {data['nonfinite_trials']}; silent failures: {silent}")
     if data["fail_reasons"]:

@@ -37,7 +37,7 @@ def confirmation_verdict(
     spread = entry.get("default_sd")
     stats = (
         f"mean difference {diff:+.4g} (recommended minus default) over {n} new seeds, sd of the "
-        f"difference {sd:.3g}" + (f", seed-to-seed sd of the default {spread:.3g}" if spread is not None else "")
+        f"difference {sd:#.3g}" + (f", seed-to-seed sd of the default {spread:#.3g}" if spread is not None else "")
         + f", two-sided paired t-test p = {p:.3g}"
     ) if sd is not None else f"mean difference {diff:+.4g} over {n} seeds, p = {p:.3g}"
     if entry.get("significant") and diff < 0:

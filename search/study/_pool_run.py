@@ -91,7 +91,7 @@ def run_workers(
     stale = sum(FAIL_REASON not in t.user_attrs for t in new_fails)  # Optuna fails stale trials without one.
     headline = (
         f"this run: {len(plan.specs)} workers on {devices}, {finished - done} finished, "
-        f"{len(new_fails) - stale} failed{stale_text(stale)} in {seconds:.1f} s"
+        f"{len(new_fails) - stale} failed{stale_text(stale)} in {seconds:.1f} s of trials, start-up not counted"
     )
     if result.signum is not None:
         note(f"interrupted by {signal.Signals(result.signum).name}; {_cut_short(existing, trials)}")

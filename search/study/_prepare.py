@@ -72,10 +72,8 @@ def settings_of(study: optuna.Study) -> Settings:
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     diffs = []
-    stored = dict(stored)
-    if isinstance(stored.get("penalty"), dict):
-        # A study recorded before a penalty key existed was measured with that key's default.
-        stored["penalty"] = {**asdict(PenaltyConfig()), **stored["penalty"]}
+    # A study recorded before a penalty key existed was measured with that key's default.
+    stored, wanted = _with_penalty_defaults(stored), _with_penalty_defaults(wanted)
     for key in RECORDED_KEYS:
         if key in stored and _canon(stored[key]) != _canon(wanted[key]):
             if key == "fingerprint":
@@ -85,6 +83,12 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
             else:
                 diffs += _leaf_differences(key, stored[key], wanted[key])
     return diffs
+
+
+def _with_penalty_defaults(recorded: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(recorded.get("penalty"), dict):
+        return recorded
+    return {**recorded, "penalty": {**asdict(PenaltyConfig()), **recorded["penalty"]}}
 
 
 _UNSET = object()

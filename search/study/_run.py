@@ -232,7 +232,7 @@ def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool,
         settings,
         f"this run: {stats.completed} complete, {stats.pruned} pruned, {stats.failed} failed"
         + stale_text(stats.stale_failed)
-        + f" in {stats.seconds:.1f} s ({stats.stop_reason})",
+        + f" in {stats.seconds:.1f} s of trials, start-up not counted ({stats.stop_reason})",
         note,
         publish_figures=True,
     )

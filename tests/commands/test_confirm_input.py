@@ -58,6 +58,7 @@ def _add_studies(db: pathlib.Path) -> None:
         (["--top", "many"], "invalid int value"),
         (["--top", "0"], "--top must be >= 1"),
         (["--seeds", "1"], "--seeds must be >= 2"),
+        (["--threads", "-1"], "--threads must be >= 0"),
         (["--device", "tpu"], "unknown device 'tpu'"),
         (["--storage", "sqlite:///missing.db"], "missing.db does not exist"),
         (["--storage", "sqlite:///not-a-db.txt"], "not-a-db.txt is not a SQLite database"),
@@ -110,3 +111,20 @@ def test_an_empty_postgres_database_is_left_empty(postgres_url, capsys):
             assert sqlalchemy.inspect(c).get_table_names() == []
     finally:
         engine.dispose()
+
+
+def test_threads_reach_torch_before_the_task_is_built(study_dir, monkeypatch, capsys):
+    """--threads as search.optimize's: set once, before the first run (it also prints the verdict)."""
+    import torch
+
+    calls = []
+    real = torch.set_num_threads
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: (calls.append(n), real(n)))
+    monkeypatch.chdir(study_dir)
+    before = torch.get_num_threads()
+    try:
+        args = ["--study-name", "seed-mlp", "--threads", "2", "--seeds", "2", "--top", "1", "--no-corners", "--quiet"]
+        assert main(args) == 0
+    finally:
+        real(before)  # This process's later tests train with its own thread count (their numbers depend on it).
+    assert calls[:1] == [2], calls

@@ -34,18 +34,20 @@ def clean_error(seed: int, config: tuple[float, float, float, int]) -> float:
 def test_judged_on_the_median_the_verdict_is_not_worse_than_the_default_on_clean_data(tmp_path):
     (tmp_path / "median.toml").write_text('[penalty]\nevaluation = "median"\n')
     args = ["--task", "tasks_for_tests:sensor_outliers", "--config", "median.toml", "--quiet"]
-    search = run_cli(["--trials", "20", *args], tmp_path)
+    search = run_cli(["--trials", "16", *args], tmp_path)
     assert search.returncode == 0, search.stderr
     assert "eval_median" in search.stdout and "a few records decide" not in search.stdout
-    confirm = run_cli(["--study-name", NAME, "--top", "1", "--no-corners", "--quiet"], tmp_path, module="search.confirm")
+    confirm = run_cli(
+        ["--study-name", NAME, "--top", "1", "--seeds", "3", "--no-corners", "--quiet"], tmp_path, module="search.confirm"
+    )
     assert confirm.returncode == 0, confirm.stderr
-    again = run_cli(["--trials", "20", *args, "--best-out", "best.json"], tmp_path)
+    again = run_cli(["--trials", "16", *args, "--best-out", "best.json"], tmp_path)
     assert again.returncode == 0, again.stderr
     best = json.loads((tmp_path / "best.json").read_text())
     rec = best["recommended"]["cpu"]
     answer = (rec["init_scale"], rec["growth_factor"], rec["backoff_factor"], rec["growth_interval"])
-    seeds = best_seeds = [43, 44, 45, 46, 47]  # search.confirm's new seeds: study seed 42 + 1 ... + 5
-    assert f"data seeds {best_seeds[0]}..{best_seeds[-1]}" in confirm.stdout
+    seeds = [43, 44, 45]  # search.confirm's new seeds: study seed 42 + 1 ... + 3
+    assert "data seeds 43..45" in confirm.stdout
     if best["verdict"] == "keep-default":
         assert answer == (DEFAULT.init_scale, DEFAULT.growth_factor, DEFAULT.backoff_factor, DEFAULT.growth_interval)
         return

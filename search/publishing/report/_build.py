@@ -98,7 +98,7 @@ def build_report(
     curves, chosen = _curves_section(done, space, best, answer)
     failures = _failures_section(done, space, answer)
     skipped, skipped_counts = _skipped_section(done)
-    baselines, baseline_data = _baselines_section(done, space, best)
+    baselines, baseline_data = _baselines_section(done, space, best, snapshot.settings.penalty.evaluation)
     safe, safe_data = _safe_section(done, space, tolerance)
     confirmation = _confirmation_section(snapshot)
     report.sections = [

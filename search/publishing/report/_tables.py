@@ -27,12 +27,14 @@ from search.results import (
     dominance_note,
     format_range,
     format_value,
+    horizon_note,
     param_values,
     paste_lines,
     recommend,
     safe_ranges,
     searched_params,
     trial_row,
+    trial_steps,
 )
 
 
@@ -53,14 +55,17 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], classes: str = 
 
 
 def _baselines_section(
-    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None
+    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, evaluation: str = "mean"
 ) -> tuple[Section, dict[str, Any]]:
     section = Section(
         "baselines",
         SECTION_TITLES["baselines"],
         "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured inside "
-        "the study, next to the best trial. Δ best: how much worse than the best objective.",
+        "the study, next to the best trial. The evaluation is the one the objective reads (the final weights' loss "
+        "over the evaluation set, or its median chunk loss with [penalty] evaluation = \"median\"), not a last "
+        "mini-batch's loss. Δ best: how much worse than the best objective.",
     )
+    judged = "eval_median" if evaluation == "median" else "eval_loss"
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
         tag = baseline_of(t)
@@ -82,7 +87,7 @@ def _baselines_section(
                 f"{row['growth_factor']:.3g}",
                 f"{row['backoff_factor']:.3g}",
                 str(row["growth_interval"]),
-                _fmt(row["final_loss"]),
+                _fmt(row[judged]),
                 _fmt(row["skipped_steps"], "d"),
                 _fmt(row["learned"]),
                 html.escape(str(row["failure"] or "–")),
@@ -98,7 +103,7 @@ def _baselines_section(
             "growth_factor",
             "backoff_factor",
             "growth_interval",
-            "final loss",
+            judged,
             "skipped steps",
             "learned?",
             "failure",
@@ -177,9 +182,9 @@ def _recommendation_section(
         "search.confirm has trained every corner without failure.",
     )
     rec = recommend(done, space, tolerance, confirmation=confirmation)
-    note = dominance_note(best_trial(done), evaluation)
-    if note:
-        section.message = "Note: " + note + "."
+    notes = [n for n in (dominance_note(best_trial(done), evaluation), horizon_note(trial_steps(best_trial(done)))) if n]
+    if notes:
+        section.message = " ".join(f"Note: {n[0].upper()}{n[1:]}." for n in notes)
     if rec is None:
         section.message = "No complete trial yet: nothing to recommend."
         return section, None

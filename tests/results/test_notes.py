@@ -1,4 +1,5 @@
-"""The note that a few records decide a study's evaluation (search.results.dominance_note)."""
+"""The notes under a verdict: a few records deciding the evaluation (dominance_note), and what trials of
+their length cannot show about the growth settings (horizon_note)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,13 @@ def test_the_summary_prints_the_note_and_shows_the_evaluation_the_objective_read
     assert data["evaluation"] == "median" and data["evaluation_note"] is None
     assert "a few records" not in text and "eval_median" in text.splitlines()[3]
     assert "     0.0741 " in text  # the median in the column, not the mean
+
+
+def test_the_horizon_note_says_what_short_trials_cannot_show_of_the_growth_settings():
+    from search.results import horizon_note, trial_steps
+
+    note = horizon_note(30)
+    assert note.startswith("horizon: each trial ran 30 optimizer steps") and "above 30 (PyTorch's default is 2000)" in note
+    assert horizon_note(2000) is None and horizon_note(None) is None  # long enough: the default's growth can act
+    trial = optuna.trial.create_trial(value=0.4, user_attrs={"loss_curve": [0.7] * 64})
+    assert trial_steps(trial) == 64 and trial_steps(None) is None

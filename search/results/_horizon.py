@@ -1,0 +1,32 @@
+"""What trials of a given length can and cannot show about GradScaler's growth settings.
+
+GradScaler grows its scale only after ``growth_interval`` unskipped steps in a row, so a trial of
+N steps never sees a growth at an interval above N, PyTorch's default 2000 included. Its answer on
+``init_scale`` and ``backoff_factor`` holds for those N steps; on the growth settings it says only
+what happens within them, not in the user's run of 100,000 steps.
+"""
+
+from __future__ import annotations
+
+from optuna.trial import FrozenTrial
+
+from search.core import LOSS_CURVE
+from search.results._minimal import PYTORCH_DEFAULT
+
+
+def trial_steps(trial: FrozenTrial | None) -> int | None:
+    """The optimizer steps a trial ran (its loss curve's length), or None without a curve."""
+    curve = trial.user_attrs.get(LOSS_CURVE) if trial is not None else None
+    return len(curve) if curve else None
+
+
+def horizon_note(steps: int | None) -> str | None:
+    """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's growth."""
+    if steps is None or steps >= PYTORCH_DEFAULT.growth_interval:
+        return None
+    return (
+        f"horizon: each trial ran {steps} optimizer steps, and GradScaler grows the scale only after "
+        f"growth_interval unskipped steps in a row, so these trials show nothing of a growth_interval above "
+        f"{steps} (PyTorch's default is {PYTORCH_DEFAULT.growth_interval}) nor of how the scale moves later in "
+        "a longer run; to judge the growth settings, run trials as long as that (--steps)"
+    )
