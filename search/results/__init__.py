@@ -42,7 +42,14 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_landscape": ("MIN_SUPPORT", "Landscape", "coordinates", "depth_of", "octave_distance"),
         "_minimal": ("PYTORCH_DEFAULT", "changed_settings", "minimal_change"),
         "_recommendation": ("DEFAULT_MARGIN", "VERDICTS", "Recommendation", "recommend"),
-        "_reasons": ("deepest_reasons", "keep_default_reason", "nearest_reason", "nothing_safe_reason"),
+        "_reasons": (
+            "deepest_reasons",
+            "keep_default_reason",
+            "limit_sentences",
+            "nearest_reason",
+            "nothing_safe_reason",
+            "reset_sentence",
+        ),
         "_verdict": ("confirmation_verdict",),
         "_together": (
             "CHECK_ROUNDS",

@@ -83,9 +83,15 @@ def deepest_reasons(
     if default is None:
         reasons.append("PyTorch's default (seed-1) has not run in this study.")
     elif default_depth is None:
+        failure = default.user_attrs.get(FAILURE) or "none"
+        behind = (default.value - best.value) / abs(best.value) * 100 if best.value else math.inf
+        why = (
+            f"failure {failure}"
+            if failure != "none"
+            else f"no failure, but {behind:.2f}% behind the best (good: within {tolerance * 100:g}%)"
+        )
         reasons.append(
-            f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, "
-            f"failure {default.user_attrs.get(FAILURE, '-')}."
+            f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, {why}."
         )
     else:
         reasons.append(
@@ -106,4 +112,26 @@ def nearest_reason(landscape: Landscape, nearest: int, params: Sequence[str]) ->
         f"The nearest trial that is not good is #{nearest} ("
         + format_point(landscape.values[nearest], params)
         + f"; objective {objective:.4f})."
+    )
+
+
+def limit_sentences(idle: tuple[str, ...], default_outside: bool) -> list[str]:
+    """What the ranges safe together cannot say (:func:`~search.results._together.box_limits`)."""
+    out = []
+    if idle:
+        out.append(f"In those ranges {' and '.join(idle)} acted in no run inside, so their ranges say nothing.")
+    if default_outside:
+        out.append("PyTorch's default lies outside them and ran without failure: they mark where the answer can move.")
+    return out
+
+
+def reset_sentence(trial: FrozenTrial, reset: dict[str, str]) -> str:
+    """Which of the trial's settings the answer leaves at PyTorch's defaults, and why they did not act."""
+    by_reason: dict[str, list[str]] = {}
+    for param, reason in reset.items():
+        by_reason.setdefault(reason, []).append(param)
+    parts = "; ".join(f"{' and '.join(params)}: {reason}" for reason, params in by_reason.items())
+    return (
+        f"Settings that did not act in trial #{trial.number}'s run stay at PyTorch's defaults, which run it "
+        f"the same, step for step ({parts})."
     )

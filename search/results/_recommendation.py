@@ -38,8 +38,15 @@ from search.core import (
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
-from search.results._reasons import deepest_reasons, keep_default_reason, nearest_reason, nothing_safe_reason
-from search.results._together import candidate_box, judge_boxes, together_text
+from search.results._reasons import (
+    deepest_reasons,
+    keep_default_reason,
+    limit_sentences,
+    nearest_reason,
+    nothing_safe_reason,
+    reset_sentence,
+)
+from search.results._together import box_limits, candidate_box, judge_boxes, together_text
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
 from search.results._verdict import confirmation_verdict
 
@@ -112,6 +119,8 @@ class Recommendation:
     together_trials: tuple[int, ...] = field(default=())
     reset: dict[str, str] = field(default_factory=dict)
     safe: bool = True
+    together_idle: tuple[str, ...] = field(default=())
+    default_outside: bool = False
 
     @property
     def verdict(self) -> str:
@@ -159,6 +168,8 @@ class Recommendation:
             "together_check": self.together_check,
             "together_failed": [dict(f) for f in self.together_failed],
             "together_trials": list(self.together_trials),
+            "together_idle": list(self.together_idle),
+            "default_outside_together": self.default_outside,
             "text": self.text,
         }
 
@@ -249,7 +260,7 @@ def recommend(
         measured = _measured_config(landscape.values[choice.deepest.number], space)
         config, reset = minimal_change(choice.deepest, measured)
         if reset:
-            reasons.append(_reset_sentence(choice.deepest, reset))
+            reasons.append(reset_sentence(choice.deepest, reset))
         if not changed_settings(config):
             reasons.append(
                 f"Trial #{choice.deepest.number} is PyTorch's default"
@@ -269,6 +280,9 @@ def recommend(
 
     around = default if keep_default else choice.source
     together = _safe_together(landscape, around, config, space, confirmation)
+    idle, outside = box_limits(
+        together.together or together.candidate, landscape, together.inside, default.number if default else None
+    )
     return Recommendation(
         config=config,
         source_trial=choice.source.number,
@@ -282,25 +296,15 @@ def recommend(
         best_trial=best.number,
         confirmed=confirmed,
         device_type=device,
-        reasons=tuple(reasons + together.reasons),
+        reasons=tuple(reasons + together.reasons + limit_sentences(idle, outside)),
         candidate=together.candidate,
         together=together.together,
         together_check=together.check,
         together_failed=tuple(together.failed),
         together_trials=together.inside,
         reset=reset if not keep_default else {},
-    )
-
-
-def _reset_sentence(trial: FrozenTrial, reset: dict[str, str]) -> str:
-    """Which of the trial's settings the answer leaves at PyTorch's defaults, and why they did not act."""
-    by_reason: dict[str, list[str]] = {}
-    for param, reason in reset.items():
-        by_reason.setdefault(reason, []).append(param)
-    parts = "; ".join(f"{' and '.join(params)}: {reason}" for reason, params in by_reason.items())
-    return (
-        f"Settings that did not act in trial #{trial.number}'s run stay at PyTorch's defaults, which run it "
-        f"the same, step for step ({parts})."
+        together_idle=idle,
+        default_outside=outside,
     )
 
 

@@ -6,7 +6,7 @@ parameter alone, so each range also lists the bad trials whose value lies inside
 them: those with another setting outside *its* safe range that acted in the trial's run
 (:func:`idle_settings`: a growth_factor acts only if the scale grew, a backoff_factor only if a
 step was skipped) do not count against this range; the rest (*holes*: every setting inside its
-safe range or idle, and still bad) show that the safe set is not an interval (not a box). With
+good range or idle, and still bad) show that the good set is not an interval (not a box). With
 holes, the *clean* stretch is the widest interval of good values around the best trial with no
 hole in it. A setting idle in every good trial gets a range that is only what was tried, and says so.
 """
@@ -52,7 +52,7 @@ class SafeRange:
         n_trials: Number of COMPLETE trials considered.
         bad_inside: Numbers of the bad trials whose value lies in ``[low, high]``.
         holes: Those of ``bad_inside`` whose other settings all lie inside their safe ranges
-            too: the safe set is then not an interval (not even given the other ranges).
+            too: the good set is then not an interval (not even given the other ranges).
         clean_low: Lower end of the widest stretch of good values around the best trial
             with no hole inside.
         clean_high: Upper end of that stretch.
@@ -139,7 +139,7 @@ def safe_ranges(
             continue
         if not good:
             text = (
-                f"{name}: no safe range, no trial came within {pct} of the best objective "
+                f"{name}: no good range, no trial came within {pct} of the best objective "
                 "without a non-finite value or a silent failure."
                 if done
                 else f"{name}: no completed trial yet."
@@ -197,7 +197,7 @@ def _range_text(
     lo_txt, hi_txt = format_value(name, low), format_value(name, high)
     span = f"{name} from {lo_txt} to {hi_txt}" if lo_txt != hi_txt else f"{name} = {lo_txt}"
     text = (
-        f"{span} is safe for this task: {n_good} of {n_done} trials stayed within {pct} "
+        f"{span} is good for this task: {n_good} of {n_done} trials stayed within {pct} "
         "of the best objective without non-finite values or silent failures"
     )
     if idle_in_good:
@@ -215,16 +215,16 @@ def _range_text(
         culprits = Counter(q for t in inside for q in culprits_of[t.number])
         which = ", ".join(f"{q} {c}x" for q, c in culprits.most_common())
         return text + (
-            f", but {'each of them has' if n > 1 else 'it has'} another setting outside its safe "
+            f", but {'each of them has' if n > 1 else 'it has'} another setting outside its good "
             f"range that acted in its run ({which}), so {'none of them shows' if n > 1 else 'it does not show'} "
             "this range failing with every other setting inside its own."
         )
     text += (
         f"; {len(holes)} of them ({trial_list([t.number for t in holes])}) "
-        f"{'have' if len(holes) > 1 else 'has'} every other setting inside its safe range "
+        f"{'have' if len(holes) > 1 else 'has'} every other setting inside its good range "
         f"or idle in {'their runs' if len(holes) > 1 else 'its run'}"
-        f"{f' (the other {explained} do not)' if explained else ''}, so the safe set is "
-        f"not an interval: safety here depends on the combination of settings."
+        f"{f' (the other {explained} do not)' if explained else ''}, so the good set is "
+        f"not an interval: here it depends on the combination of settings."
     )
     if clean_low is not None:
         text += (

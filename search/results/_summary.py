@@ -253,13 +253,26 @@ def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str)
 
 
 def _together_line(rec: dict[str, Any], confirm: str) -> str:
-    """The ranges that are safe together, stated only once their corners were trained."""
+    """The ranges that are safe together, stated only once their corners were trained, and what they cannot say."""
+    idle = set(rec.get("together_idle", []))
+
     def ranges(box: dict[str, Any]) -> str:
-        return ", ".join(f"{p} {format_range(p, lo, hi)}" for p, (lo, hi) in box.items())
+        return ", ".join(
+            f"{p} {format_range(p, lo, hi)}" + (" (it acted in no run inside: this range says nothing)" if p in idle else "")
+            for p, (lo, hi) in box.items()
+        )
 
     check = rec.get("together_check", "none")
+    outside = (
+        "; PyTorch's default lies outside and ran without failure: this is where the answer can move, not the edge of what is safe"
+        if rec.get("default_outside_together")
+        else ""
+    )
     if check == "checked":
-        return f"safe together, in any combination (all corners trained without failure): {ranges(rec['together'])}"
+        return (
+            f"safe together, in any combination (all corners trained without failure): {ranges(rec['together'])}"
+            + outside
+        )
     if check == "refuted":
         return "no ranges safe together: every box tried had a corner that failed (search.confirm)"
     if check == "unchecked":

@@ -20,6 +20,7 @@ from typing import Any
 from search.core import PARAM_NAMES, ParamRange, ScalerConfig, SpaceConfig
 from search.results._format import format_point, format_range
 from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
+from search.results._safe_ranges import idle_settings
 from search.results._trials import is_safe, searched_params
 
 CHECK_ROUNDS = 3  # After the candidate box, this many halvings (in octaves) of it are tried.
@@ -202,3 +203,32 @@ def together_text(
         f"failed, but sampled trials cannot vouch for every combination; python -m search.confirm trains its "
         f"{n} corners." + failing
     )
+
+
+def box_limits(
+    box: dict[str, tuple[float, float]], landscape: Landscape, inside: Sequence[int], default_number: int | None
+) -> tuple[tuple[str, ...], bool]:
+    """What a box of ranges safe together cannot say: ``(idle, default_outside)``.
+
+    ``idle``: the box's settings that acted in no run inside it (no run inside skipped a step:
+    backoff_factor; none grew its scale: growth_factor and growth_interval), so that their ranges
+    say nothing (any value would have run the same there). ``default_outside``: PyTorch's default
+    lies outside the box although it ran without failure, so the box marks where the answer can
+    move, not the edge of what is safe.
+    """
+    done = {t.number: t for t in landscape.done}
+    values = landscape.values
+    trials = [done[n] for n in inside if n in done]
+    idle = tuple(
+        p
+        for p in box
+        if p != "init_scale" and trials and all(p in idle_settings(t, values[t.number], box) for t in trials)
+    )
+    default = done.get(default_number) if default_number is not None else None
+    default_outside = bool(
+        box
+        and default is not None
+        and is_safe(default)
+        and not all(lo <= values[default.number][p] <= hi for p, (lo, hi) in box.items())
+    )
+    return idle, default_outside

@@ -34,14 +34,14 @@ def clean_error(seed: int, config: tuple[float, float, float, int]) -> float:
 def test_judged_on_the_median_the_verdict_is_not_worse_than_the_default_on_clean_data(tmp_path):
     (tmp_path / "median.toml").write_text('[penalty]\nevaluation = "median"\n')
     args = ["--task", "tasks_for_tests:sensor_outliers", "--config", "median.toml", "--quiet"]
-    search = run_cli(["--trials", "16", *args], tmp_path)
+    search = run_cli(["--trials", "12", *args], tmp_path)
     assert search.returncode == 0, search.stderr
     assert "eval_median" in search.stdout and "a few records decide" not in search.stdout
     confirm = run_cli(
         ["--study-name", NAME, "--top", "1", "--seeds", "3", "--no-corners", "--quiet"], tmp_path, module="search.confirm"
     )
     assert confirm.returncode == 0, confirm.stderr
-    again = run_cli(["--trials", "16", *args, "--best-out", "best.json"], tmp_path)
+    again = run_cli(["--trials", "12", *args, "--best-out", "best.json"], tmp_path)
     assert again.returncode == 0, again.stderr
     best = json.loads((tmp_path / "best.json").read_text())
     rec = best["recommended"]["cpu"]

@@ -116,7 +116,7 @@ def test_every_section_from_a_real_study(study_dir):
         "growth_interval",
     ]
     assert re.match(
-        r"init_scale from 2\^-?[\d.]+ to 2\^[\d.]+ is safe for this task", data["safe_ranges"][0]["text"]
+        r"init_scale from 2\^-?[\d.]+ to 2\^[\d.]+ is good for this task", data["safe_ranges"][0]["text"]
     )
     # 9. The verdict and its GradScaler line, naming only what it changes (the default names nothing).
     rec = data["recommendation"]

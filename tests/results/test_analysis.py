@@ -76,10 +76,10 @@ def test_safe_range_is_min_to_max_of_the_good_trials():
     assert (r.low, r.high) == (2.0**-4, 2.0**18)
     assert r.n_good == 3 and r.n_trials == 6
     assert r.is_interval and r.bad_inside == () and r.holes == ()
-    assert r.text.startswith("init_scale from 2^-4 to 2^18 is safe for this task: 3 of 6 trials")
+    assert r.text.startswith("init_scale from 2^-4 to 2^18 is good for this task: 3 of 6 trials")
     assert "within 1%" in r.text
     # Every good trial has growth_factor 2: a one-point range, said so.
-    assert ranges["growth_factor"].text.startswith("growth_factor = 2 is safe")
+    assert ranges["growth_factor"].text.startswith("growth_factor = 2 is good")
 
 
 def test_tolerance_decides_what_is_good():
@@ -207,7 +207,7 @@ def test_fixed_settings_and_no_good_trial():
     ranges = _by_param(safe_ranges(study.trials, space))
     assert ranges["growth_interval"].fixed == 2000
     assert ranges["growth_interval"].text == "growth_interval was fixed at 2000 in this study, not searched."
-    assert ranges["init_scale"].low is None and "no safe range" in ranges["init_scale"].text
+    assert ranges["init_scale"].low is None and "no good range" in ranges["init_scale"].text
     assert safe_ranges([], SPACE)[0].text == "init_scale: no completed trial yet."
 
 

@@ -203,7 +203,7 @@ def test_powers_of_two_space():
     assert math.log2(rec.config.init_scale).is_integer()
     r = _by_param(safe_ranges(trials, space))["init_scale"]
     assert (r.low, r.high) == (2.0**-8, 2.0**19)
-    assert "init_scale from 2^-8 to 2^19 is safe for this task" in r.text
+    assert "init_scale from 2^-8 to 2^19 is good for this task" in r.text
 
 
 def test_the_default_alone_is_not_kept_on_its_own_word():

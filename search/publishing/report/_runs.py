@@ -51,7 +51,7 @@ def _curves_section(
     named: list[tuple[str, FrozenTrial]] = []
     if lead is not None and _has_curves(lead[1]):
         named.append(lead)
-    if default is not None and _has_curves(default) and all(default.number != t.number for _, t in named):
+    if default is not None and _has_curves(default):  # Shown even when it leads too: its label says so.
         named.append((f"seed-1 default #{default.number}", default))
     if worst is not None and all(worst.number != t.number for _, t in named):
         named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))

@@ -128,19 +128,19 @@ def _safe_section(
         SECTION_TITLES["safe_ranges"],
         f"A trial is good when its objective is within x = {pct} of the best objective "
         f"(objective ≤ best + {pct} · |best|; --tolerance), and it had no non-finite value and no silent "
-        "failure (failure code none). A setting's safe range runs from its smallest to its largest value "
+        "failure (failure code none). A setting's good range runs from its smallest to its largest value "
         "among the good trials, one setting at a time: a combination of values each inside its range can "
         "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
-        "a trial is inside its own safe range too, or idle in its run (its scale curve shows that it could not "
+        "a trial is inside its own good range too, or idle in its run (its scale curve shows that it could not "
         "have acted: a growth_factor when the scale never grew, a backoff_factor when no step was skipped, a "
         "growth_interval when the scale never grew and a longer interval in range would not have grown it either), "
-        "the safe set is not an interval (not a box), and the stretch around the best trial without such a "
+        "the good set is not an interval (not a box), and the stretch around the best trial without such a "
         "trial is given.",
     )
     ranges = safe_ranges(done, space, tolerance)
     data = [r.to_dict() for r in ranges]
     if not done:
-        section.message = "No complete trial yet: no safe range."
+        section.message = "No complete trial yet: no good range."
         return section, data
     rows = []
     for r in ranges:
@@ -158,7 +158,7 @@ def _safe_section(
                 html.escape(r.text),
             ]
         )
-    section.body = _table(["setting", "safe range", "an interval?", "in words"], rows, "wide")
+    section.body = _table(["setting", "good range", "an interval?", "in words"], rows, "wide")
     return section, data
 
 
@@ -267,7 +267,8 @@ def _together_cell(rec: Recommendation, param: str) -> str:
     box = rec.together if rec.together_check == "checked" else rec.candidate
     if rec.together_check == "refuted" or param not in box:
         return "–"
-    return html.escape(format_range(param, *box[param]))
+    idle = " (acted in no run inside: says nothing)" if param in rec.together_idle else ""
+    return html.escape(format_range(param, *box[param]) + idle)
 
 
 def _confirmation_section(snapshot: StudySnapshot) -> Section:
