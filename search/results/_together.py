@@ -17,10 +17,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from search.core import PARAM_NAMES, ParamRange, ScalerConfig, SpaceConfig
+from search.core import PARAM_NAMES, SCALE_CURVE, ParamRange, ScalerConfig, SpaceConfig, scale_moves
 from search.results._format import format_point, format_range
 from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
-from search.results._safe_ranges import idle_settings
 from search.results._trials import is_safe, searched_params
 
 CHECK_ROUNDS = 3  # After the candidate box, this many halvings (in octaves) of it are tried.
@@ -210,20 +209,34 @@ def box_limits(
 ) -> tuple[tuple[str, ...], bool]:
     """What a box of ranges safe together cannot say: ``(idle, default_outside)``.
 
-    ``idle``: the box's settings that acted in no run inside it (no run inside skipped a step:
-    backoff_factor; none grew its scale: growth_factor and growth_interval), so that their ranges
-    say nothing (any value would have run the same there). ``default_outside``: PyTorch's default
-    lies outside the box although it ran without failure, so the box marks where the answer can
-    move, not the edge of what is safe.
+    ``idle``: the box's settings whose range says nothing, since no run inside could have used them
+    at any value of the box (read from each run's scale curve): ``backoff_factor`` when no run inside
+    skipped a step; ``growth_factor`` and ``growth_interval`` when no run inside grew its scale and
+    none had as many unskipped steps in a row as the box's shortest interval (so no interval of the
+    box would have grown it either). ``default_outside``: PyTorch's default lies outside the box
+    although it ran without failure, so the box marks where the answer can move, not the edge of
+    what is safe.
     """
     done = {t.number: t for t in landscape.done}
     values = landscape.values
     trials = [done[n] for n in inside if n in done]
-    idle = tuple(
-        p
-        for p in box
-        if p != "init_scale" and trials and all(p in idle_settings(t, values[t.number], box) for t in trials)
-    )
+    used: set[str] = set()
+    for t in trials:
+        curve = t.user_attrs.get(SCALE_CURVE)
+        if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
+            used |= set(box)  # Unreadable: it may have used anything.
+            continue
+        moves = scale_moves(curve, values[t.number]["init_scale"])
+        longest = stretch = 0
+        for move in moves:
+            stretch = stretch + 1 if move == 0 else 0
+            longest = max(longest, stretch)
+        shortest = box["growth_interval"][0] if "growth_interval" in box else values[t.number]["growth_interval"]
+        if -1 in moves:
+            used.add("backoff_factor")
+        if 1 in moves or longest >= shortest:
+            used |= {"growth_factor", "growth_interval"}
+    idle = tuple(p for p in box if p != "init_scale" and trials and p not in used)
     default = done.get(default_number) if default_number is not None else None
     default_outside = bool(
         box
