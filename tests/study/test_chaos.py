@@ -165,11 +165,10 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     """The live worker fails the dead one's trial (no heartbeat for 2 s) and re-runs its params; a resume
     to more trials then goes on from a sound study."""
     url, n = own_postgres.url, 16
-    # 200 epochs (~0.9 s a trial on 2 cores): training is most of a trial, so that both workers are
-    # caught mid-training and still are when the kill lands (the kill follows the check by
-    # milliseconds). At 100 epochs (~0.45 s) a CI run once killed a worker just after it had
-    # finished its trial: a sound study, but nothing to fail.
-    args = ["--workers", "2", "--storage", url, "--heartbeat-interval", "1", "--epochs", "200", *FAST]
+    # 300 epochs (~1.3 s a trial on 2 cores): training is most of a trial, so that both workers are
+    # caught mid-training and still are when the kill lands. At 100 and at 200 epochs CI runs killed
+    # a worker just after it had finished its trial: a sound study, but nothing to fail.
+    args = ["--workers", "2", "--storage", url, "--heartbeat-interval", "1", "--epochs", "300", *FAST]
     proc = start_cli(["--trials", str(n), *args], tmp_path)
     try:
         wait_until(lambda: len(completed(url)) >= len(TAGS), what="the baselines")
