@@ -55,7 +55,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_study_attrs": ("set_study_system_attrs",),
         "_trial_writer": ("Finish", "TrialWriter"),
         "_recorder": ("WRITE_ID_ATTR", "NewTrial", "TrialRecorder"),
-        "_heartbeat": ("first_beat", "heartbeat", "heartbeat_interval"),
+        "_heartbeat": ("beating_trials", "first_beat", "heartbeat", "heartbeat_interval"),
         "_copy": ("TransferError", "TransferFailed", "TransferReport", "transfer_study"),
         "_snapshot": (
             "RUNNING_FAIL_REASON",

@@ -19,7 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 
 import optuna
 
-from search.storage._optuna_internals import storage_of
+from optuna.trial import TrialState
+
+from search.storage._optuna_internals import orm_models, storage_of
+from search.storage._study_tables import study_tables
 from search.storage._retry import with_retry
 from search.storage._trial_writer import TrialWriter
 
@@ -82,4 +85,28 @@ def first_beat(study: optuna.Study, trial_id: int, retry_budget: float) -> None:
     if heartbeat_interval(storage):
         with_retry(
             lambda: storage.record_heartbeat(trial_id), what="recording a heartbeat", budget=retry_budget
+        )
+
+
+def beating_trials(study: optuna.Study) -> int:
+    """How many of the study's RUNNING trials have a heartbeat: each will finish or go stale and be retried.
+
+    A worker that has reached the study's N waits for these before it stops, so that a dead peer's
+    trial is failed and run again rather than left RUNNING. A RUNNING trial that never beat (heartbeats
+    off, or left by another program) can never go stale, so it is not counted: waiting would never end.
+    """
+    storage = storage_of(study)
+    if not heartbeat_interval(storage):
+        return 0
+    tables = study_tables(study)
+    if tables is None:  # Another storage that beats: it keeps no heartbeat rows we can read.
+        return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    models = orm_models()
+    trial, beat = models.TrialModel, models.TrialHeartbeatModel
+    with tables.transaction() as session:
+        return (
+            session.query(trial.trial_id)
+            .join(beat, beat.trial_id == trial.trial_id)
+            .filter(trial.study_id == tables.study_id, trial.state == TrialState.RUNNING)
+            .count()
         )

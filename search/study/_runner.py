@@ -25,7 +25,9 @@ Every path trains through :mod:`search.study._trial_training`. Several workers (
 can run on one study: each checks the study's count before a trial, so the study ends with N to
 N + workers - 1 finished trials. Between trials each worker fails the RUNNING trials of dead
 workers (no heartbeat for twice the interval; :mod:`search.study._stale`), which Optuna's
-``RetryHeartbeatStaleTrialCallback`` queues again. Every storage call rides out a brief outage
+``RetryHeartbeatStaleTrialCallback`` queues again. A worker that has reached N does not stop while
+a peer's trial is RUNNING with a heartbeat, and runs every trial queued again, so that a dead
+worker's trial is retried, never left RUNNING (each retry may add one finished trial past N). Every storage call rides out a brief outage
 (:mod:`search.storage._retry`), and every write is stored once even when its acknowledgement is
 lost (:mod:`search.storage._recorder`). Interrupts (SIGINT/SIGTERM) record the trial in flight as
 FAIL and re-raise (:mod:`search.core._interrupts`); the message says what storage holds for it
@@ -43,8 +45,8 @@ import optuna
 import torch
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import FINISHED, Interrupted, Settings, baseline_of, interrupts_as_exceptions
-from search.storage import TrialRecorder, storage_of, with_retry
+from search.core import FINISHED, Interrupted, Settings, interrupts_as_exceptions
+from search.storage import TrialRecorder, beating_trials, storage_of, with_retry
 from search.study._in_flight import InFlight
 from search.study._population_trials import run_population_trials
 from search.study._queued import run_queued_trial
@@ -131,15 +133,22 @@ class Runner:
                     if trials is None:
                         trials = self.storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
                     self._known = None
-                    queued_baseline = any(t.state == TrialState.WAITING and baseline_of(t) for t in trials)
-                    if sum(t.state in FINISHED for t in trials) >= run.trials and not queued_baseline:
-                        # A baseline queued again (its worker died) still runs: each ends up once.
+                    waiting = any(t.state == TrialState.WAITING for t in trials)
+                    reached = sum(t.state in FINISHED for t in trials) >= run.trials
+                    if reached and not waiting and not self._peers_in_flight(trials):
                         self.stats.stop_reason = "trials reached"
                         break
                     if run.timeout and time.perf_counter() - start >= run.timeout:
                         self.stats.stop_reason = f"timeout ({run.timeout:g} s)"
                         break
-                    waiting = any(t.state == TrialState.WAITING for t in trials)
+                    if reached and not waiting:
+                        # A peer's trial is in flight: it finishes, or its worker died and the
+                        # trial goes stale, is failed at the loop's top and queued again, to be
+                        # run here. Stopping now could leave it RUNNING for good.
+                        time.sleep(min(1.0, run.heartbeat_interval / 4))
+                        continue
+                    # A trial queued again (its worker died) runs even past N: a baseline ends up
+                    # once among the finished trials, and no dead worker's trial is dropped.
                     if not (waiting and run_queued_trial(self)):
                         if run.population > 1:
                             run_population_trials(self, trials)
@@ -177,6 +186,12 @@ class Runner:
             return
         self._last_stale_check = now
         self.stats.stale_failed += fail_stale_trials(self.study, self.storage_call)
+
+    def _peers_in_flight(self, trials: list[FrozenTrial]) -> bool:
+        """Whether other workers' trials are RUNNING with a heartbeat (only a shared study has them)."""
+        if not self.shared or not any(t.state == TrialState.RUNNING for t in trials):
+            return False
+        return self.storage_call(lambda: beating_trials(self.study), "reading heartbeats") > 0
 
     def _study_after_own_write(self, before: list[FrozenTrial]) -> list[FrozenTrial] | None:
         """The study as it is right after this process's write, when the write proves it; else None.

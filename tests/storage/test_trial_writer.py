@@ -229,3 +229,25 @@ def test_a_requeued_baseline_is_claimed_in_its_place_in_the_seed_table(request, 
         order.append(by_id[claimed].user_attrs.get(BASELINE, f"#{by_id[claimed].number}"))
     assert order == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5", "#4"]
     storage.engine.dispose()
+
+
+def test_beating_trials_counts_running_trials_that_beat_only(tmp_path):
+    """A worker at N waits for these (they finish, or go stale and are retried); a RUNNING trial that
+    never beat can never go stale, so waiting for it would never end: not counted."""
+    from search.storage import beating_trials
+
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beats")
+    silent = study.ask()  # RUNNING, no heartbeat row.
+    assert beating_trials(study) == 0
+    storage.record_heartbeat(silent._trial_id)
+    assert beating_trials(study) == 1
+    other = optuna.create_study(storage=storage, study_name="other")  # Another study's beats are not ours.
+    storage.record_heartbeat(other.ask()._trial_id)
+    assert beating_trials(study) == 1
+    study.tell(silent, 1.0)
+    assert beating_trials(study) == 0
+    no_beats = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'n.db'}"))
+    no_beats.ask()
+    assert beating_trials(no_beats) == 0  # Heartbeats off: nothing could ever go stale.
+    storage.engine.dispose()
