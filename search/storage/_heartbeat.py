@@ -18,12 +18,11 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 
 import optuna
-
 from optuna.trial import TrialState
 
 from search.storage._optuna_internals import orm_models, storage_of
-from search.storage._study_tables import study_tables
 from search.storage._retry import with_retry
+from search.storage._study_tables import study_tables
 from search.storage._trial_writer import TrialWriter
 
 _logger = logging.getLogger("search")

@@ -107,6 +107,22 @@ def running_sampled_with_heartbeat(url: str) -> int:
     )
 
 
+def silent_running_sampled(url: str, seconds: float) -> int:
+    """RUNNING sampled trials whose last heartbeat is older than ``seconds`` by the database's clock."""
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with sqlalchemy.orm.Session(engine) as session:
+            beat = models.TrialHeartbeatModel
+            now = session.query(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
+            ages = {tid: (now - when).total_seconds() for tid, when in session.query(beat.trial_id, beat.heartbeat)}
+    finally:
+        engine.dispose()
+    return sum(
+        t.state == TrialState.RUNNING and BASELINE not in t.user_attrs and ages.get(t._trial_id, 0) > seconds
+        for t in trials_of(url)
+    )
+
+
 def test_hard_restart_mid_run_under_two_workers(own_postgres: OwnPostgres, tmp_path):
     """``pg_ctl stop -m immediate`` (every session cut, no checkpoint), 3 s down, then start: ridden out."""
     url, n = own_postgres.url, 14
@@ -174,10 +190,21 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     proc = start_cli(["--trials", str(n), *args], tmp_path)
     try:
         wait_until(lambda: len(completed(url)) >= len(TAGS), what="the baselines")
-        wait_until(lambda: running_sampled_with_heartbeat(url) == 2, what="both workers mid sampled trial")
-        victim = worker_pids(proc.pid)[0]
         signal_time = time.time()
-        os.kill(victim, signal.SIGKILL)
+        for _attempt in range(10):
+            wait_until(lambda: running_sampled_with_heartbeat(url) == 2, what="both workers mid sampled trial")
+            victim = worker_pids(proc.pid)[0]
+            # Frozen first: under load the victim can finish its trial between the poll and the kill,
+            # leaving nothing to fail. Frozen mid-trial, its trial's heartbeat goes silent: then kill.
+            os.kill(victim, signal.SIGSTOP)
+            signal_time = time.time()
+            time.sleep(1.6)
+            if silent_running_sampled(url, seconds=1.4):
+                os.kill(victim, signal.SIGKILL)
+                break
+            os.kill(victim, signal.SIGCONT)  # It was between trials: let it go on, and try again.
+        else:
+            raise AssertionError("never froze a worker mid sampled trial in 10 tries")
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
