@@ -180,9 +180,10 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
 def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostgres, tmp_path):
     """The live worker fails the dead one's trial (no heartbeat for 2 s) and re-runs its params; a resume
     to more trials then goes on from a sound study."""
-    # n = 10: the survivor reaches N before the dead worker's trial goes stale; it must wait for it
-    # and run its retry, not stop and leave it RUNNING (it did before).
-    url, n = own_postgres.url, 10
+    # The survivor can reach N before the dead worker's trial goes stale: it must wait for it and run
+    # its retry, not stop and leave it RUNNING (it did before). Nine sampled trials leave room to retry
+    # the freeze when the victim was between trials.
+    url, n = own_postgres.url, 14
     # 300 epochs (~1.3 s a trial on 2 cores): training is most of a trial, so that both workers are
     # caught mid-training and still are when the kill lands. At 100 and at 200 epochs CI runs killed
     # a worker just after it had finished its trial: a sound study, but nothing to fail.
@@ -212,13 +213,17 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     assert proc.returncode == 0, err
     assert "died (SIGKILL); the others finished the study" in err and "Traceback" not in err
     trials = trials_of(url)
-    assert_sound(trials, n, n + 1)
-    (failed,) = [t for t in trials if t.state == TrialState.FAIL]
-    assert BASELINE not in failed.user_attrs and failed.datetime_start.timestamp() < signal_time
-    (retry,) = [t for t in trials if t.system_attrs.get("failed_trial") == failed.number]
-    assert retry.state == TrialState.COMPLETE and retry.params == failed.params
-    # The headline counts it as the storage does, apart from the trials that failed themselves.
-    assert "0 failed, 1 trial of a stopped worker failed and queued again in" in out.splitlines()[0], out
+    assert_sound(trials, n, n + 1 + sum(t.state == TrialState.FAIL for t in trials))  # Retries may run past N.
+    # The victim's trial failed, and every failed trial was run again with its params. (Under heavy
+    # load a live trial's 1-s heartbeat can lag 2 s: a peer fails it too, and it is retried the same way.)
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert any(t.datetime_start.timestamp() < signal_time for t in failed), failed
+    for t in failed:
+        (retry,) = [r for r in trials if r.system_attrs.get("failed_trial") == t.number]
+        assert BASELINE not in t.user_attrs and retry.state == TrialState.COMPLETE and retry.params == t.params
+    # The headline counts them as the storage does, apart from the trials that failed themselves.
+    plural = "trial" if len(failed) == 1 else "trials"
+    assert f"0 failed, {len(failed)} {plural} of a stopped worker failed and queued again in" in out.splitlines()[0], out
 
     resume = run_process(["--trials", str(n + 6), *args], tmp_path)
     assert resume.returncode == 0, resume.stderr
