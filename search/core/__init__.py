@@ -65,6 +65,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "NONFINITE",
             "POINT",
             "POPULATION",
+            "ROUNDING_OF",
             "RUN_ATTRS",
             "SCALE_CURVE",
             "SILENT_FAILURES",
@@ -81,6 +82,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "showcase",
             "unfinished_baselines",
             "waiting_baseline",
+            "waiting_rounding",
         ),
         "_devices": ("device_label", "process_token", "resolve_device"),
         "_interrupts": (

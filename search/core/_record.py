@@ -15,6 +15,8 @@ service writes into a trial, so that no other module spells a key:
   (``--population K``, :func:`search.training._objective.run_population`): how many trials trained together
   with it (their ``train_seconds`` is the population's wall time divided by that); absent on an
   ordinary trial, so that ``--population 1`` stores what it always stored;
+* ``rounding_of`` (:data:`ROUNDING_OF`): on a trial enqueued to measure the answer's line rounded
+  (:mod:`search.results._rounding`), the trial whose line it rounds and its params;
 * ``worker`` (the process that ran it) and, on FAIL, ``fail_reason``;
 * confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,
   ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``.
@@ -36,6 +38,7 @@ from optuna.trial import FrozenTrial, TrialState, create_trial
 # -- keys ----------------------------------------------------------------------------------------
 BASELINE = "baseline"
 WORKER = "worker"
+ROUNDING_OF = "rounding_of"
 FAIL_REASON = "fail_reason"
 FINAL_LOSS = "final_loss"
 EVAL_LOSS = "eval_loss"
@@ -172,4 +175,15 @@ def waiting_baseline(tag: str, params: dict[str, Any]) -> FrozenTrial:
     """A baseline as ``study.enqueue_trial`` would store it: WAITING, with fixed params."""
     return create_trial(
         state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={BASELINE: tag}
+    )
+
+
+def waiting_rounding(tag: str, params: dict[str, Any]) -> FrozenTrial:
+    """A rounding of the answer's line, WAITING with fixed params, as :func:`waiting_baseline`.
+
+    ``tag`` (``rounding_of``) names the trial whose line it rounds, then its params: ``#20
+    growth_interval=14, init_scale=0.03125``; one per rounding, so that it is enqueued once.
+    """
+    return create_trial(
+        state=TrialState.WAITING, system_attrs={"fixed_params": params}, user_attrs={ROUNDING_OF: tag}
     )

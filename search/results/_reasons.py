@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial
 
-from search.core import FAILURE
+from search.core import FAILURE, ScalerConfig
 from search.results._format import format_point
 from search.results._landscape import MIN_SUPPORT, Landscape
+from search.results._minimal import changed_settings
+from search.results._rounding import Rounding
 
 
 def _depth_text(depth: float) -> str:
@@ -98,10 +100,6 @@ def deepest_reasons(
             f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: a trial that "
             f"is not good lies {default_depth:.2f} octaves from it (less than {margin:g})."
         )
-    reasons.append(
-        f"The values are trial #{deepest.number}'s own, as measured (a rounded neighbour would be a setting "
-        "no trial ran; the line is written with the digits that reproduce it)."
-    )
     return reasons
 
 
@@ -135,3 +133,30 @@ def reset_sentence(trial: FrozenTrial, reset: dict[str, str]) -> str:
         f"Settings that did not act in trial #{trial.number}'s run stay at PyTorch's defaults, which run it "
         f"the same, step for step ({parts})."
     )
+
+
+def rounding_sentence(source: FrozenTrial, line: ScalerConfig, rounding: Rounding, tolerance: float) -> str:
+    """What the study measured of ``source``'s line rounded (:mod:`search.results._rounding`)."""
+    tried = "; ".join(f"#{number}: {why}" for number, why in rounding.rejected)
+    if rounding.trial is not None and rounding.config is not None:
+        moved = [p for p in changed_settings(line) if getattr(line, p) != getattr(rounding.config, p)]
+        change = ", ".join(f"{p} {getattr(line, p):.6g} to {getattr(rounding.config, p):g}" for p in moved)
+        return (
+            f"The line is trial #{rounding.trial.number}'s: trial #{source.number}'s rounded ({change}) and "
+            f"trained as a trial of this study, objective {rounding.trial.value:.4f}: good (no failure, within "
+            f"{tolerance * 100:g}% of the best), the same settings acting in its run"
+            + (f"; coarser roundings did not measure the same ({tried})." if tried else ".")
+        )
+    if rounding.pending is not None:
+        return (
+            f"The values are trial #{source.number}'s own"
+            + (f" (rounded lines that did not measure the same: {tried})" if tried else "")
+            + "; a rounding of its line has not been trained yet (a run of search.optimize that adds "
+            "trials to this study trains it before it stops)."
+        )
+    if tried:
+        return (
+            f"Rounded, the line did not measure the same ({tried}): it keeps trial #{source.number}'s own "
+            "values, with the digits that reproduce them."
+        )
+    return f"The values are trial #{source.number}'s own, as measured."

@@ -3,9 +3,10 @@
 Not the argmin, which among many near-equal trials is noise, and not the middle of a box of ties,
 which can sit next to a failure edge. The recommendation is the deepest good trial in the space of
 octaves (:mod:`search.results._landscape`) among those with at least :data:`MIN_SUPPORT` good
-trials within their depth (so it is judged on the trials around it, not on one lucky point), with
-that trial's own values (a rounded neighbour would be a setting no trial measured; on a rough
-objective such as deep-mlp's it can land well outside the tolerance). When PyTorch's default
+trials within their depth (so it is judged on the trials around it, not on one lucky point). Its
+line is rounded only where a trial of the study ran the rounding and measured it the same
+(:mod:`search.results._rounding`; on a rough objective such as deep-mlp's an unmeasured rounding can
+land well outside the tolerance); the answer is then that trial. When PyTorch's default
 (baseline ``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep
 the default". When confirmation runs on new seeds exist (``search.confirm``), they decide
 (:mod:`search.results._verdict`): a default that is significantly better than the recommended
@@ -45,10 +46,12 @@ from search.results._reasons import (
     nearest_reason,
     nothing_safe_reason,
     reset_sentence,
+    rounding_sentence,
 )
+from search.results._rounding import Rounding, measured_rounding
 from search.results._together import box_limits, candidate_box, judge_boxes, together_text
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
-from search.results._verdict import confirmation_verdict
+from search.results._verdict import weigh_confirmation
 
 VERDICTS = ("keep-default", "change", "none-safe")  # The answer's one word, in every output.
 DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
@@ -97,6 +100,9 @@ class Recommendation:
         reset: Per setting of ``source_trial`` put back to PyTorch's default because it did not act
             in its run, why (:func:`~search.results._minimal.minimal_change`).
         safe: False when no trial is good: ``config`` is then only the lowest objective found.
+        rounding: What the study measured of the line rounded (:mod:`search.results._rounding`);
+            when it holds a trial, that trial is ``source_trial`` and its line is ``config``.
+        rounded_from: The deepest good trial, whose line was rounded (None when nothing was).
     """
 
     config: ScalerConfig
@@ -121,6 +127,8 @@ class Recommendation:
     safe: bool = True
     together_idle: tuple[str, ...] = field(default=())
     default_outside: bool = False
+    rounding: Rounding | None = None
+    rounded_from: int | None = None
 
     @property
     def verdict(self) -> str:
@@ -148,6 +156,8 @@ class Recommendation:
             "verdict": self.verdict,
             "changed": list(self.changed),
             "reset": dict(self.reset),
+            "rounded_from": self.rounded_from,
+            "rounding_pending": dict(self.rounding.pending) if self.rounding and self.rounding.pending else None,
             "init_scale": self.config.init_scale,
             "growth_factor": self.config.growth_factor,
             "backoff_factor": self.config.backoff_factor,
@@ -216,6 +226,7 @@ def recommend(
     Returns:
         None when the study has no COMPLETE trial yet.
     """
+    trials = list(trials)
     done = completed(trials)
     best = best_trial(done)
     if best is None:
@@ -247,8 +258,8 @@ def recommend(
         )
 
     choice = _choose(landscape, default)
-    depth, nearest = landscape.depths[choice.source.number]
     reset: dict[str, str] = {}
+    rounding: Rounding | None = None
     if choice.keep_default:
         assert default is not None
         reasons = [keep_default_reason(default, best, landscape, choice.deepest, DEFAULT_MARGIN, tolerance)]
@@ -261,6 +272,13 @@ def recommend(
         config, reset = minimal_change(choice.deepest, measured)
         if reset:
             reasons.append(reset_sentence(choice.deepest, reset))
+        if changed_settings(config):
+            rounding = measured_rounding(choice.deepest, config, landscape, space, list(trials))
+            reasons.append(rounding_sentence(choice.deepest, config, rounding, tolerance))
+            if rounding.trial is not None and rounding.config is not None:
+                own = _measured_config(landscape.values[rounding.trial.number], space)
+                config, reset = rounding.config, minimal_change(rounding.trial, own)[1]
+                choice = replace(choice, source=rounding.trial)
         if not changed_settings(config):
             reasons.append(
                 f"Trial #{choice.deepest.number} is PyTorch's default"
@@ -268,12 +286,13 @@ def recommend(
                 + ": keep the default."
             )
             choice = replace(choice, keep_default=True)
+    depth, nearest = landscape.depths[choice.source.number]
     if nearest is not None:
         reasons.append(nearest_reason(landscape, nearest, params))
 
     keep_default, confirmed = choice.keep_default, None
     if confirmation is not None and not keep_default:
-        confirmed, to_default, sentences = _weigh_confirmation(confirmation, config, space)
+        confirmed, to_default, sentences = weigh_confirmation(confirmation, config, space)
         reasons += sentences
         if to_default:
             keep_default, config = True, _SEED_DEFAULT
@@ -303,6 +322,8 @@ def recommend(
         together_failed=tuple(together.failed),
         together_trials=together.inside,
         reset=reset if not keep_default else {},
+        rounding=rounding,
+        rounded_from=choice.deepest.number if rounding is not None and rounding.tried else None,
         together_idle=idle,
         default_outside=outside,
     )
@@ -335,23 +356,6 @@ def _measured_config(values: dict[str, float], space: SpaceConfig) -> ScalerConf
         if getattr(space, p).fixed is not None:
             full[p] = float(getattr(space, p).fixed)
     return as_config(full)
-
-
-def _weigh_confirmation(confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig) -> tuple[str | None, bool, list[str]]:
-    """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
-
-    An overturned setting gives way to the default, and so does one that new seeds do not find
-    better beyond noise: a change is worth making only when it measurably helps.
-    """
-    verdict = confirmation_verdict(confirmation, config, space)
-    if verdict is None:
-        return None, False, []
-    confirmed, sentence = verdict
-    if confirmed == "overturned":
-        return confirmed, True, [sentence]
-    if confirmed == "not better":
-        return confirmed, True, [sentence, "Keep the default."]
-    return confirmed, False, [sentence]
 
 
 def _safe_together(

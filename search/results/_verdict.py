@@ -51,3 +51,20 @@ def confirmation_verdict(
         "not better",
         f"On new seeds it is not significantly different from the default ({stats}): not worth a change.",
     )
+
+
+def weigh_confirmation(confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig) -> tuple[str | None, bool, list[str]]:
+    """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
+
+    An overturned setting gives way to the default, and so does one that new seeds do not find
+    better beyond noise: a change is worth making only when it measurably helps.
+    """
+    verdict = confirmation_verdict(confirmation, config, space)
+    if verdict is None:
+        return None, False, []
+    confirmed, sentence = verdict
+    if confirmed == "overturned":
+        return confirmed, True, [sentence]
+    if confirmed == "not better":
+        return confirmed, True, [sentence, "Keep the default."]
+    return confirmed, False, [sentence]

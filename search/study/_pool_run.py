@@ -19,7 +19,15 @@ import optuna
 import sqlalchemy.exc
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import FAIL_REASON, FINISHED, Interrupted, Settings, raise_pending, record_interrupts
+from search.core import (
+    FAIL_REASON,
+    FINISHED,
+    ROUNDING_OF,
+    Interrupted,
+    Settings,
+    raise_pending,
+    record_interrupts,
+)
 from search.storage import (
     StorageUnreachable,
     close_storage,
@@ -31,6 +39,7 @@ from search.storage import (
 from search.study._logging import log_warnings
 from search.study._plan import RunPlan, plan_run
 from search.study._prepare import finished_and_best
+from search.study._roundings import rounding_note
 from search.study._run import (
     RunOutcome,
     existing_trials,
@@ -89,9 +98,12 @@ def run_workers(
     before = {t.number for t in existing if t.state == TrialState.FAIL}
     new_fails = [t for t in trials if t.state == TrialState.FAIL and t.number not in before]
     stale = sum(FAIL_REASON not in t.user_attrs for t in new_fails)  # Optuna fails stale trials without one.
+    known = {t.number for t in existing}
+    roundings = sum(t.state in FINISHED and ROUNDING_OF in t.user_attrs and t.number not in known for t in trials)
     headline = (
         f"this run: {len(plan.specs)} workers on {devices}, {finished - done} finished, "
         f"{len(new_fails) - stale} failed{stale_text(stale)} in {seconds:.1f} s of trials, start-up not counted"
+        + (f" ({rounding_note(roundings)[2:]})" if roundings else "")
     )
     if result.signum is not None:
         note(f"interrupted by {signal.Signals(result.signum).name}; {_cut_short(existing, trials)}")

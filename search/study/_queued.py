@@ -1,4 +1,4 @@
-"""Queued trials (the seed baselines, and retries of failed ones): claimed from storage and run.
+"""Queued trials (the seed baselines, roundings of the answer, retries of failed ones): claimed and run.
 
 A queued trial is claimed with the same atomic pop as ``study.ask()`` (safe across processes and
 hosts), is RUNNING with a heartbeat while it trains, and is finished in one transaction. A failed
@@ -16,6 +16,7 @@ from search.core import (
     BASELINE,
     FAIL_REASON,
     FINISHED,
+    ROUNDING_OF,
     Interrupted,
     baseline_of,
     deferred_interrupts,
@@ -52,7 +53,8 @@ def run_queued_trial(runner: Runner) -> bool:
                 return True
             # A queued trial's fixed params are written to storage here (idempotent, so retried).
             scaler_config = runner.storage_call(lambda: suggest(trial, runner.settings.space), "setting params")
-            outcome = training.train(trial, scaler_config)
+            # A rounding of the answer's line is measured whole: it is the line a user pastes.
+            outcome = training.train(trial, scaler_config, prune=ROUNDING_OF not in trial.user_attrs)
     except BaseException as error:
         attrs = training.failure_attrs(error)
         with deferred_interrupts():

@@ -62,9 +62,9 @@ class TrialTraining:
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
             problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
 
-    def train(self, trial: optuna.Trial, scaler_config: ScalerConfig) -> TrialOutcome:
+    def train(self, trial: optuna.Trial, scaler_config: ScalerConfig, prune: bool = True) -> TrialOutcome:
         """Trains one trial; pruning reports go to ``trial`` (the replica's copy, or a queued trial)."""
-        should_prune = _pruning_judge(trial) if self.pruner is not None else None
+        should_prune = _pruning_judge(trial) if self.pruner is not None and prune else None
         outcome = run_trial(self.problem, scaler_config, should_prune=should_prune, **self._training_kwargs())
         outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome

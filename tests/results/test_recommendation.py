@@ -72,11 +72,17 @@ def test_the_recommendation_is_a_measured_trial_exactly():
     rows += [{"exp": -3.7, "value": 2.0, "failure": "underflow"}, {"exp": 8.7, "value": 0.9}]
     trials = _study(rows)
     rec = recommend(trials, SPACE)
-    # Not rounded to 2^2 / 0.5: a rounded neighbour is a setting no trial ran.
+    # Not rounded to 2^2 / 0.5 until a trial has run that line: a rounding no trial ran is not an answer.
     source = next(t for t in trials if t.number == rec.source_trial)
     assert rec.config == scaler_config(source.params, SPACE)
     assert not math.log2(rec.config.init_scale).is_integer() and rec.config.backoff_factor != 0.5
-    assert f"trial #{source.number}'s own, as measured" in rec.text
+    assert f"trial #{source.number}'s own; a rounding of its line has not been trained yet" in rec.text
+    assert rec.rounding.pending == {
+        "init_scale": 2.0 ** round(math.log2(rec.config.init_scale)),
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
 
 
 def test_confirmation_decides():

@@ -231,6 +231,7 @@ def test_a_requeued_baseline_is_claimed_in_its_place_in_the_seed_table(request, 
     storage.engine.dispose()
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage is supposed to be used with Study.optimize")
 def test_beating_trials_counts_running_trials_that_beat_only(tmp_path):
     """A worker at N waits for these (they finish, or go stale and are retried); a RUNNING trial that
     never beat can never go stale, so waiting for it would never end: not counted."""
