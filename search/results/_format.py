@@ -36,3 +36,11 @@ def trial_list(numbers: Sequence[int], limit: int = 5) -> str:
     """Trial numbers as ``#3, #7 and 2 more``: the first ``limit``, then how many are left."""
     shown = ", ".join(f"#{n}" for n in numbers[:limit])
     return shown + (f" and {len(numbers) - limit} more" if len(numbers) > limit else "")
+
+
+def offsets_text(offsets: dict[str, float]) -> str:
+    """Where one point lies from another, a setting at a time: ``init_scale 11.2 octaves higher, growth_interval
+    3.1 octaves lower`` (largest first; a setting that differs by less than 0.05 octaves is left out)."""
+    moved = sorted(((p, d) for p, d in offsets.items() if abs(d) >= 0.05), key=lambda pd: -abs(pd[1]))
+    parts = [f"{p} {abs(d):.1f} octave{'' if f'{abs(d):.1f}' == '1.0' else 's'} {'higher' if d > 0 else 'lower'}" for p, d in moved]
+    return ", ".join(parts) if parts else "every setting within 0.05 octaves of it"

@@ -82,6 +82,17 @@ class Landscape:
         """A good trial's depth, in octaves (``inf`` when no trial is bad)."""
         return self.depths[number][0]
 
+    def offsets(self, number: int) -> dict[str, float]:
+        """Per searched setting, how many octaves a good trial's nearest bad trial lies from it (+: higher).
+
+        The depth ranks trials by all settings at once; people read a distance one setting at a time.
+        Empty when no trial is bad.
+        """
+        nearest = self.depths[number][1]
+        if nearest is None:
+            return {}
+        return {p: self.where[nearest][p] - self.where[number][p] for p in self.where[number]}
+
     def support(self, number: int) -> tuple[int, ...]:
         """The good trials within a good trial's depth of it (itself included), by number."""
         radius = self.depths[number][0]

@@ -14,14 +14,18 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial
 
 from search.core import FAILURE, ScalerConfig
-from search.results._format import format_point
+from search.results._format import format_point, offsets_text
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings
 from search.results._rounding import Rounding
 
 
-def _depth_text(depth: float) -> str:
-    return "unbounded (no trial failed)" if not math.isfinite(depth) else f"{depth:.2f} octaves"
+def _nearest_text(landscape: Landscape, number: int) -> str:
+    """Where trial ``number``'s nearest trial that is not good lies, a setting at a time."""
+    nearest = landscape.depths[number][1]
+    if nearest is None:
+        return "no trial is not good"
+    return f"the nearest trial that is not good, #{nearest}, has {offsets_text(landscape.offsets(number))}"
 
 
 def nothing_safe_reason(best: FrozenTrial, done: list[FrozenTrial]) -> str:
@@ -48,10 +52,9 @@ def keep_default_reason(
     return (
         f"Keep the default: PyTorch's default (seed-1, trial #{default.number}, objective "
         f"{default.value:.4f}) is within {pct} of the best ({best.value:.4f}) without failure, and it "
-        f"lies well inside the good region: depth {_depth_text(landscape.depth(default.number))}, against "
-        f"{_depth_text(landscape.depth(deepest.number))} "
-        f"for the deepest good trial (#{deepest.number}); {margin:g} octaves (a factor of "
-        f"{2 ** margin:g} in any combination of the settings) is margin enough to keep what you have."
+        f"lies well inside the good region: {_nearest_text(landscape, default.number)}. At least {margin:g} "
+        f"octaves (a factor of {2 ** margin:g}, in the four settings' log2 combined) from anything not good is "
+        "margin enough to keep what you have."
     )
 
 
@@ -66,7 +69,6 @@ def deepest_reasons(
 ) -> list[str]:
     """Why the deepest good trial is recommended: its support, its depth, the default's state, its own values."""
     pct = f"{tolerance * 100:g}%"
-    depth = landscape.depth(deepest.number)
     neighbours = landscape.support(deepest.number)
     reasons = []
     if len(neighbours) < MIN_SUPPORT:
@@ -78,9 +80,8 @@ def deepest_reasons(
     reasons.append(
         f"{len(landscape.good)} of {len(landscape.done)} trials are good (within {pct} of the best objective "
         f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
-        f"deepest inside that region: the nearest trial that is not good is {_depth_text(depth)} away "
-        "(the four settings' log2 distances combined), and all "
-        f"{len(neighbours)} trials within that distance are good."
+        f"deepest inside that region (the farthest, in the four settings' log2 combined, from anything not good): "
+        f"{_nearest_text(landscape, deepest.number)}, and all {len(neighbours)} trials nearer than it are good."
     )
     if default is None:
         reasons.append("PyTorch's default (seed-1) has not run in this study.")
@@ -97,8 +98,8 @@ def deepest_reasons(
         )
     else:
         reasons.append(
-            f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: a trial that "
-            f"is not good lies {default_depth:.2f} octaves from it (less than {margin:g})."
+            f"PyTorch's default (seed-1, #{default.number}) is good but close to an edge: "
+            f"{_nearest_text(landscape, default.number)} (less than {margin:g} octaves in all)."
         )
     return reasons
 

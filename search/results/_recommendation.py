@@ -49,7 +49,7 @@ from search.results._reasons import (
     rounding_sentence,
 )
 from search.results._rounding import Rounding, measured_rounding
-from search.results._together import box_limits, candidate_box, judge_boxes, together_text
+from search.results._together import box_limits, safe_together
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
 from search.results._verdict import weigh_confirmation
 
@@ -103,6 +103,10 @@ class Recommendation:
         rounding: What the study measured of the line rounded (:mod:`search.results._rounding`);
             when it holds a trial, that trial is ``source_trial`` and its line is ``config``.
         rounded_from: The deepest good trial, whose line was rounded (None when nothing was).
+        nearest_offsets: Per searched setting, the octaves from ``source_trial`` to ``nearest_bad``
+            (+: higher); how people read a distance, one setting at a time.
+        default_nearest: The default's nearest trial that is not good (None when the default is not
+            good, has not run, or nothing is bad), and ``default_offsets`` the octaves to it.
     """
 
     config: ScalerConfig
@@ -129,6 +133,9 @@ class Recommendation:
     default_outside: bool = False
     rounding: Rounding | None = None
     rounded_from: int | None = None
+    nearest_offsets: dict[str, float] = field(default_factory=dict)
+    default_nearest: int | None = None
+    default_offsets: dict[str, float] = field(default_factory=dict)
 
     @property
     def verdict(self) -> str:
@@ -158,6 +165,9 @@ class Recommendation:
             "reset": dict(self.reset),
             "rounded_from": self.rounded_from,
             "rounding_pending": dict(self.rounding.pending) if self.rounding and self.rounding.pending else None,
+            "nearest_offsets": dict(self.nearest_offsets),
+            "default_nearest": self.default_nearest,
+            "default_offsets": dict(self.default_offsets),
             "init_scale": self.config.init_scale,
             "growth_factor": self.config.growth_factor,
             "backoff_factor": self.config.backoff_factor,
@@ -192,18 +202,6 @@ class _Choice:
     source: FrozenTrial  # The default's trial when keeping it, else ``deepest``.
     default_depth: float | None  # None when the default is not good or has not run.
     keep_default: bool
-
-
-@dataclass(frozen=True)
-class _Together:
-    """Ranges safe together around the answer: the candidate, what its corner runs said, its sentences."""
-
-    candidate: dict[str, tuple[float, float]]
-    check: str
-    together: dict[str, tuple[float, float]]
-    failed: list[dict[str, Any]]
-    inside: tuple[int, ...]
-    reasons: list[str]
 
 
 def recommend(
@@ -298,7 +296,7 @@ def recommend(
             keep_default, config = True, _SEED_DEFAULT
 
     around = default if keep_default else choice.source
-    together = _safe_together(landscape, around, config, space, confirmation)
+    together = safe_together(landscape, around, config, space, confirmation)
     idle, outside = box_limits(
         together.together or together.candidate, landscape, together.inside, default.number if default else None
     )
@@ -324,6 +322,9 @@ def recommend(
         reset=reset if not keep_default else {},
         rounding=rounding,
         rounded_from=choice.deepest.number if rounding is not None and rounding.tried else None,
+        nearest_offsets=landscape.offsets(choice.source.number),
+        default_nearest=landscape.depths[default.number][1] if choice.default_depth is not None else None,
+        default_offsets=landscape.offsets(default.number) if choice.default_depth is not None else {},
         together_idle=idle,
         default_outside=outside,
     )
@@ -356,38 +357,3 @@ def _measured_config(values: dict[str, float], space: SpaceConfig) -> ScalerConf
         if getattr(space, p).fixed is not None:
             full[p] = float(getattr(space, p).fixed)
     return as_config(full)
-
-
-def _safe_together(
-    landscape: Landscape,
-    around: FrozenTrial | None,
-    config: ScalerConfig,
-    space: SpaceConfig,
-    confirmation: dict[str, Any] | None,
-) -> _Together:
-    """Ranges safe together around ``config``: a candidate from the trials around ``around`` (the
-    good trial it stands for), then what training its corners said (``search.confirm``), which
-    alone can vouch for a combination."""
-    reasons = []
-    candidate: dict[str, tuple[float, float]] = {}
-    if around is not None and around.number in landscape.good_ids and searched_params(space):
-        found = candidate_box(landscape, around.number, config, space)
-        if found is None:
-            reasons.append(
-                f"No ranges that are safe together: fewer than {MIN_SUPPORT} failure-free trials around the "
-                "setting, too few to say how far it can move."
-            )
-        else:
-            candidate = found
-    corners_run = (confirmation or {}).get("corners", [])
-    check, together, failed = judge_boxes(candidate, config, corners_run)
-    box = together or candidate
-    values = landscape.values
-    inside = tuple(
-        t.number
-        for t in landscape.done
-        if box and all(lo <= values[t.number][p] <= hi for p, (lo, hi) in box.items())
-    )
-    if candidate:
-        reasons.append(together_text(check, candidate, together, failed, config))
-    return _Together(candidate, check, together, failed, inside, reasons)

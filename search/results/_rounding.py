@@ -76,8 +76,8 @@ def _rounded(name: str, value: float, level: int) -> float:
         return value  # A power of two is as round as a scale gets.
     if name == "init_scale":
         return 2.0 ** round(math.log2(value)) if level == 0 else significant(value, digits)
-    if name == "growth_factor":
-        return 1.0 + significant(value - 1.0, digits)
+    if name == "growth_factor":  # 1 + 1.89 is 2.8899999999999997 in floats: printed as people write it.
+        return significant(1.0 + significant(value - 1.0, digits), 12)
     if name == "growth_interval":
         return float(max(1, round(significant(value, digits))))
     return significant(value, digits)

@@ -28,7 +28,7 @@ from search.core import (
     scaler_config,
 )
 from search.results._dominance import dominance_note
-from search.results._format import format_range
+from search.results._format import format_range, offsets_text
 from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
@@ -281,8 +281,11 @@ def _together_line(rec: dict[str, Any], confirm: str) -> str:
 
 
 def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: str) -> str:
-    depth = rec["depth"]
-    margin = "no trial failed" if depth is None else f"{depth:.1f} octaves from the nearest trial that is not good"
+    margin = (
+        "no trial is not good"
+        if rec["nearest_bad"] is None
+        else f"the nearest trial that is not good, #{rec['nearest_bad']}, has {offsets_text(rec['nearest_offsets'])}"
+    )
     ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
     if not rec["n_good"]:  # The best trial itself failed: nothing here is safe to use.
         return (
@@ -301,7 +304,7 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
             "the default only in settings that did not act in its run"
         )
     elif rec["keep_default"]:
-        why = f"seed-1 (#{rec['source_trial']}) is good here and {margin}"
+        why = f"seed-1 (#{rec['source_trial']}) is good here: {margin}"
     else:
         why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
         if rec.get("confirmed"):
@@ -321,11 +324,11 @@ def _default_status(rec: dict[str, Any]) -> str:
         return "seed-1 has not run in this study"
     if rec["default_depth"] is None:
         return f"seed-1 (#{rec['default_trial']}) is not good in the search"
-    if not math.isfinite(rec["default_depth"]):
-        return f"seed-1 (#{rec['default_trial']}) is good here and no trial failed"
+    if rec["default_nearest"] is None:
+        return f"seed-1 (#{rec['default_trial']}) is good here and no trial is not good"
     return (
-        f"seed-1 (#{rec['default_trial']}) is good here and {rec['default_depth']:.1f} octaves from the "
-        "nearest trial that is not good"
+        f"seed-1 (#{rec['default_trial']}) is good here: the nearest trial that is not good, "
+        f"#{rec['default_nearest']}, has {offsets_text(rec['default_offsets'])}"
     )
 
 

@@ -15,7 +15,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from optuna.trial import FrozenTrial
 
 from search.core import PARAM_NAMES, SCALE_CURVE, ParamRange, ScalerConfig, SpaceConfig, scale_moves
 from search.results._format import format_point, format_range
@@ -245,3 +248,50 @@ def box_limits(
         and not all(lo <= values[default.number][p] <= hi for p, (lo, hi) in box.items())
     )
     return idle, default_outside
+
+
+@dataclass(frozen=True)
+class Together:
+    """Ranges safe together around the answer: the candidate, what its corner runs said, its sentences."""
+
+    candidate: dict[str, tuple[float, float]]
+    check: str
+    together: dict[str, tuple[float, float]]
+    failed: list[dict[str, Any]]
+    inside: tuple[int, ...]
+    reasons: list[str]
+
+
+def safe_together(
+    landscape: Landscape,
+    around: FrozenTrial | None,
+    config: ScalerConfig,
+    space: SpaceConfig,
+    confirmation: dict[str, Any] | None,
+) -> Together:
+    """Ranges safe together around ``config``: a candidate from the trials around ``around`` (the
+    good trial it stands for), then what training its corners said (``search.confirm``), which
+    alone can vouch for a combination."""
+    reasons = []
+    candidate: dict[str, tuple[float, float]] = {}
+    if around is not None and around.number in landscape.good_ids and searched_params(space):
+        found = candidate_box(landscape, around.number, config, space)
+        if found is None:
+            reasons.append(
+                f"No ranges that are safe together: fewer than {MIN_SUPPORT} failure-free trials around the "
+                "setting, too few to say how far it can move."
+            )
+        else:
+            candidate = found
+    corners_run = (confirmation or {}).get("corners", [])
+    check, together, failed = judge_boxes(candidate, config, corners_run)
+    box = together or candidate
+    values = landscape.values
+    inside = tuple(
+        t.number
+        for t in landscape.done
+        if box and all(lo <= values[t.number][p] <= hi for p, (lo, hi) in box.items())
+    )
+    if candidate:
+        reasons.append(together_text(check, candidate, together, failed, config))
+    return Together(candidate, check, together, failed, inside, reasons)

@@ -44,6 +44,17 @@ def test_recommendation_is_the_deepest_good_trial_not_the_argmin():
     assert rec.code == 'torch.amp.GradScaler("cuda", init_scale=2.0**5)' and rec.verdict == "change"
     assert rec.changed == ("init_scale",)
     assert "deepest inside that region" in rec.text and "has not run" in rec.text
+    # Distances are read one setting at a time, not as one figure that adds octaves of different settings.
+    assert rec.nearest_offsets == {"init_scale": 17.0, "growth_factor": 0.0, "backoff_factor": 0.0, "growth_interval": 0.0}
+    assert "the nearest trial that is not good, #12, has init_scale 17.0 octaves higher," in rec.text
+
+
+def test_offsets_read_one_setting_at_a_time_largest_first():
+    from search.results import offsets_text
+
+    text = offsets_text({"init_scale": -2.04, "growth_factor": 0.01, "backoff_factor": 1.0, "growth_interval": 9.1})
+    assert text == "growth_interval 9.1 octaves higher, init_scale 2.0 octaves lower, backoff_factor 1.0 octave higher"
+    assert offsets_text({"init_scale": 0.0}) == "every setting within 0.05 octaves of it"
 
 
 def test_keep_the_default_when_it_is_good_and_deep_enough():

@@ -31,6 +31,9 @@ def test_candidates_go_coarse_to_fine_and_round_only_what_the_line_changes():
     # growth_factor is rounded through g - 1 (1.0 would never grow); defaults are not touched.
     near_one = ScalerConfig(2.0**16, 1.04371, 0.5, 2000)
     assert [c.growth_factor for c in rounding_candidates(near_one, near_one, SPACE)] == [1.044, 1.0437]
+    # As people write it: 1 + 1.89 is 2.8899999999999997 in floats.
+    wide = ScalerConfig(2.0**16, 2.891234, 0.5, 2000)
+    assert [c.growth_factor for c in rounding_candidates(wide, wide, SPACE)] == [2.9, 2.89]
     assert rounding_candidates(ScalerConfig(2.0**16, 2.0, 0.5, 2000), near_one, SPACE) == []
     # A rounded value outside the searched range keeps the trial's own value.
     narrow = SPACE.__class__(**{**SPACE.__dict__, "growth_interval": ParamRange(1, 600, log=True)})

@@ -70,8 +70,8 @@ def test_an_overturned_recommendation_names_the_trial_tested_not_a_default_that_
     assert "  verdict: keep the default\n" in line
     assert 'for plain PyTorch (torch.amp.GradScaler):\n      import torch\n\n      scaler = torch.amp.GradScaler("cpu")\n' in line
     assert (
-        f"trial #{rec.source_trial}, the deepest of 5 good trials ({rec.depth:.1f} octaves from the nearest trial "
-        "that is not good), was overturned on new seeds against the default; seed-1 has not run in this study"
+        f"trial #{rec.source_trial}, the deepest of 5 good trials (the nearest trial that is not good, #5, has "
+        "init_scale 10.9 octaves lower), was overturned on new seeds against the default; seed-1 has not run in this study"
     ) in line
     assert "seed-1 (#" not in line
 
