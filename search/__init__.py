@@ -32,7 +32,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "core": ("DEFAULTS", "SEED_BASELINES", "ConfigError", "PenaltyConfig", "ScalerConfig", "Settings", "load_settings"),
-        "tasks": ("Problem", "resolve_task"),
+        "tasks": ("LoaderProblem", "Problem", "resolve_task"),
         "training": ("Assessment", "Evaluation", "PopulationError", "TrainResult", "assess", "batch_plan", "evaluate",
                      "train", "train_population"),
         "storage": ("TransferReport", "mask_url", "open_storage", "transfer_study"),

@@ -138,6 +138,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"--trial-timeout then applies to the whole population [{d.population}]",
     )
     add(
+        "--batch-memory",
+        type=float,
+        default=None,
+        metavar="MIB",
+        help="MiB a loader task's batches may take, drawn once per process (steps x batch); more is "
+        f"refused before any trial [{d.batch_memory:g}]",
+    )
+    add(
         "--storage-retry",
         type=float,
         default=None,
@@ -175,7 +183,8 @@ def _interrupted_line(signum: int) -> str:
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
-        "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps population"
+        "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps population "
+        "batch_memory"
     ).split()
     return {name: getattr(args, name) for name in names}
 

@@ -155,11 +155,39 @@ def plain_run(
     else:
         initial, initial_median = _evaluate(problem, copy.deepcopy(problem.model))
         final, final_median = _evaluate(problem, model)
+    zero_fraction = zeros / counted if counted else 0.0
+    return judge(
+        losses, scales, params, skipped, zero_fraction, (initial, initial_median, final, final_median), steps,
+        fp32_zeros=fp32_zeros, churn=churn, underflow=underflow, learn=learn,
+        nonfinite_weight=nonfinite_weight, silent=silent, skip=skip, evaluation=evaluation,
+    )
+
+
+def judge(
+    losses: list[float],
+    scales: list[float],
+    params: list[torch.Tensor],
+    skipped: int,
+    zero_fraction: float,
+    evaluations: tuple[float, float, float, float],
+    steps: int,
+    *,
+    fp32_zeros: float,
+    churn: float,
+    underflow: float,
+    learn: float,
+    nonfinite_weight: float,
+    silent: float,
+    skip: float,
+    evaluation: str,
+) -> PlainRun:
+    """The failure code and objective of a run, by docs/objective.md's rules (``evaluations``: initial
+    loss, initial median, final loss, final median)."""
+    initial, initial_median, final, final_median = evaluations
     finite = all(math.isfinite(v) for v in losses) and all(torch.isfinite(p).all().item() for p in params)
     finite = finite and math.isfinite(final)
     learned = final_median <= (1 - learn) * initial_median
     fraction = skipped / steps
-    zero_fraction = zeros / counted if counted else 0.0
     if not finite:
         first_bad = next((i for i, v in enumerate(losses) if not math.isfinite(v)), steps)
         failure, objective = "nonfinite", nonfinite_weight * (2 - first_bad / steps)

@@ -58,6 +58,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "EVAL_MEDIAN",
             "FAILURE",
             "FAIL_REASON",
+            "FAIL_TRACEBACK",
             "FINAL_LOSS",
             "FINISHED",
             "LEARNED",

@@ -85,6 +85,7 @@ class RunConfig:
     threads: int = 0  # torch intra-op threads per process; 0 = 1, or OMP_NUM_THREADS when set.
     storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
     population: int = 1  # Sampled trials trained together in one process (search.training._population); 1: one at a time.
+    batch_memory: float = 4096.0  # MiB a loader task's batches may take, held once per process (steps x batch).
 
 
 @dataclass(frozen=True)
@@ -271,6 +272,8 @@ def _validate(s: Settings) -> None:
         raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
     if run.workers < 1:
         raise ConfigError(f"workers must be >= 1, got {run.workers}")
+    if not run.batch_memory > 0:
+        raise ConfigError(f"batch_memory must be > 0 MiB, got {run.batch_memory}")
     if not 1 <= run.population <= MAX_POPULATION:
         raise ConfigError(f"population must be between 1 and {MAX_POPULATION}, got {run.population}")
     if run.threads < 0:

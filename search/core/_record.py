@@ -17,7 +17,8 @@ service writes into a trial, so that no other module spells a key:
   ordinary trial, so that ``--population 1`` stores what it always stored;
 * ``rounding_of`` (:data:`ROUNDING_OF`): on a trial enqueued to measure the answer's line rounded
   (:mod:`search.results._rounding`), the trial whose line it rounds and its params;
-* ``worker`` (the process that ran it) and, on FAIL, ``fail_reason``;
+* ``worker`` (the process that ran it) and, on FAIL, ``fail_reason`` (and ``fail_traceback`` when the
+  training raised);
 * confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,
   ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``.
 
@@ -40,6 +41,7 @@ BASELINE = "baseline"
 WORKER = "worker"
 ROUNDING_OF = "rounding_of"
 FAIL_REASON = "fail_reason"
+FAIL_TRACEBACK = "fail_traceback"  # On a FAIL trial whose training raised: the traceback, its last 4000 characters.
 FINAL_LOSS = "final_loss"
 EVAL_LOSS = "eval_loss"
 EVAL_MEDIAN = "eval_median"

@@ -83,10 +83,14 @@ def plan_run(
     if not run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
         run = settings.run
-    steps_per_trial = run_steps(problem, run.epochs, run.steps)
+    try:
+        steps_per_trial = run_steps(problem, run.epochs, run.steps)
+    except ValueError as e:  # --epochs for a task that runs steps.
+        raise UsageError(f"--epochs {run.epochs}: {e}") from e
     if run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
         _check_population(settings, problem)
-    fingerprint = problem.fingerprint()
+    _check_batch_memory(problem, steps_per_trial, run.batch_memory, run.task)
+    fingerprint = problem.fingerprint(steps_per_trial)
     path = sqlite_path(run.storage)
     if run.trials == 0 and path is not None and not os.path.exists(path):
         # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made.
@@ -94,7 +98,9 @@ def plan_run(
     storage = open_storage(run.storage, run.heartbeat_interval, read_only=read_only)
     keep(storage)
     settings = with_run(settings, study_name=resolve_study_name(storage, settings))
-    warnings = inspect_study(storage, settings, fingerprint, allow_changed_settings)
+    warnings = inspect_study(storage, settings, fingerprint, allow_changed_settings) + _cost_warnings(
+        problem, specs, steps_per_trial
+    )
     return RunPlan(settings, storage, problem, fingerprint, warnings, specs, steps_per_trial, read_only)
 
 
@@ -109,3 +115,49 @@ def _check_population(settings: Settings, problem: Problem) -> None:
         raise UsageError(
             f"--population {settings.run.population}: task {settings.run.task} cannot be trained as a population: {e}"
         ) from e
+
+
+SLOW_FP16 = 3.0  # Say so when an fp16 step costs this many fp32 steps on the CPU,
+SLOW_TRIAL = 10.0  # and a trial would take this many seconds.
+
+
+def _cost_warnings(problem: Problem, specs: list[WorkerSpec], steps: int) -> list[str]:
+    """What the probe's step says of the cost on the CPU: fp16 much slower than fp32 (no fast kernels)."""
+    from search.tasks import step_cost
+
+    cost = step_cost(problem)
+    if cost is None or any(spec.device != "cpu" for spec in specs) or not cost.fp16_seconds >= SLOW_FP16 * cost.fp32_seconds:
+        return []  # (nan fp32: the fp16 step was fast; the comparison is False.)
+    per_trial = cost.fp16_seconds * steps
+    if per_trial < SLOW_TRIAL:
+        return []
+    return [
+        f"one step of this task took {cost.fp16_seconds:.2g} s under fp16 autocast against {cost.fp32_seconds:.2g} s "
+        f"in fp32 on this CPU ({cost.fp16_seconds / cost.fp32_seconds:.0f}x: CPUs lack fast fp16 kernels, e.g. for "
+        f"convolutions); a trial of {steps} steps will take about {_duration(per_trial)}: a GPU (--device cuda) or fewer "
+        "--steps makes the search practical"
+    ]
+
+
+def _check_batch_memory(problem: Problem, steps: int, limit_mib: float, task: str) -> None:
+    """A loader task's batches are drawn once and held for every trial: refuses more than ``limit_mib``."""
+    from search.tasks import BatchError, LoaderProblem
+
+    if not isinstance(problem, LoaderProblem):
+        return
+    try:
+        size = problem.planned_bytes(steps) / 2**20
+    except BatchError as e:
+        raise UsageError(f"task {task!r}: {e}") from e
+    if size > limit_mib:
+        raise UsageError(
+            f"the batches of {steps} steps (and the evaluation's) take {size:,.0f} MiB, held once per process, over "
+            f"--batch-memory {limit_mib:g}: raise it, or run fewer --steps"
+        )
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``10 min``, ``3.2 h``: as a person reads a wait."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

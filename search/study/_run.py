@@ -224,6 +224,8 @@ def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool,
         return RunOutcome(128 + e.signum, outcome.headline, outcome.summary)
     except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
         bar.close()
+        if getattr(e, "trace", ""):  # Shown once; each failed trial keeps it (fail_traceback).
+            note("the failed trials' traceback (stored with each as fail_traceback):\n" + e.trace.rstrip())
         outcome = finish(handle.study, settings, "stopped", note, publish_figures=True)
         return RunOutcome(1, outcome.headline, outcome.summary, str(e))
     bar.close()

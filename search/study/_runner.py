@@ -61,7 +61,11 @@ from search.tasks.base import Problem
 
 
 class TooManyFailures(RuntimeError):
-    """``max_failed_trials`` trials failed in this run."""
+    """``max_failed_trials`` trials failed in this run, or two the same way; ``trace``: their traceback, if any."""
+
+    def __init__(self, message: str, trace: str = "") -> None:
+        super().__init__(message)
+        self.trace = trace
 
 
 @dataclass
@@ -72,6 +76,8 @@ class RunStats:
     pruned: int = 0
     failed: int = 0
     fail_reasons: list[str] = field(default_factory=list)
+    # (reason, traceback) of each trial the task's own code failed (not an interrupt or a timeout).
+    task_failures: list[tuple[str, str]] = field(default_factory=list)
     stale_failed: int = 0  # RUNNING trials of stopped workers this run failed (Optuna queues them again).
     seconds: float = 0.0
     stop_reason: str = ""
@@ -163,6 +169,9 @@ class Runner:
                             run_sampled_trial(self, trials)
                             if not self.shared:  # Written whole by this process: the write may prove the study.
                                 self._known = self._study_after_own_write(trials)
+                    repeated = _repeated_failure(self.stats.task_failures)
+                    if repeated is not None:
+                        raise TooManyFailures(*repeated)
                     if self.stats.failed >= run.max_failed_trials:
                         raise TooManyFailures(
                             f"{self.stats.failed} trials failed in this run (--max-failed-trials "
@@ -212,3 +221,15 @@ class Runner:
         if written is None or written.number != len(before) or not all(t.state.is_finished() for t in before):
             return None
         return [*before, written]
+
+
+def _repeated_failure(failures: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The stop message and traceback when the task's code failed twice the same way, or None.
+
+    Two trials that raise the same error at the same line fail for the task, not for their scaler
+    settings: the next eight would too.
+    """
+    if len(failures) < 2 or failures[-1] not in failures[:-1]:
+        return None
+    reason, trace = failures[-1]
+    return f"two trials failed the same way, so the task fails, not its scaler settings: {reason}", trace

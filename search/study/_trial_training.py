@@ -8,6 +8,7 @@ trial ends.
 from __future__ import annotations
 
 import contextlib
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -15,11 +16,19 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from search.core import DEVICE, FAIL_REASON, Interrupted, ScalerConfig, Settings, process_token
+from search.core import (
+    DEVICE,
+    FAIL_REASON,
+    FAIL_TRACEBACK,
+    Interrupted,
+    ScalerConfig,
+    Settings,
+    process_token,
+)
 from search.core import WORKER as WORKER_ATTR
 from search.tasks import TaskError
 from search.tasks.base import Problem
-from search.training import TrialOutcome, run_population, run_trial
+from search.training import TrialOutcome, TrialTimeout, run_population, run_trial
 
 if TYPE_CHECKING:
     from search.study._runner import RunStats
@@ -60,7 +69,8 @@ class TrialTraining:
         # The first optimizer a process builds costs ~1 s of lazy imports in torch 2.13; pay it
         # here so that the first trial's train_seconds is comparable with the others.
         with contextlib.suppress(Exception):  # A broken factory fails in the trials, recorded.
-            problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=problem.inputs.device))])
+            device = next(problem.model.parameters()).device
+            problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=device))])
 
     def train(self, trial: optuna.Trial, scaler_config: ScalerConfig, prune: bool = True) -> TrialOutcome:
         """Trains one trial; pruning reports go to ``trial`` (the replica's copy, or a queued trial)."""
@@ -100,7 +110,11 @@ class TrialTraining:
                 torch.cuda.empty_cache()
         self.stats.failed += trials
         self.stats.fail_reasons += [reason] * trials
-        return {FAIL_REASON: reason, DEVICE: self.device_label, WORKER_ATTR: WORKER}
+        attrs = {FAIL_REASON: reason, DEVICE: self.device_label, WORKER_ATTR: WORKER}
+        if not isinstance(error, (Interrupted, TrialTimeout)):  # Raised by the task's code: it would again.
+            attrs[FAIL_TRACEBACK] = "".join(traceback.format_exception(error))[-4000:]
+            self.stats.task_failures.append((reason, attrs[FAIL_TRACEBACK]))
+        return attrs
 
     def count(self, state: TrialState) -> None:
         """Counts a trial recorded COMPLETE or PRUNED."""

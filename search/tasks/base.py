@@ -92,8 +92,8 @@ class Problem:
             eval_targets=None if self.eval_targets is None else self.eval_targets.to(device),
         )
 
-    def fingerprint(self) -> str:
-        """A short hash of the initial weights and the data.
+    def fingerprint(self, steps: int | None = None) -> str:
+        """A short hash of the initial weights and the data (``steps``: unused; every step draws from them).
 
         Stored in the study so that every worker and every resume can prove it trains the
         same problem (a different torch build may draw different random numbers).

@@ -5,7 +5,8 @@ loss, so which setting looks best depends on which batch came last. Every trial 
 judged on the same evaluation of its *final weights*:
 
 * **the evaluation set**: the task's validation data (``Problem.eval_inputs``/``eval_targets``)
-  when it has some, else the whole training data;
+  when it has some, else the whole training data; a :class:`~search.tasks.LoaderProblem`'s
+  ``eval_batches``, else its training batches of one pass (each batch a chunk, the whole their mean);
 * **the evaluation loss**: ``Problem.eval_fn(model, inputs, targets)`` when the task gives one,
   else ``loss_fn`` on the model's fp32 outputs, without autocast, under ``torch.no_grad()``.
 
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from search.tasks.base import Problem
+from search.tasks import LoaderProblem, Problem
 
 LAST_STEP = "last_step"  # Full batch: the last step's whole-data loss (the seed's final_loss).
 FINAL_WEIGHTS = "final_weights"  # The final weights' loss on the evaluation set, in fp32.
@@ -57,8 +58,10 @@ def _last_step_evaluations(loss_curve: list[float]) -> tuple[Evaluation, Evaluat
     return Evaluation(first, first), Evaluation(last, last)
 
 
-def evaluation_mode(problem: Problem) -> str:
+def evaluation_mode(problem: Problem | LoaderProblem) -> str:
     """:data:`LAST_STEP` for a full-batch task with no validation data or eval function, else :data:`FINAL_WEIGHTS`."""
+    if isinstance(problem, LoaderProblem):
+        return FINAL_WEIGHTS
     full_batch = problem.batch_size is None or problem.batch_size >= len(problem.inputs)
     if full_batch and problem.eval_inputs is None and problem.eval_fn is None:
         return LAST_STEP
@@ -71,7 +74,7 @@ def _loss(problem: Problem, model: nn.Module, inputs: torch.Tensor, targets: tor
     return problem.loss_fn(model(inputs).float(), targets)
 
 
-def evaluate(problem: Problem, model: nn.Module) -> Evaluation:
+def evaluate(problem: Problem | LoaderProblem, model: nn.Module) -> Evaluation:
     """Evaluates ``model`` on the problem's evaluation set (one host read at the end).
 
     Args:
@@ -81,16 +84,20 @@ def evaluate(problem: Problem, model: nn.Module) -> Evaluation:
     return evaluation_of(evaluation_values(problem, model).tolist())
 
 
-def evaluation_values(problem: Problem, model: nn.Module) -> torch.Tensor:
+def evaluation_values(problem: Problem | LoaderProblem, model: nn.Module) -> torch.Tensor:
     """:func:`evaluate`'s numbers still on the device: the whole set's loss, then each chunk's.
 
     For callers that evaluate many models and read the host once for all of them (population mode).
     """
-    inputs, targets = problem.evaluation_set()
-    chunk = problem.batch_size if problem.batch_size is not None else len(inputs)
     was_training = model.training
     model.eval()
     try:
+        if isinstance(problem, LoaderProblem):  # The batches are the chunks; the whole is their mean.
+            with torch.no_grad(), torch.random.fork_rng(devices=[]):
+                chunks = torch.stack([problem.eval_loss_of(model, b).reshape(()) for b in problem.evaluation_batches()])
+                return torch.cat([chunks.mean().reshape(1), chunks])
+        inputs, targets = problem.evaluation_set()
+        chunk = problem.batch_size if problem.batch_size is not None else len(inputs)
         with torch.no_grad():
             whole = _loss(problem, model, inputs, targets).float()
             if chunk >= len(inputs):
@@ -116,7 +123,7 @@ def evaluation_of(values: list[float]) -> Evaluation:
 _INITIAL: dict[int, tuple[weakref.ref, Evaluation]] = {}
 
 
-def initial_evaluation(problem: Problem) -> Evaluation:
+def initial_evaluation(problem: Problem | LoaderProblem) -> Evaluation:
     """The evaluation of the problem's initial weights, computed once per problem object."""
     cached = _INITIAL.get(id(problem))
     if cached is not None and cached[0]() is problem:

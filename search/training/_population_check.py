@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from search.tasks.base import Problem
+from search.tasks import LoaderProblem, Problem
 
 _ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Identity)
 
@@ -72,7 +72,7 @@ class _Spec:
     optimizer: _Optimizer
 
 
-def check_population(problem: Problem, amp_dtype: torch.dtype | None = torch.float16) -> None:
+def check_population(problem: Problem | LoaderProblem, amp_dtype: torch.dtype | None = torch.float16) -> None:
     """Raises :class:`PopulationError` (one line) if :func:`train_population` cannot train ``problem``.
 
     Checks the model (an ``nn.Sequential`` of ``nn.Linear`` and elementwise activations, no buffers),
@@ -87,6 +87,10 @@ def _spec(problem: Problem, amp_dtype: torch.dtype | None) -> _Spec:
     """The problem read into a :class:`_Spec`; raises :class:`PopulationError` for what cannot be."""
     if amp_dtype not in (torch.float16, torch.bfloat16):
         raise PopulationError(f"population mode trains under autocast float16 or bfloat16, not {amp_dtype}")
+    if isinstance(problem, LoaderProblem):
+        raise PopulationError(
+            "its batches come from a loader (LoaderProblem): population mode stacks a Problem of two tensors only"
+        )
     layers = _layers(problem.model)
     if problem.inputs.dim() != 2 or not problem.inputs.is_floating_point():
         raise PopulationError(f"inputs of shape {tuple(problem.inputs.shape)}: population mode needs 2-D floating-point inputs")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from search.core import ScalerConfig
-from search.tasks.base import Problem
+from search.tasks import LoaderProblem, Problem
 from search.training._evaluation import (
     LAST_STEP,
     _last_step_evaluations,
@@ -42,6 +42,7 @@ from search.training._evaluation import (
     evaluation_mode,
     initial_evaluation,
 )
+from search.training._feed import Feed, feed_of, seed_step
 
 
 @dataclass(frozen=True)
@@ -95,13 +96,17 @@ class TrialTimeout(Exception):
     """Raised between steps when a run has trained longer than its timeout."""
 
 
-def run_steps(problem: Problem, epochs: int, steps: int) -> int:
+def run_steps(problem: Problem | LoaderProblem, epochs: int, steps: int) -> int:
     """The optimizer steps of one run on ``problem``, from the settings' ``epochs`` and ``steps``.
 
     The one place the settings' zeros are read: ``steps`` when it is not 0, else what ``epochs``
     passes make, 0 epochs being the task's own default (``problem.epochs``). A run plan resolves
     this once, and every trial, population and confirmation run then trains that many steps.
     """
+    if isinstance(problem, LoaderProblem):
+        if epochs and not steps:
+            raise ValueError("a LoaderProblem runs --steps, not --epochs (its loader's length may be unknown)")
+        return steps or problem.steps
     return len(batch_plan(problem, epochs or problem.epochs, steps or None))
 
 
@@ -142,7 +147,7 @@ def batch_plan(problem: Problem, epochs: int = 0, steps: int | None = None) -> l
 
 
 def train(
-    problem: Problem,
+    problem: Problem | LoaderProblem,
     scaler_config: ScalerConfig,
     *,
     epochs: int = 0,
@@ -176,13 +181,12 @@ def train(
     """
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
     fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
+    feed = _feed(problem, epochs, steps)
     initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
     start = time.perf_counter()
     deadline = None if timeout is None else start + timeout
-    inputs, targets = problem.inputs, problem.targets
-    device_type = inputs.device.type
-    plan = batch_plan(problem, epochs, steps)
-    model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights.
+    device_type, plan = feed.device_type, feed.plan
+    model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights (and buffers).
     optimizer = problem.make_optimizer(model.parameters())
     scaler = torch.amp.GradScaler(
         device_type,
@@ -205,12 +209,11 @@ def train(
         if deadline is not None and time.perf_counter() > deadline:
             raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
         optimizer.zero_grad(set_to_none=True)
+        seed_step(feed, step)  # Dropout draws the same masks in every trial.
         step_loss = None
-        for index in micro_batches:
-            x, y = (inputs, targets) if index is None else (inputs[index], targets[index])
+        for batch in micro_batches:
             with torch.autocast(device_type, dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
-                outputs = model(x)
-                loss = problem.loss_fn(outputs, y)
+                loss = feed.loss(model, batch)
                 if len(micro_batches) > 1:
                     loss = loss / len(micro_batches)  # Accumulated gradients average the micro-batches.
             scaler.scale(loss).backward()
@@ -237,8 +240,8 @@ def train(
                 stopped_early = True
                 break
 
+    final_fp32 = feed.final_loss_fp32(model)
     with torch.no_grad():
-        final_fp32 = problem.loss_fn(model(inputs).float(), targets)
         weights_finite = torch.stack([torch.isfinite(p).all() for p in params]).all()
     # The one host read of the run.
     loss_curve = torch.stack(losses).tolist() if losses else []
@@ -272,6 +275,14 @@ def train(
     )
 
 
+def _feed(problem: Problem | LoaderProblem, epochs: int, steps: int | None) -> Feed:
+    """The run's feed (:mod:`search.training._feed`): a tensor problem's batch plan, or a loader's batches."""
+    if isinstance(problem, LoaderProblem):
+        return feed_of(problem, None, steps or problem.steps)
+    plan = batch_plan(problem, epochs, steps)
+    return feed_of(problem, plan, len(plan))
+
+
 def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:
     """Zero gradient entries over all gradient entries, counting only the steps that were not skipped.
 
@@ -286,7 +297,7 @@ def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[
 _FP32_ZEROS: dict[tuple[int, int, int | None], tuple[weakref.ref, float]] = {}
 
 
-def fp32_zero_fraction(problem: Problem, epochs: int = 0, steps: int | None = None) -> float:
+def fp32_zero_fraction(problem: Problem | LoaderProblem, epochs: int = 0, steps: int | None = None) -> float:
     """The zero-gradient fraction of one fp32 run (no autocast, scale 1), computed once per problem.
 
     Some models have exact zeros in their gradients without any underflow (dead ReLUs, embedding

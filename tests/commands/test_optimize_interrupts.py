@@ -272,3 +272,16 @@ def test_a_study_killed_mid_baseline_is_finished_with_or_without_workers(tmp_pat
     done = sorted(t.user_attrs["baseline"] for t in trials if t.state == TrialState.COMPLETE)
     assert done == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
     assert not [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_a_task_that_fails_the_same_way_twice_stops_with_its_traceback(tmp_path):
+    """Not ten FAIL trials: the second identical failure of the task's own code stops the run (exit 1), the
+    traceback is shown once and stored with each failed trial."""
+    proc = run_cli(["--task", "tasks_for_tests:raises_in_training", "--trials", "10", "--quiet"], tmp_path)
+    assert proc.returncode == 1
+    assert "two trials failed the same way, so the task fails, not its scaler settings: ValueError: labels out of range" in proc.stderr
+    assert proc.stderr.count("Traceback (most recent call last)") == 1 and 'raise ValueError("labels out of range")' in proc.stderr
+    trials = load(tmp_path, "tasks_for_tests-raises_in_training").get_trials()
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    assert len(failed) == 2 and not [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+    assert all("labels out of range" in t.user_attrs["fail_traceback"] for t in failed)

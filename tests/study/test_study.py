@@ -17,3 +17,22 @@ def test_another_torch_build_is_named_only_when_task_and_seed_match():
     ]
     # The seed explains the other data and weights (issue 15): say that, not "another torch build?".
     assert _differences(_attrs(), _attrs(seed=7, fingerprint="def")) == ["seed: study has 42, this run 7"]
+
+
+def test_a_task_whose_fp16_steps_are_slow_on_the_cpu_is_said_before_the_study_starts(monkeypatch):
+    """The probe's fp16 and fp32 steps (search.tasks.StepCost): fp16 many times slower and a long trial is said,
+    with the estimate; a fast task, a GPU run, or a probe that did not time fp32 says nothing."""
+    import search.tasks
+    from search.study._plan import _cost_warnings
+    from search.study._workers import WorkerSpec
+    from search.tasks import StepCost
+
+    cpu, gpu = [WorkerSpec(0, 1, "cpu", 1)], [WorkerSpec(0, 1, "cuda:0", 1)]
+    costs = iter([StepCost(29.7, 0.28), StepCost(29.7, 0.28), StepCost(0.2, 0.01), StepCost(0.05, float("nan"))])
+    monkeypatch.setattr(search.tasks, "step_cost", lambda problem: next(costs))
+    (said,) = _cost_warnings(object(), cpu, 20)
+    assert said.startswith("one step of this task took 30 s under fp16 autocast against 0.28 s in fp32 on this CPU (106x")
+    assert "a trial of 20 steps will take about 10 min" in said
+    assert _cost_warnings(object(), gpu, 20) == []
+    assert _cost_warnings(object(), cpu, 20) == []  # 20x slower, but a trial of 4 s
+    assert _cost_warnings(object(), cpu, 20) == []  # fp16 fast: fp32 not timed

@@ -8,6 +8,7 @@ import optuna
 from optuna.trial import TrialState
 
 from examples.noisy_regression import build
+from search.core import ROUNDING_OF
 from search.training import batch_plan
 
 from conftest import ROOT, load, run_cli
@@ -40,7 +41,9 @@ def test_the_command_runs_the_example(tmp_path):
     assert "Study 'noisy_regression'" in proc.stdout
     study = load(tmp_path, "noisy_regression")
     trials = study.get_trials()
-    assert len(trials) == 6 and all(t.state == TrialState.COMPLETE for t in trials)
+    # Past the 6, a run may train the answer's line rounded (when the answer is a change).
+    assert len([t for t in trials if ROUNDING_OF not in t.user_attrs]) == 6
+    assert all(t.state == TrialState.COMPLETE for t in trials)
     assert all(len(t.user_attrs["loss_curve"]) == 32 == len(t.intermediate_values) for t in trials)
     assert len({t.user_attrs["loss_curve"][0] for t in trials}) == 1  # Same data, weights, batches.
     assert study.user_attrs["epochs"] == 4 and study.user_attrs["task"] == task
@@ -58,4 +61,5 @@ def test_a_study_under_the_old_default_name_is_resumed(tmp_path):
     assert f"Study '{task}'" in again.stdout and again.stderr == ""
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     assert [s.study_name for s in optuna.get_all_study_summaries(storage)] == [task]
-    assert len(load(tmp_path, task).get_trials(states=(TrialState.COMPLETE,))) == 6
+    complete = load(tmp_path, task).get_trials(states=(TrialState.COMPLETE,))
+    assert len([t for t in complete if ROUNDING_OF not in t.user_attrs]) == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import time
@@ -42,12 +43,16 @@ def slow(seed: int) -> Problem:
     return replace(build_seed(seed), loss_fn=_slow_loss)
 
 
+_CALLS = itertools.count(1)
+
+
 def _no_optimizer(params):
-    raise RuntimeError("optimizer factory is broken on purpose")
+    raise RuntimeError(f"optimizer factory is broken on purpose (call {next(_CALLS)})")
 
 
 def broken_optimizer(seed: int) -> Problem:
-    """Builds fine, but every trial raises inside training."""
+    """Builds fine, but every trial raises inside training, each time a little differently (call N), so
+    that it is the --max-failed-trials bound that stops the run, not two identical failures."""
     return replace(build_seed(seed), make_optimizer=_no_optimizer)
 
 
@@ -134,17 +139,34 @@ def exits_in_loss(seed: int) -> Problem:
     return replace(build_seed(seed), loss_fn=_exiting_loss)
 
 
-def _exits_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    if torch.is_grad_enabled():
-        _exiting_loss(outputs, targets)
-    return nn.functional.cross_entropy(outputs, targets)
-
-
 def exits_in_training(seed: int) -> Problem:
-    """Passes the start-up probe (no gradients there); calls sys.exit(0) in the first trial."""
-    return replace(build_seed(seed), loss_fn=_exits_when_training)
+    """Passes the start-up probe (its one step with gradients); calls sys.exit(0) in the first trial."""
+    with_grad = [0]
+
+    def exits_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            with_grad[0] += 1
+            if with_grad[0] > 1:  # The probe's step is the first.
+                _exiting_loss(outputs, targets)
+        return nn.functional.cross_entropy(outputs, targets)
+
+    return replace(build_seed(seed), loss_fn=exits_when_training)
 
 
 def vector_loss(seed: int) -> Problem:
     """A user-task mistake: the loss keeps one value per sample (reduction="none")."""
     return replace(build_seed(seed), loss_fn=nn.CrossEntropyLoss(reduction="none"))
+
+
+def raises_in_training(seed: int) -> Problem:
+    """Passes the start-up probe; every trial then raises the same error in its loss (a task bug)."""
+    with_grad = [0]
+
+    def broken_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            with_grad[0] += 1
+            if with_grad[0] > 1:  # The probe's step is the first.
+                raise ValueError("labels out of range")
+        return nn.functional.cross_entropy(outputs, targets)
+
+    return replace(build_seed(seed), loss_fn=broken_when_training)

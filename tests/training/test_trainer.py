@@ -218,3 +218,13 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     assert result.train_seconds < 0.5  # ...outside the trial's own time,
     assert result.fp32_zero_fraction == zeros(problem, problem.epochs, 8)  # and their values are the trial's.
     assert result.initial_eval_loss == initial(problem).loss
+
+
+def test_the_seed_baselines_2_8_and_2_16_tie_exactly_when_neither_skips():
+    """Common random numbers on the seed task: scales that neither skip nor lose a gradient bit give the
+    same run, step for step (issue 26: the ties the summary reports are exact, not noise)."""
+    seed_task = build(42)
+    low = train(seed_task, ScalerConfig(2.0**8, 2.0, 0.5, 2000), epochs=30)
+    default = train(seed_task, ScalerConfig(2.0**16, 2.0, 0.5, 2000), epochs=30)
+    assert low.skipped_steps == default.skipped_steps == 0
+    assert low.loss_curve == default.loss_curve and low.eval_loss == default.eval_loss
