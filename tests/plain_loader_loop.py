@@ -99,10 +99,11 @@ def plain_loader_run(
         before, scale_before = [p.detach().clone() for p in params], scaler.get_scale()
         scaler.step(optimizer)
         scaler.update()
-        if overflow:  # GradScaler agrees: the weights did not move and the scale backed off.
-            skipped += 1
-            assert all(torch.equal(b, p.detach()) for b, p in zip(before, params))
-            assert scaler.get_scale() < scale_before
+        # GradScaler agrees: a skipped step leaves the weights and backs off; a taken one does neither.
+        unmoved = all(torch.equal(b, p.detach()) for b, p in zip(before, params))
+        assert unmoved if overflow else not unmoved
+        assert scaler.get_scale() < scale_before if overflow else scaler.get_scale() >= scale_before
+        skipped += overflow
         losses.append(total)
         scales.append(scaler.get_scale())
     initial = _evaluate(problem, copy.deepcopy(problem.model), judged)

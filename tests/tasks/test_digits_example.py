@@ -9,10 +9,7 @@ before each step, the final weights evaluated in fp32 eval mode) reproduces the 
 
 from __future__ import annotations
 
-import copy
-import math
 import pathlib
-from dataclasses import dataclass
 
 import pytest
 import torch
@@ -24,6 +21,8 @@ from search.tasks import LoaderProblem
 from search.training import TrainResult, train
 
 from conftest import run_cli
+from plain_loader_loop import plain_loader_run
+from plain_loop import PlainRun
 
 SEED = 0
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)  # PyTorch's default, a seed baseline.
@@ -96,94 +95,15 @@ def test_batchnorm_statistics_start_from_the_initial_state_in_every_trial(
     assert curves(default) == curves(after)
 
 
-@dataclass
-class PlainRun:
-    losses: list[float]
-    scales: list[float]
-    skipped: int
-    zero_fraction: float
-    eval_loss: float
-
-
-def draw(
-    problem: LoaderProblem, source: object, count: int | None
-) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``count`` batches of ``source`` (one pass when None), passes repeated, with the global RNG seeded
-    from ``problem.seed`` (the DataLoader's shuffle draws from it) and restored afterwards."""
-    drawn: list[tuple[torch.Tensor, torch.Tensor]] = []
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(problem.seed)
-        while count is None or len(drawn) < count:
-            for x, y in source:
-                drawn.append((x.clone(), y.clone()))
-                if count is not None and len(drawn) == count:
-                    break
-            if count is None:
-                break
-    return drawn
-
-
-def plain_run(problem: LoaderProblem, config: ScalerConfig) -> PlainRun:
-    """The example trained by a plain AMP loop, the host read at every step."""
-    per = problem.accumulation_steps
-    batches = draw(problem, problem.train_batches, problem.steps * per)
-    steps = [batches[i * per : (i + 1) * per] for i in range(problem.steps)]
-    model = copy.deepcopy(problem.model)
-    params = list(model.parameters())
-    optimizer = problem.make_optimizer(params)
-    scaler = torch.amp.GradScaler(
-        "cpu",
-        init_scale=config.init_scale,
-        growth_factor=config.growth_factor,
-        backoff_factor=config.backoff_factor,
-        growth_interval=config.growth_interval,
-    )
-    losses, scales = [], []
-    skipped = zeros = counted = 0
-    model.train()
-    for step, micro in enumerate(steps):
-        optimizer.zero_grad(set_to_none=True)
-        torch.manual_seed((problem.seed * 1_000_003 + step) % 2**63)  # docs/tasks.md: each step's seed.
-        total = 0.0
-        for x, y in micro:
-            with torch.autocast("cpu", dtype=torch.float16):
-                loss = nn.functional.cross_entropy(model(x), y) / len(micro)
-            scaler.scale(loss).backward()
-            total += loss.item()
-        grads = [p.grad for p in params if p.grad is not None]
-        overflow = any(not torch.isfinite(g).all().item() for g in grads)  # From the gradients themselves.
-        if not overflow:
-            zeros += sum(int((g == 0).sum().item()) for g in grads)
-            counted += sum(g.numel() for g in grads)
-        weights = [p.detach().clone() for p in params]
-        scale = scaler.get_scale()
-        scaler.step(optimizer)
-        scaler.update()
-        # GradScaler agrees: a skipped step leaves the weights and backs off; a taken one does not back off.
-        unmoved = all(torch.equal(w, p.detach()) for w, p in zip(weights, params))
-        assert unmoved if overflow else not unmoved
-        assert scaler.get_scale() < scale if overflow else scaler.get_scale() >= scale
-        skipped += overflow
-        losses.append(total)
-        scales.append(scaler.get_scale())
-    model.eval()
-    with torch.no_grad():
-        chunks = [
-            nn.functional.cross_entropy(model(x).float(), y).item()
-            for x, y in draw(problem, problem.eval_batches, None)
-        ]
-    return PlainRun(losses, scales, skipped, zeros / counted, sum(chunks) / len(chunks))
-
-
 @pytest.fixture(scope="module")
 def odd(problem: LoaderProblem) -> tuple[PlainRun, TrainResult]:
     """The plain loop's and the service's run of ODD."""
-    return plain_run(problem, ODD), train(problem, ODD)
+    return plain_loader_run(problem, *ODD.__dict__.values(), problem.steps), train(problem, ODD)
 
 
 def test_a_plain_loop_reproduces_the_steps_of_a_skipping_setting(odd: tuple[PlainRun, TrainResult]) -> None:
-    """An independent plain loop (its own batches from the same DataLoader, per-step seeds, its own skip
-    detection) gives the service's skipped steps, scale curve, loss curve and zero fraction, on a
+    """The independent plain loop (tests/plain_loader_loop.py: its own batches from the same DataLoader,
+    per-step seeds, its own skip detection) gives the service's skipped steps, scale curve, loss curve and zero fraction, on a
     setting with no power of two that skips, grows and backs off."""
     plain, service = odd
     assert plain.skipped >= 1
@@ -192,19 +112,18 @@ def test_a_plain_loop_reproduces_the_steps_of_a_skipping_setting(odd: tuple[Plai
     assert any(b > a for a, b in zip(plain.scales, plain.scales[1:]))  # It grew too: both rules ran.
     assert service.loss_curve == pytest.approx(plain.losses, rel=1e-5)
     assert service.zero_grad_fraction == pytest.approx(plain.zero_fraction, rel=1e-9)
-
-
-def test_a_plain_loop_reproduces_the_evaluation(odd: tuple[PlainRun, TrainResult]) -> None:
-    """The final weights evaluated in fp32 eval mode, mean over the validation batches, as the plain
-    loop takes it after its last training step, is the service's eval_loss."""
-    plain, service = odd
-    assert math.isfinite(plain.eval_loss)
     assert service.eval_loss == pytest.approx(plain.eval_loss, rel=1e-5)
 
 
 def test_the_command_runs_the_example(tmp_path: pathlib.Path) -> None:
     """search.optimize builds the example by its import path, probes it and runs a 6-trial study
-    (the 5 seed baselines and one sampled trial) named after the module."""
-    proc = run_cli(["--task", "examples.digits_convnet:build", "--trials", "6", "--quiet"], tmp_path)
+    (the 5 seed baselines and one sampled trial) named after the module; search.confirm confirms it."""
+    proc = run_cli(["--task", "examples.digits_convnet:build", "--trials", "6", "--steps", "12", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Study 'digits_convnet'" in proc.stdout
+    confirm = run_cli(
+        ["--study-name", "digits_convnet", "--top", "1", "--seeds", "2", "--no-corners", "--quiet"],
+        tmp_path,
+        module="search.confirm",
+    )
+    assert confirm.returncode == 0, confirm.stderr
