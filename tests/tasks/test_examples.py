@@ -47,6 +47,12 @@ def test_the_command_runs_the_example(tmp_path):
     assert all(len(t.user_attrs["loss_curve"]) == 32 == len(t.intermediate_values) for t in trials)
     assert len({t.user_attrs["loss_curve"][0] for t in trials}) == 1  # Same data, weights, batches.
     assert study.user_attrs["epochs"] == 4 and study.user_attrs["task"] == task
+    confirm = run_cli(
+        ["--study-name", "noisy_regression", "--top", "1", "--seeds", "2", "--no-corners", "--quiet"],
+        tmp_path,
+        module="search.confirm",
+    )
+    assert confirm.returncode == 0, confirm.stderr
 
 
 def test_a_study_under_the_old_default_name_is_resumed(tmp_path):
