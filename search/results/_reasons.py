@@ -161,3 +161,11 @@ def rounding_sentence(source: FrozenTrial, line: ScalerConfig, rounding: Roundin
             "values, with the digits that reproduce them."
         )
     return f"The values are trial #{source.number}'s own, as measured."
+
+
+def below_one_sentence(init_scale: float) -> str:
+    """What an answer's init_scale below 1 does: it scales the loss, and so every gradient, down."""
+    return (
+        f"Its init_scale, {init_scale:.4g}, is below 1: GradScaler multiplies the loss, and so every gradient, by "
+        "less than 1, scaling them down rather than up; it still grows and backs off from there."
+    )

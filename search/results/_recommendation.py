@@ -40,6 +40,7 @@ from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
 from search.results._reasons import (
+    below_one_sentence,
     deepest_reasons,
     keep_default_reason,
     limit_sentences,
@@ -295,6 +296,8 @@ def recommend(
         if to_default:
             keep_default, config = True, _SEED_DEFAULT
 
+    if not keep_default and config.init_scale < 1:
+        reasons.append(below_one_sentence(config.init_scale))
     around = default if keep_default else choice.source
     together = safe_together(landscape, around, config, space, confirmation)
     idle, outside = box_limits(

@@ -242,6 +242,8 @@ def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str)
     if verdict == "none-safe":
         return [f"  verdict{where}: no setting is safe here, nothing to paste", f"    {reason}"]
     what = "keep the default" if verdict == "keep-default" else f"change {', '.join(rec['changed'])}"
+    if verdict == "change" and rec["init_scale"] < 1:  # Named for what it does.
+        what += f" (init_scale {rec['init_scale']:.4g} < 1 scales the loss and its gradients down)"
     others = "|".join(name for name in FRAMEWORKS if name != framework)
     return [
         f"  verdict{where}: {what}",

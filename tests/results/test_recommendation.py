@@ -235,3 +235,12 @@ def test_the_default_alone_is_not_kept_on_its_own_word():
          {"exp": -12, "value": 1.7, "failure": "underflow"}]
     )
     assert recommend(with_support, SPACE).keep_default
+
+
+def test_an_init_scale_below_1_is_named_for_what_it_does():
+    """Good trials from 2^-6 to 2^-1 only (above, every trial churns): the answer scales gradients down."""
+    rows = [{"exp": e, "value": 0.4203 + 1e-5 * i} for i, e in enumerate((-6.3, -5.3, -4.3, -3.3, -2.3, -1.3))]
+    rows += [{"exp": 3.7, "value": 0.9, "failure": "overflow_churn"}, {"exp": -15.7, "value": 1.7, "failure": "underflow"}]
+    rec = recommend(_study(rows), SPACE)
+    assert rec.verdict == "change" and rec.config.init_scale < 1
+    assert f"Its init_scale, {rec.config.init_scale:.4g}, is below 1: GradScaler multiplies the loss" in rec.text
