@@ -1,6 +1,8 @@
 """One training run, and its judgement: the AMP loop, the evaluation, the penalty, populations.
 
 * ``_trainer``: the AMP training loop (autocast + GradScaler) -> :class:`TrainResult`;
+* ``_feed``: what the loop feeds on: a tensor task's index plan or a loader task's batches, each step's seed;
+* ``_deepspeed_rule``: DeepSpeed's dynamic loss-scale rule (hysteresis, window, minimum), not yet in the loop;
 * ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
 * ``_penalty``: a run -> its objective value and failure code;
 * ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a plan;
@@ -20,6 +22,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
         "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "run_steps", "train"),
+        "_deepspeed_rule": ("DeepSpeedScale", "ScaleAtMinimum"),
         "_evaluation": (
             "FINAL_WEIGHTS",
             "LAST_STEP",

@@ -1,0 +1,69 @@
+"""DeepSpeedScale against DeepSpeed's own DynamicLossScaler (deepspeed 0.19.8, CPU, a dev extra): the same
+scale after every step of random overflow sequences, with windows, hysteresis and minimums that are not the
+defaults (and not powers of two), and the run ended at the same step when the scale is at its minimum."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from search.training import DeepSpeedScale, ScaleAtMinimum
+
+try:  # A missing framework fails, naming the install command; it never skips.
+    from deepspeed.runtime.fp16 import loss_scaler
+except ImportError as missing:
+    raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
+
+
+@pytest.fixture(autouse=True)
+def rank_zero(monkeypatch):
+    """DeepSpeed asks its process group for the rank only to decide whether to log; there is none here."""
+    monkeypatch.setattr(loss_scaler.dist, "get_rank", lambda *args, **kwargs: 0)
+
+
+CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale
+    (16, 1000, 2, False, 1.0),  # DeepSpeed's defaults
+    (32, 1000, 1, False, 1.0),  # ZeRO with no fp16 keys: 2^32, hysteresis 1
+    (11, 7, 3, False, 3.7),
+    (9, 5, 4, True, 0.37),
+    (5, 3, 1, True, 6.0),
+]
+
+
+@pytest.mark.parametrize("power, window, hysteresis, consecutive, minimum", CASES)
+@pytest.mark.parametrize("overflow_rate", [0.05, 0.3, 0.7])
+def test_the_same_scale_after_every_step_as_deepspeeds_class(power, window, hysteresis, consecutive, minimum, overflow_rate):
+    rng = random.Random(hash((power, window, hysteresis, consecutive, minimum, overflow_rate)) % 2**32)
+    theirs = loss_scaler.DynamicLossScaler(
+        init_scale=2.0**power, scale_window=window, min_scale=minimum, delayed_shift=hysteresis,
+        consecutive_hysteresis=consecutive,
+    )
+    ours = DeepSpeedScale(power, window, hysteresis, consecutive, minimum)
+    ended = False
+    for step in range(400):
+        overflow = rng.random() < overflow_rate
+        before = theirs.cur_scale
+        try:
+            theirs.update_scale(overflow)
+        except Exception as error:  # DeepSpeed raises a bare Exception at the minimum.
+            assert "already at minimum" in str(error)
+            with pytest.raises(ScaleAtMinimum, match=f"step {step + 1}"):
+                ours.update(overflow)
+            ended = True
+            break
+        event = ours.update(overflow)
+        assert ours.scale == theirs.cur_scale, (step, overflow)
+        assert event == (
+            "grew" if theirs.cur_scale > before else "backed off" if theirs.cur_scale < before
+            else "hysteresis" if overflow else "kept"
+        ) or (overflow and before == minimum == theirs.cur_scale)
+    assert ended or overflow_rate < 0.7 or minimum < 1  # the high rates reach the minimum
+
+
+def test_the_first_growth_comes_on_the_step_after_a_full_window():
+    scale = DeepSpeedScale(initial_scale_power=4, loss_scale_window=3, hysteresis=2)
+    assert [scale.update(False) for _ in range(4)] == ["kept", "kept", "kept", "grew"]
+    assert scale.scale == 32.0
+    assert [scale.update(True), scale.update(True), scale.update(True)] == ["hysteresis", "backed off", "backed off"]
+    assert scale.scale == 8.0
