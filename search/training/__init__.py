@@ -2,7 +2,8 @@
 
 * ``_trainer``: the AMP training loop (autocast + GradScaler) -> :class:`TrainResult`;
 * ``_feed``: what the loop feeds on: a tensor task's index plan or a loader task's batches, each step's seed;
-* ``_deepspeed_rule``: DeepSpeed's dynamic loss-scale rule (hysteresis, window, minimum), not yet in the loop;
+* ``_deepspeed_rule``, ``_megatron_rule``, ``_fairseq_rule``: those frameworks' loss-scale rules, step for step
+  (hysteresis, windows, tolerance, minimums), not yet in the loop;
 * ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
 * ``_penalty``: a run -> its objective value and failure code;
 * ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a plan;
@@ -23,6 +24,8 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "run_steps", "train"),
         "_deepspeed_rule": ("DeepSpeedScale", "ScaleAtMinimum"),
+        "_megatron_rule": ("MegatronScale",),
+        "_fairseq_rule": ("FairseqScale",),
         "_evaluation": (
             "FINAL_WEIGHTS",
             "LAST_STEP",

@@ -1,0 +1,77 @@
+"""Megatron-LM's dynamic loss-scale rule, step for step, without Megatron (issue 27).
+
+``DynamicGradScaler.update`` (Megatron-LM ``megatron/core/optimizer/grad_scaler.py`` at commit
+eedfe533a44ee918b1ad422269063af5155e1eaa) keeps its scale as a float32 tensor and, after each step:
+
+* on an overflow, resets the growth tracker and spends one unit of hysteresis; once none is left
+  (``<= 0``), it multiplies the scale by ``backoff_factor``, never below ``min_loss_scale``. Every
+  further overflow backs off again until a growth refills the hysteresis. At the minimum Megatron
+  **does not stop**: the scale stays clamped and steps go on being skipped;
+* on a clean step, counts it; at ``loss_scale_window`` clean steps in a row it multiplies the scale
+  by ``growth_factor``, refills the hysteresis and starts counting again.
+
+Command-line flags and defaults (``megatron/training/arguments.py``): ``--initial-loss-scale`` 2^32,
+``--min-loss-scale`` 1, ``--loss-scale-window`` 1000, ``--hysteresis`` 2; the optimizer factory fixes
+the growth factor at 2 and the backoff at 0.5. The scale is float32 here too, so that every value
+matches Megatron's bit for bit (``tests/training/test_framework_rules.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class MegatronScale:
+    """The loss scale of one run under Megatron-LM's rule (module docstring).
+
+    Args:
+        initial_loss_scale: The scale at the start.
+        min_loss_scale: The floor the scale is clamped to (training goes on there).
+        loss_scale_window: Clean steps in a row before a growth.
+        hysteresis: Overflows it takes to back off (refilled by a growth).
+        growth_factor: Megatron's optimizer factory passes 2.
+        backoff_factor: Megatron's optimizer factory passes 0.5.
+    """
+
+    initial_loss_scale: float = 2.0**32
+    min_loss_scale: float = 1.0
+    loss_scale_window: int = 1000
+    hysteresis: int = 2
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    scale: float = field(init=False)
+    _growth: int = field(init=False, default=0)
+    _left: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_loss_scale <= self.initial_loss_scale:
+            raise ValueError(f"min_loss_scale must be in (0, initial_loss_scale], got {self.min_loss_scale}")
+        if self.loss_scale_window < 1 or self.hysteresis < 1:
+            raise ValueError("loss_scale_window and hysteresis must be >= 1")
+        if not self.growth_factor > 1 or not 0 < self.backoff_factor < 1:
+            raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
+        self.scale = float(np.float32(self.initial_loss_scale))
+        self._left = self.hysteresis
+
+    def update(self, overflow: bool) -> str:
+        """Moves the scale after one step: ``"backed off"``, ``"hysteresis"``, ``"at minimum"`` (backed off
+        but clamped where it was), ``"grew"`` or ``"kept"``."""
+        f32 = np.float32
+        if overflow:
+            self._growth = 0
+            self._left -= 1
+            if self._left > 0:
+                return "hysteresis"
+            before = self.scale
+            self.scale = float(max(f32(self.scale) * f32(self.backoff_factor), f32(self.min_loss_scale)))
+            return "at minimum" if self.scale == before else "backed off"
+        self._growth += 1
+        if self._growth == self.loss_scale_window:
+            self._growth = 0
+            self._left = self.hysteresis
+            self.scale = float(f32(self.scale) * f32(self.growth_factor))
+            return "grew"
+        return "kept"
