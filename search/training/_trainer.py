@@ -30,11 +30,13 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from search.core import ScalerConfig
 from search.tasks import LoaderProblem, Problem
+from search.training._deepspeed_rule import ScaleAtMinimum
 from search.training._evaluation import (
     LAST_STEP,
     _last_step_evaluations,
@@ -71,6 +73,8 @@ class TrainResult:
             the references computed once per problem (the fp32 zero fraction, the initial weights'
             evaluation), which the first trial of a process would otherwise carry.
         stopped_early: Whether ``should_stop`` ended the run before ``epochs``.
+        ended_by_rule: When ``train``'s ``scale_rule`` ended the run at its minimum scale, why
+            (DeepSpeed's and fairseq's rules do); the last step, skipped, is in the curves.
     """
 
     loss_curve: list[float]
@@ -90,6 +94,15 @@ class TrainResult:
     steps: int
     train_seconds: float
     stopped_early: bool = False
+    ended_by_rule: str = ""  # Why a framework's scale rule ended the run at its minimum, or "".
+
+
+class ScaleRule(Protocol):
+    """A framework's own rule for the loss scale: its current ``scale``, moved by ``update(overflow)``."""
+
+    scale: float
+
+    def update(self, overflow: bool) -> str: ...
 
 
 class TrialTimeout(Exception):
@@ -156,6 +169,7 @@ def train(
     timeout: float | None = None,
     checkpoints: tuple[int, ...] = (),
     should_stop: Callable[[int, float], bool] | None = None,
+    scale_rule: ScaleRule | None = None,
 ) -> TrainResult:
     """Trains a fresh copy of ``problem.model`` under mixed precision.
 
@@ -175,6 +189,11 @@ def train(
             initial evaluation), which only the process's first trial pays.
         checkpoints: Steps after which ``should_stop`` is asked (pruning). Each costs a sync.
         should_stop: ``should_stop(step, loss)``; returning True ends training there.
+        scale_rule: Another framework's rule for the scale (``DeepSpeedScale``, ``MegatronScale``,
+            ``FairseqScale``): GradScaler still scales, unscales and finds infs, starting from the
+            rule's scale, but after each step the rule sets the next scale (``scaler_config`` is then
+            unused). Reading each step's verdict costs one host sync a step. When the rule ends the
+            run at its minimum scale, training stops there (``ended_by_rule``).
 
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
@@ -190,7 +209,7 @@ def train(
     optimizer = problem.make_optimizer(model.parameters())
     scaler = torch.amp.GradScaler(
         device_type,
-        init_scale=scaler_config.init_scale,
+        init_scale=scaler_config.init_scale if scale_rule is None else scale_rule.scale,
         growth_factor=scaler_config.growth_factor,
         backoff_factor=scaler_config.backoff_factor,
         growth_interval=scaler_config.growth_interval,
@@ -205,6 +224,7 @@ def train(
     model.train()
     taken = 0
     stopped_early = False
+    ended_by_rule = ""
     for step, micro_batches in enumerate(plan):
         if deadline is not None and time.perf_counter() > deadline:
             raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
@@ -229,7 +249,18 @@ def train(
         scaler.step(optimizer)  # Unscales the gradients (unless done above); skips the step on inf/NaN.
         # GradScaler's own verdict on this step, before update() clears it.
         found_infs.append(sum(scaler._found_inf_per_device(optimizer).values()))
-        scaler.update()
+        if scale_rule is None:
+            scaler.update()
+        else:
+            try:
+                scale_rule.update(bool(found_infs[-1] > 0))
+            except ScaleAtMinimum as end:  # The framework stops the run here; the step was skipped.
+                ended_by_rule = str(end)
+                losses.append(step_loss)
+                scales.append(scaler._scale.clone())
+                taken = step + 1
+                break
+            scaler.update(new_scale=scale_rule.scale)
 
         # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
         losses.append(step_loss)
@@ -272,6 +303,7 @@ def train(
         steps=taken,
         train_seconds=time.perf_counter() - start,
         stopped_early=stopped_early,
+        ended_by_rule=ended_by_rule,
     )
 
 
