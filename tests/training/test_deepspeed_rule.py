@@ -13,16 +13,18 @@ import torch
 from search.core import ScalerConfig
 from search.training import DeepSpeedScale, ScaleAtMinimum, train
 
-try:  # A missing framework fails, naming the install command; it never skips.
-    from deepspeed.runtime.fp16 import loss_scaler
-except ImportError as missing:
-    raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
 
-
-@pytest.fixture(autouse=True)
-def rank_zero(monkeypatch):
-    """DeepSpeed asks its process group for the rank only to decide whether to log; there is none here."""
+@pytest.fixture
+def loss_scaler(monkeypatch):
+    """DeepSpeed's loss_scaler module, imported when a test runs (1 s: not at collection, in every runner). It
+    asks its process group for the rank only to decide whether to log; there is none here. A missing framework
+    fails, naming the install command; it never skips."""
+    try:
+        from deepspeed.runtime.fp16 import loss_scaler
+    except ImportError as missing:
+        raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
     monkeypatch.setattr(loss_scaler.dist, "get_rank", lambda *args, **kwargs: 0)
+    return loss_scaler
 
 
 CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale
@@ -36,7 +38,9 @@ CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hys
 
 @pytest.mark.parametrize("power, window, hysteresis, consecutive, minimum", CASES)
 @pytest.mark.parametrize("overflow_rate", [0.05, 0.3, 0.7])
-def test_the_same_scale_after_every_step_as_deepspeeds_class(power, window, hysteresis, consecutive, minimum, overflow_rate):
+def test_the_same_scale_after_every_step_as_deepspeeds_class(
+    loss_scaler, power, window, hysteresis, consecutive, minimum, overflow_rate
+):
     rng = random.Random(hash((power, window, hysteresis, consecutive, minimum, overflow_rate)) % 2**32)
     theirs = loss_scaler.DynamicLossScaler(
         init_scale=2.0**power, scale_window=window, min_scale=minimum, delayed_shift=hysteresis,
@@ -102,7 +106,9 @@ def _plain_deepspeed_run(problem, theirs, steps: int) -> tuple[list[float], list
     "power, window, hysteresis, consecutive, minimum",
     [(30, 5, 2, False, 3.7), (27, 3, 3, True, 1.0), (30, 1000, 1, False, 2.0**25 * 1.37)],
 )
-def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(power, window, hysteresis, consecutive, minimum):
+def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
+    loss_scaler, power, window, hysteresis, consecutive, minimum
+):
     """Seed-mlp (it overflows above about 2^19.4) for 30 steps from 2^27-2^30: the trainer with DeepSpeedScale and a
     plain loop driven by DeepSpeed's own class skip the same steps with the same scales, and end the run at the
     same step when the minimum is reached (the last case: a minimum above the overflow edge)."""
