@@ -265,3 +265,12 @@ def wait_until_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, t
     while not set(trial_ids) <= set(storage._get_stale_trial_ids(study._study_id)):
         assert time.monotonic() < deadline, f"trials {sorted(trial_ids)} not stale after {timeout} s"
         time.sleep(0.1)
+
+
+def example_build(module: str, installs: str):
+    """``examples.<module>.build``, imported when a test calls it (transformers takes 3 s: not at collection, in
+    every runner). A missing dependency fails, naming the install command (``installs``); it never skips."""
+    try:
+        return importlib.import_module(f"examples.{module}").build
+    except ImportError as missing:
+        raise ImportError(f"{missing}: pip install -e '.[dev]' installs {installs}") from missing

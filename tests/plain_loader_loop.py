@@ -20,7 +20,7 @@ import torch
 
 from search.tasks import LoaderProblem
 
-from plain_loop import PlainRun, judge
+from plain_loop import PlainRun, judge, plain_step
 
 
 def _draw(source, count: int | None, seed: int) -> list:
@@ -88,20 +88,12 @@ def plain_loader_run(
                 loss = _loss(problem, model, batch) / per if per > 1 else _loss(problem, model, batch)
             scaler.scale(loss).backward()
             total += loss.item()
-        grads = [p.grad for p in params if p.grad is not None]
-        overflow = any(not torch.isfinite(g).all().item() for g in grads)
-        if not overflow:
-            zeros += sum(int((g == 0).sum().item()) for g in grads)
-            counted += sum(g.numel() for g in grads)
-        if problem.grad_clip is not None:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, problem.grad_clip)
-        before, scale_before = [p.detach().clone() for p in params], scaler.get_scale()
-        scaler.step(optimizer)
+        overflow, step_zeros, step_counted, scale_before = plain_step(
+            scaler, optimizer, params, problem.grad_clip, moved_when_taken=True
+        )
+        zeros, counted = zeros + step_zeros, counted + step_counted
         scaler.update()
-        # GradScaler agrees: a skipped step leaves the weights and backs off; a taken one does neither.
-        unmoved = all(torch.equal(b, p.detach()) for b, p in zip(before, params))
-        assert unmoved if overflow else not unmoved
+        # GradScaler agrees: a skipped step backs off; a taken one does not.
         assert scaler.get_scale() < scale_before if overflow else scaler.get_scale() >= scale_before
         skipped += overflow
         losses.append(total)

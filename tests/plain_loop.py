@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -128,23 +129,12 @@ def plain_run(
                     loss = loss / len(micro)
             scaler.scale(loss).backward()
             total += loss.item()
-        grads = [p.grad for p in params if p.grad is not None]
-        overflow = any(not torch.isfinite(g).all().item() for g in grads)
-        if not overflow:
-            zeros += sum(int((g == 0).sum().item()) for g in grads)
-            counted += sum(g.numel() for g in grads)
-        if problem.grad_clip is not None:
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(params, problem.grad_clip)
-        before = [p.detach().clone() for p in params]
-        scale_before = scaler.get_scale()
-        scaler.step(optimizer)
+        overflow, step_zeros, step_counted, scale_before = plain_step(scaler, optimizer, params, problem.grad_clip)
+        zeros, counted = zeros + step_zeros, counted + step_counted
         scaler.update()
         if overflow:
             skipped += 1
-            # GradScaler agrees: the weights did not move and the scale backed off.
-            assert all(torch.equal(b, p.detach()) for b, p in zip(before, params))
-            assert scaler.get_scale() < scale_before
+            assert scaler.get_scale() < scale_before  # GradScaler agrees: the scale backed off.
         losses.append(total)
         scales.append(scaler.get_scale())
 
@@ -161,6 +151,59 @@ def plain_run(
         fp32_zeros=fp32_zeros, churn=churn, underflow=underflow, learn=learn,
         nonfinite_weight=nonfinite_weight, silent=silent, skip=skip, evaluation=evaluation,
     )
+
+
+def plain_step(
+    scaler: torch.amp.GradScaler,
+    optimizer: torch.optim.Optimizer,
+    params: list[torch.Tensor],
+    grad_clip: float | None,
+    moved_when_taken: bool = False,
+) -> tuple[bool, int, int, float]:
+    """After a step's backward passes: decides the skip from the gradients themselves (a non-finite scaled
+    gradient), counts exact zeros of a taken step as backward produced them, clips the unscaled gradients, and
+    steps; GradScaler must agree (a skipped step leaves the weights as they were; with ``moved_when_taken``, a
+    taken step moves them). Returns (overflow, zeros, gradient entries counted, the scale before the update)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    overflow = any(not torch.isfinite(g).all().item() for g in grads)
+    zeros = 0 if overflow else sum(int((g == 0).sum().item()) for g in grads)
+    counted = 0 if overflow else sum(g.numel() for g in grads)
+    if grad_clip is not None:
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    before, scale_before = [p.detach().clone() for p in params], scaler.get_scale()
+    scaler.step(optimizer)
+    unmoved = all(torch.equal(b, p.detach()) for b, p in zip(before, params))
+    assert unmoved if overflow else (not unmoved or not moved_when_taken)
+    return overflow, zeros, counted, scale_before
+
+
+def plain_rule_run(
+    problem: Problem, initial: float, next_scale: Callable[[bool], float | None], steps: int
+) -> tuple[list[float], list[bool], bool]:
+    """A full-batch task trained by a plain loop whose scale another framework's rule moves: GradScaler
+    scales and skips, the skip decided from the gradients; after each step ``next_scale(overflow)`` (the
+    framework's own class, or a transcription) gives the next scale, or None where it ends the run.
+    Returns (the scale after each step, the skipped steps, whether the rule ended the run)."""
+    model = copy.deepcopy(problem.model)
+    params = list(model.parameters())
+    optimizer = problem.make_optimizer(params)
+    scaler = torch.amp.GradScaler("cpu", init_scale=initial)
+    scales, skipped = [], []
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = problem.loss_fn(model(problem.inputs), problem.targets)
+        scaler.scale(loss).backward()
+        overflow = plain_step(scaler, optimizer, params, problem.grad_clip)[0]
+        skipped.append(overflow)
+        scale = next_scale(overflow)
+        if scale is None:
+            scales.append(scaler.get_scale())
+            return scales, skipped, True
+        scaler.update(new_scale=scale)
+        scales.append(scaler.get_scale())
+    return scales, skipped, False
 
 
 def judge(

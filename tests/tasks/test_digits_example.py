@@ -17,18 +17,13 @@ from torch import nn
 
 
 def build(seed: int) -> LoaderProblem:
-    """The example's build, imported when a test runs (not at collection, in every runner).
-    A missing piece fails, naming the install command; it never skips."""
-    try:
-        from examples.digits_convnet import build as example
-    except ImportError as missing:
-        raise ImportError(f"{missing}: pip install -e '.[dev]' installs scikit-learn") from missing
-    return example(seed)
+    """The example's build (conftest.example_build: imported when a test runs)."""
+    return example_build("digits_convnet", "scikit-learn")(seed)
 from search.core import ScalerConfig
 from search.tasks import LoaderProblem
 from search.training import TrainResult, train
 
-from conftest import run_cli
+from conftest import example_build, run_cli
 from plain_loader_loop import plain_loader_run
 from plain_loop import PlainRun
 

@@ -15,18 +15,13 @@ from search.core import SCALE_CURVE, PenaltyConfig, ScalerConfig
 from search.tasks import build_problem
 from search.training import run_trial, train
 
-from conftest import run_cli
+from conftest import example_build, run_cli
 from plain_loader_loop import plain_loader_run
 
 
 def build(seed: int):
-    """The example's build, imported when a test runs (transformers takes 3 s to import: not at collection).
-    A missing framework fails, naming the install command; it never skips."""
-    try:
-        from examples.hf_causal_lm import build as example
-    except ImportError as missing:
-        raise ImportError(f"{missing}: pip install -e '.[dev]' installs transformers") from missing
-    return example(seed)
+    """The example's build (conftest.example_build: imported when a test runs)."""
+    return example_build("hf_causal_lm", "transformers")(seed)
 
 STEPS = 12
 

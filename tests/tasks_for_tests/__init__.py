@@ -139,18 +139,28 @@ def exits_in_loss(seed: int) -> Problem:
     return replace(build_seed(seed), loss_fn=_exiting_loss)
 
 
-def exits_in_training(seed: int) -> Problem:
-    """Passes the start-up probe (its one step with gradients); calls sys.exit(0) in the first trial."""
+def _fails_in_training(seed: int, fail) -> Problem:
+    """The seed task whose loss calls ``fail()`` whenever it runs with gradients, except the first time: the
+    start-up probe's one step passes, the trials fail."""
     with_grad = [0]
 
-    def exits_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
             with_grad[0] += 1
             if with_grad[0] > 1:  # The probe's step is the first.
-                _exiting_loss(outputs, targets)
+                fail()
         return nn.functional.cross_entropy(outputs, targets)
 
-    return replace(build_seed(seed), loss_fn=exits_when_training)
+    return replace(build_seed(seed), loss_fn=loss)
+
+
+def exits_in_training(seed: int) -> Problem:
+    """Passes the start-up probe (its one step with gradients); calls sys.exit(0) in the first trial."""
+    return _fails_in_training(seed, lambda: _exiting_loss(None, None))
+
+
+def _labels_out_of_range() -> None:
+    raise ValueError("labels out of range")
 
 
 def vector_loss(seed: int) -> Problem:
@@ -160,13 +170,4 @@ def vector_loss(seed: int) -> Problem:
 
 def raises_in_training(seed: int) -> Problem:
     """Passes the start-up probe; every trial then raises the same error in its loss (a task bug)."""
-    with_grad = [0]
-
-    def broken_when_training(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled():
-            with_grad[0] += 1
-            if with_grad[0] > 1:  # The probe's step is the first.
-                raise ValueError("labels out of range")
-        return nn.functional.cross_entropy(outputs, targets)
-
-    return replace(build_seed(seed), loss_fn=broken_when_training)
+    return _fails_in_training(seed, _labels_out_of_range)

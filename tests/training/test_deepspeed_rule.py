@@ -4,14 +4,14 @@ defaults (and not powers of two), and the run ended at the same step when the sc
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
-import torch
 
 from search.core import ScalerConfig
 from search.training import DeepSpeedScale, ScaleAtMinimum, train
+
+from plain_loop import plain_rule_run
 
 
 @pytest.fixture
@@ -76,32 +76,6 @@ def test_the_first_growth_comes_on_the_step_after_a_full_window():
     assert scale.scale == 8.0
 
 
-def _plain_deepspeed_run(problem, theirs, steps: int) -> tuple[list[float], list[bool], str]:
-    """Seed-mlp trained by a plain loop whose scale DeepSpeed's own class moves: GradScaler scales, unscales and
-    skips; the skip is decided from the gradients themselves; DeepSpeed's update_scale sets the next scale."""
-    model = copy.deepcopy(problem.model)
-    params = list(model.parameters())
-    optimizer = problem.make_optimizer(params)
-    scaler = torch.amp.GradScaler("cpu", init_scale=theirs.cur_scale)
-    scales, skipped = [], []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(problem.inputs), problem.targets)
-        scaler.scale(loss).backward()
-        overflow = any(not torch.isfinite(p.grad).all().item() for p in params)
-        scaler.step(optimizer)
-        skipped.append(overflow)
-        try:
-            theirs.update_scale(overflow)
-        except Exception as error:
-            scales.append(scaler.get_scale())
-            return scales, skipped, str(error)
-        scaler.update(new_scale=theirs.cur_scale)
-        scales.append(scaler.get_scale())
-    return scales, skipped, ""
-
-
 @pytest.mark.parametrize(
     "power, window, hysteresis, consecutive, minimum",
     [(30, 5, 2, False, 3.7), (27, 3, 3, True, 1.0), (30, 1000, 1, False, 2.0**25 * 1.37)],
@@ -110,7 +84,7 @@ def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
     loss_scaler, power, window, hysteresis, consecutive, minimum
 ):
     """Seed-mlp (it overflows above about 2^19.4) for 30 steps from 2^27-2^30: the trainer with DeepSpeedScale and a
-    plain loop driven by DeepSpeed's own class skip the same steps with the same scales, and end the run at the
+    plain loop (plain_loop.plain_rule_run) driven by DeepSpeed's own class skip the same steps with the same scales, and end the run at the
     same step when the minimum is reached (the last case: a minimum above the overflow edge)."""
     from search.tasks.seed_mlp import build
 
@@ -119,7 +93,18 @@ def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
         init_scale=2.0**power, scale_window=window, min_scale=minimum, delayed_shift=hysteresis,
         consecutive_hysteresis=consecutive,
     )
-    scales, skipped, ended = _plain_deepspeed_run(problem, theirs, 30)
+    stopped: list[str] = []
+
+    def deepspeed_next(overflow: bool) -> float | None:
+        try:
+            theirs.update_scale(overflow)
+        except Exception as error:  # DeepSpeed raises a bare Exception at the minimum.
+            stopped.append(str(error))
+            return None
+        return theirs.cur_scale
+
+    scales, skipped, _ = plain_rule_run(problem, theirs.cur_scale, deepspeed_next, 30)
+    ended = stopped[0] if stopped else ""
     ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30,
                  scale_rule=DeepSpeedScale(power, window, hysteresis, consecutive, minimum))
     assert ours.scale_curve == scales and ours.skipped == skipped and sum(skipped) > 0

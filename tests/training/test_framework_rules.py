@@ -7,7 +7,6 @@ powers of two), and hand-worked sequences that show each rule's turns."""
 
 from __future__ import annotations
 
-import copy
 import random
 
 import pytest
@@ -16,6 +15,8 @@ import torch
 from search.core import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import FairseqScale, MegatronScale, ScaleAtMinimum, train
+
+from plain_loop import plain_rule_run
 
 
 def megatron_scales(overflows, initial, minimum, window, hysteresis, growth, backoff):
@@ -120,31 +121,6 @@ def test_fairseq_turns_by_hand():
     assert scale.scale == 2.5  # 10 -> 5 -> 2.5; the next halving (1.25 <= 1.5) is put back and ends the run
 
 
-def _plain_run_with(problem, initial: float, next_scale, steps: int) -> tuple[list[float], list[bool], bool]:
-    """Seed-mlp trained by a plain loop: GradScaler scales and skips, the skip decided from the gradients; after
-    each step ``next_scale(overflow)`` (a transcription above) gives the next scale, or None to end the run."""
-    model = copy.deepcopy(problem.model)
-    params = list(model.parameters())
-    optimizer = problem.make_optimizer(params)
-    scaler = torch.amp.GradScaler("cpu", init_scale=initial)
-    scales, skipped = [], []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(problem.inputs), problem.targets)
-        scaler.scale(loss).backward()
-        overflow = any(not torch.isfinite(p.grad).all().item() for p in params)
-        scaler.step(optimizer)
-        skipped.append(overflow)
-        scale = next_scale(overflow)
-        if scale is None:
-            scales.append(scaler.get_scale())
-            return scales, skipped, True
-        scaler.update(new_scale=scale)
-        scales.append(scaler.get_scale())
-    return scales, skipped, False
-
-
 def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
     """Seed-mlp (it overflows above about 2^19.4) for 30 steps: the trainer under MegatronScale and FairseqScale
     skips the same steps with the same scales as a plain loop driven by the transcriptions, and fairseq's
@@ -156,7 +132,7 @@ def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
         history.append(overflow)
         return megatron_scales(history, 1.37 * 2**27, 3.7, 4, 2, 2.0, 0.5)[-1]
 
-    scales, skipped, _ = _plain_run_with(problem, float(torch.tensor(1.37 * 2**27)), megatron_next, 30)
+    scales, skipped, _ = plain_rule_run(problem, float(torch.tensor(1.37 * 2**27)), megatron_next, 30)
     ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30, scale_rule=MegatronScale(1.37 * 2**27, 3.7, 4, 2))
     assert ours.scale_curve == scales and ours.skipped == skipped and sum(skipped) > 0
 
@@ -168,7 +144,7 @@ def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
             out, ended_at, _last = fairseq_scales(seen, 1000.0 * 2**14, 6, 0.0, minimum, None)
             return None if ended_at is not None else out[-1]
 
-        scales, skipped, ended = _plain_run_with(problem, 1000.0 * 2**14, fairseq_next, 30)
+        scales, skipped, ended = plain_rule_run(problem, 1000.0 * 2**14, fairseq_next, 30)
         ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30,
                      scale_rule=FairseqScale(1000.0 * 2**14, 6, 0.0, minimum))
         assert ours.scale_curve == scales and ours.skipped == skipped and ended == ends == bool(ours.ended_by_rule)
