@@ -69,48 +69,20 @@ def probe_step(problem: Problem | LoaderProblem, name: str) -> StepCost:
     what = "loss" if isinstance(problem, LoaderProblem) else "loss_fn"
     try:
         with torch.random.fork_rng(devices=[]):
-            if isinstance(problem, LoaderProblem):
-                batch = problem.planned(1)[0][0]
-                with torch.autocast("cpu", dtype=torch.float16):
-                    loss = problem.loss_of(model, batch)
-                _check_loss(loss, name)
-                what = "backward"
-                loss.float().backward()
-                fp16 = time.perf_counter() - start
-                what = "evaluation"
-                model.eval()
-                with torch.no_grad():
-                    _check_loss(problem.eval_loss_of(model, problem.evaluation_batches()[0]), name, "evaluation")
-            else:
-                size = problem.batch_size or len(problem.inputs)
-                with torch.autocast("cpu", dtype=torch.float16):
-                    outputs = model(problem.inputs[:size])
-                    if not isinstance(outputs, torch.Tensor):
-                        raise TaskError(
-                            f"task {name!r}: the model returns {type(outputs).__name__}, not a tensor: return a "
-                            "tensor (e.g. .logits), or use search.tasks.LoaderProblem, whose dict batches use "
-                            "model(**batch).loss"
-                        )
-                    loss = problem.loss_fn(outputs, problem.targets[:size])
-                _check_loss(loss, name, "loss_fn")
-                what = "backward"
-                loss.float().backward()
-                fp16 = time.perf_counter() - start
-                what = "evaluation"
-                model.eval()
-                inputs, targets = problem.evaluation_set()
-                with torch.no_grad():
-                    if problem.eval_fn is not None:
-                        value = problem.eval_fn(model, inputs[:size], targets[:size])
-                    else:
-                        value = problem.loss_fn(model(inputs[:size]).float(), targets[:size])
-                _check_loss(value, name, "evaluation")
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = _first_loss(problem, model, name)
+            _check_loss(loss, name, what)
+            what = "backward"
+            loss.float().backward()
+            fp16 = time.perf_counter() - start
+            what = "evaluation"
+            _check_loss(_first_evaluation(problem, model), name, what)
         fp32 = math.nan  # Timed only when fp16 is slow enough to matter: it is one more step of start-up.
         if fp16 >= SLOW_STEP:
             what = "fp32 step"
             with torch.random.fork_rng(devices=[]):
                 start = time.perf_counter()
-                _fp32_step(problem, copy.deepcopy(problem.model))
+                _first_loss(problem, copy.deepcopy(problem.model), name).float().backward()
                 fp32 = time.perf_counter() - start
     except TaskError:
         raise
@@ -121,14 +93,31 @@ def probe_step(problem: Problem | LoaderProblem, name: str) -> StepCost:
     return StepCost(fp16, fp32)
 
 
-def _fp32_step(problem: Problem | LoaderProblem, model: torch.nn.Module) -> None:
-    """The probe's step without autocast, for its cost (:class:`StepCost`)."""
+def _first_loss(problem: Problem | LoaderProblem, model: torch.nn.Module, name: str) -> torch.Tensor:
+    """The training loss of ``model`` on the problem's first batch, as a trial computes it."""
     if isinstance(problem, LoaderProblem):
-        loss = problem.loss_of(model, problem.planned(1)[0][0])
-    else:
+        return problem.loss_of(model, problem.planned(1)[0][0])
+    size = problem.batch_size or len(problem.inputs)
+    outputs = model(problem.inputs[:size])
+    if not isinstance(outputs, torch.Tensor):
+        raise TaskError(
+            f"task {name!r}: the model returns {type(outputs).__name__}, not a tensor: return a tensor (e.g. "
+            ".logits), or use search.tasks.LoaderProblem, whose dict batches use model(**batch).loss"
+        )
+    return problem.loss_fn(outputs, problem.targets[:size])
+
+
+def _first_evaluation(problem: Problem | LoaderProblem, model: torch.nn.Module) -> torch.Tensor:
+    """The evaluation's loss of ``model`` on the first evaluation batch: fp32, no autocast, eval mode."""
+    model.eval()
+    with torch.no_grad():
+        if isinstance(problem, LoaderProblem):
+            return problem.eval_loss_of(model, problem.evaluation_batches()[0])
+        inputs, targets = problem.evaluation_set()
         size = problem.batch_size or len(problem.inputs)
-        loss = problem.loss_fn(model(problem.inputs[:size]), problem.targets[:size])
-    loss.float().backward()
+        if problem.eval_fn is not None:
+            return problem.eval_fn(model, inputs[:size], targets[:size])
+        return problem.loss_fn(model(inputs[:size]).float(), targets[:size])
 
 
 def _check_loss(loss: object, name: str, what: str = "loss") -> None:
