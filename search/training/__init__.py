@@ -22,7 +22,8 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_trainer": ("TrainResult", "TrialTimeout", "batch_plan", "fp32_zero_fraction", "run_steps", "train"),
+        "_trainer": ("TrainResult", "TrialTimeout", "fp32_zero_fraction", "run_steps", "train"),
+        "_feed": ("batch_plan",),
         "_deepspeed_rule": ("DeepSpeedScale", "ScaleAtMinimum"),
         "_megatron_rule": ("MegatronScale",),
         "_fairseq_rule": ("FairseqScale",),

@@ -4,7 +4,7 @@ The loop (:func:`search.training._trainer.train`) is the same for both kinds of 
 differs:
 
 * a :class:`~search.tasks.base.Problem` (two tensors in memory): a step's micro-batches are index
-  tensors into ``inputs``/``targets`` (:func:`search.training._trainer.batch_plan`, or None for the
+  tensors into ``inputs``/``targets`` (:func:`batch_plan`, or None for the
   full batch), indexed when the step runs, and the loss is ``loss_fn(model(x), y)``;
 * a :class:`~search.tasks.LoaderProblem`: a step's micro-batches are the batches drawn once per
   process (:meth:`~search.tasks.LoaderProblem.planned`), and the loss is
@@ -17,6 +17,7 @@ differs:
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +54,42 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**63)
 
 
+def batch_plan(problem: Problem, epochs: int = 0, steps: int | None = None) -> list[list[torch.Tensor | None]]:
+    """The micro-batches of every optimizer step: index tensors, or None for the full batch.
+
+    The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in
+    the same order (common random numbers). One optimizer step takes
+    ``problem.accumulation_steps`` micro-batches of ``problem.batch_size`` samples.
+
+    Args:
+        problem: The problem.
+        epochs: Passes over the data (when ``steps`` is None).
+        steps: Optimizer steps instead of ``epochs`` (as many passes as they need), or None.
+    """
+    if steps is None and epochs < 1:
+        raise ValueError(f"a run needs epochs >= 1 or steps, got epochs={epochs}, steps=None")
+    n = problem.inputs.shape[0]
+    if problem.batch_size is None or problem.batch_size >= n:
+        per_epoch: int | None = None
+    else:
+        per_epoch = math.ceil(math.ceil(n / problem.batch_size) / problem.accumulation_steps)
+    if steps is not None and per_epoch is not None:
+        epochs = math.ceil(steps / per_epoch)
+    elif steps is not None:
+        epochs = steps
+    if per_epoch is None:  # Full batch: one micro-batch per step (or accumulation of the same).
+        plan: list[list[torch.Tensor | None]] = [[None] * problem.accumulation_steps for _ in range(epochs)]
+    else:
+        generator = torch.Generator().manual_seed(problem.shuffle_seed)
+        plan = []
+        for _ in range(epochs):
+            order = torch.randperm(n, generator=generator).to(problem.inputs.device)
+            micro = list(order.split(problem.batch_size))
+            for i in range(0, len(micro), problem.accumulation_steps):
+                plan.append(micro[i : i + problem.accumulation_steps])
+    return plan[:steps] if steps is not None else plan
+
+
 def seed_step(feed: Feed, step: int) -> None:
     """Seeds the global RNGs of the feed's device before ``step`` with :func:`step_seed`.
 
@@ -65,10 +102,10 @@ def seed_step(feed: Feed, step: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def feed_of(problem: Problem | LoaderProblem, plan: list[list[Any]] | None, steps: int) -> Feed:
-    """The feed of one run of ``steps`` steps (``plan``: a tensor problem's :func:`batch_plan`)."""
+def feed_of(problem: Problem | LoaderProblem, epochs: int, steps: int | None) -> Feed:
+    """The feed of one run: ``steps`` optimizer steps, or what ``epochs`` passes make (a tensor problem)."""
     if isinstance(problem, LoaderProblem):
-        planned = problem.planned(steps)
+        planned = problem.planned(steps or problem.steps)
 
         def loader_fp32(model: nn.Module) -> torch.Tensor:
             last = planned[-1] if planned else []
@@ -77,7 +114,7 @@ def feed_of(problem: Problem | LoaderProblem, plan: list[list[Any]] | None, step
 
         device = next(problem.model.parameters()).device.type
         return Feed(planned, problem.loss_of, loader_fp32, device, problem.seed)
-    assert plan is not None
+    plan = batch_plan(problem, epochs, steps)
     inputs, targets = problem.inputs, problem.targets
 
     def tensor_loss(model: nn.Module, index: torch.Tensor | None) -> torch.Tensor:

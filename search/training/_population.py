@@ -48,11 +48,12 @@ from search.training._evaluation import (
     evaluation_values,
     initial_evaluation,
 )
+from search.training._feed import batch_plan
 from search.training._population_check import _spec
 from search.training._population_model import _backward, _forward, _loss_and_grad
 from search.training._population_optimizer import _clip_per_member, _MemberOptimizer
 from search.training._population_scaler import _MemberScalers
-from search.training._trainer import TrainResult, TrialTimeout, _zero_fraction, batch_plan, fp32_zero_fraction
+from search.training._trainer import TrainResult, TrialTimeout, _zero_fraction, fp32_zero_fraction
 
 
 def train_population(
@@ -68,7 +69,7 @@ def train_population(
 ) -> list[TrainResult]:
     """Trains one fresh copy of ``problem.model`` per setting in ``configs``, all at once.
 
-    Each member sees the batches :func:`search.training._trainer.batch_plan` gives every trial, with its own
+    Each member sees the batches :func:`search.training._feed.batch_plan` gives every trial, with its own
     loss scale, growth tracker and skip decisions (:mod:`search.training._population_scaler`). One host read at the
     end, plus one per checkpoint when ``should_stop`` is given.
 

@@ -25,7 +25,6 @@ Where each measurement is taken, so that a plain PyTorch loop can reproduce it:
 from __future__ import annotations
 
 import copy
-import math
 import time
 import weakref
 from collections.abc import Callable
@@ -44,7 +43,7 @@ from search.training._evaluation import (
     evaluation_mode,
     initial_evaluation,
 )
-from search.training._feed import Feed, feed_of, seed_step
+from search.training._feed import batch_plan, feed_of, seed_step
 
 
 @dataclass(frozen=True)
@@ -123,42 +122,6 @@ def run_steps(problem: Problem | LoaderProblem, epochs: int, steps: int) -> int:
     return len(batch_plan(problem, epochs or problem.epochs, steps or None))
 
 
-def batch_plan(problem: Problem, epochs: int = 0, steps: int | None = None) -> list[list[torch.Tensor | None]]:
-    """The micro-batches of every optimizer step: index tensors, or None for the full batch.
-
-    The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in
-    the same order (common random numbers). One optimizer step takes
-    ``problem.accumulation_steps`` micro-batches of ``problem.batch_size`` samples.
-
-    Args:
-        problem: The problem.
-        epochs: Passes over the data (when ``steps`` is None).
-        steps: Optimizer steps instead of ``epochs`` (as many passes as they need), or None.
-    """
-    if steps is None and epochs < 1:
-        raise ValueError(f"a run needs epochs >= 1 or steps, got epochs={epochs}, steps=None")
-    n = problem.inputs.shape[0]
-    if problem.batch_size is None or problem.batch_size >= n:
-        per_epoch: int | None = None
-    else:
-        per_epoch = math.ceil(math.ceil(n / problem.batch_size) / problem.accumulation_steps)
-    if steps is not None and per_epoch is not None:
-        epochs = math.ceil(steps / per_epoch)
-    elif steps is not None:
-        epochs = steps
-    if per_epoch is None:  # Full batch: one micro-batch per step (or accumulation of the same).
-        plan: list[list[torch.Tensor | None]] = [[None] * problem.accumulation_steps for _ in range(epochs)]
-    else:
-        generator = torch.Generator().manual_seed(problem.shuffle_seed)
-        plan = []
-        for _ in range(epochs):
-            order = torch.randperm(n, generator=generator).to(problem.inputs.device)
-            micro = list(order.split(problem.batch_size))
-            for i in range(0, len(micro), problem.accumulation_steps):
-                plan.append(micro[i : i + problem.accumulation_steps])
-    return plan[:steps] if steps is not None else plan
-
-
 def train(
     problem: Problem | LoaderProblem,
     scaler_config: ScalerConfig,
@@ -200,7 +163,7 @@ def train(
     """
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
     fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
-    feed = _feed(problem, epochs, steps)
+    feed = feed_of(problem, epochs, steps)
     initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
     start = time.perf_counter()
     deadline = None if timeout is None else start + timeout
@@ -305,14 +268,6 @@ def train(
         stopped_early=stopped_early,
         ended_by_rule=ended_by_rule,
     )
-
-
-def _feed(problem: Problem | LoaderProblem, epochs: int, steps: int | None) -> Feed:
-    """The run's feed (:mod:`search.training._feed`): a tensor problem's batch plan, or a loader's batches."""
-    if isinstance(problem, LoaderProblem):
-        return feed_of(problem, None, steps or problem.steps)
-    plan = batch_plan(problem, epochs, steps)
-    return feed_of(problem, plan, len(plan))
 
 
 def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:
