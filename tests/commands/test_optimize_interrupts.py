@@ -238,9 +238,10 @@ def _killed_mid_baseline(tmp_path: pathlib.Path) -> pathlib.Path:
     import sqlite3
 
     # Trials of about 1 s (50 ms a step, plus the first trial's 1 s fp32 reference): the timeout, checked
-    # between trials, stops the run after seed-1, the others queued. 0.9 s, not less: under load the
-    # start-up before the first trial can take a few tenths (a CI run once stopped before seed-1).
-    proc = run_cli([*SLOW_BASELINES, "--timeout", "0.9", "--heartbeat-interval", "2", "--quiet"], tmp_path)
+    # between trials, stops the run after seed-1, the others queued. 1.5 s, under seed-1's own ~2 s: under
+    # load the start-up before the first trial can take most of a second (clean-clone CI runs stopped before
+    # seed-1 at 0.9 s, twice).
+    proc = run_cli([*SLOW_BASELINES, "--timeout", "1.5", "--heartbeat-interval", "2", "--quiet"], tmp_path)
     assert proc.returncode == 1, proc.stderr
     db = tmp_path / "study.db"
     with sqlite3.connect(db) as c:  # seed-2 becomes the claim of a worker that died 10 s ago.
