@@ -129,6 +129,14 @@ def build_parser() -> argparse.ArgumentParser:
         "[all visible GPUs; --device stays the single-worker choice]",
     )
     add(
+        "--scaler",
+        default=None,
+        metavar="RULE",
+        help="whose loss-scale rule the trials follow and whose knobs the study searches: torch (GradScaler), "
+        "deepspeed (ZeRO's DynamicLossScaler), megatron, fairseq; the answer comes in that framework's own "
+        f"form (docs/frameworks.md) [{d.scaler}]",
+    )
+    add(
         "--population",
         type=int,
         default=None,
@@ -184,7 +192,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
         "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps population "
-        "batch_memory"
+        "batch_memory scaler"
     ).split()
     return {name: getattr(args, name) for name in names}
 

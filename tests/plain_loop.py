@@ -181,20 +181,26 @@ def plain_step(
 def plain_rule_run(
     problem: Problem, initial: float, next_scale: Callable[[bool], float | None], steps: int
 ) -> tuple[list[float], list[bool], bool]:
-    """A full-batch task trained by a plain loop whose scale another framework's rule moves: GradScaler
-    scales and skips, the skip decided from the gradients; after each step ``next_scale(overflow)`` (the
-    framework's own class, or a transcription) gives the next scale, or None where it ends the run.
-    Returns (the scale after each step, the skipped steps, whether the rule ended the run)."""
+    """A task trained by a plain loop whose scale another framework's rule moves: GradScaler scales and
+    skips, the skip decided from the gradients; after each step ``next_scale(overflow)`` (the framework's
+    own class, or a transcription) gives the next scale, or None where it ends the run. Full batch or the
+    task's mini-batches (in their seeded order). Returns (the scale after each step, the skipped steps,
+    whether the rule ended the run); :data:`LAST_RULE_MODEL` keeps the trained model for an evaluation."""
     model = copy.deepcopy(problem.model)
     params = list(model.parameters())
     optimizer = problem.make_optimizer(params)
     scaler = torch.amp.GradScaler("cpu", init_scale=initial)
     scales, skipped = [], []
-    for _ in range(steps):
+    LAST_RULE_MODEL[:] = [model]
+    for micro in _batches(problem, steps):
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(problem.inputs), problem.targets)
-        scaler.scale(loss).backward()
+        for index in micro:
+            x, y = (problem.inputs, problem.targets) if index is None else (problem.inputs[index], problem.targets[index])
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = problem.loss_fn(model(x), y)
+                if len(micro) > 1:
+                    loss = loss / len(micro)
+            scaler.scale(loss).backward()
         overflow = plain_step(scaler, optimizer, params, problem.grad_clip)[0]
         skipped.append(overflow)
         scale = next_scale(overflow)
@@ -204,6 +210,14 @@ def plain_rule_run(
         scaler.update(new_scale=scale)
         scales.append(scaler.get_scale())
     return scales, skipped, False
+
+
+LAST_RULE_MODEL: list[torch.nn.Module] = []  # plain_rule_run's last trained model (its evaluation: plain_evaluation).
+
+
+def plain_evaluation(problem: Problem, model: torch.nn.Module) -> float:
+    """The loss of ``model`` on the task's evaluation set, fp32, eval mode."""
+    return _evaluate(problem, model)[0]
 
 
 def judge(

@@ -22,7 +22,7 @@ from conftest import ROOT
 
 COMMANDS = {"search.optimize", "search.confirm", "search.report", "search.transfer", "search.dashboard"}
 READ_ONLY_COMMANDS = {"search.report", "search.transfer", "search.dashboard"}
-SUBPACKAGES = {"cli", "core", "tasks", "training", "storage", "study", "results", "publishing"}
+SUBPACKAGES = {"cli", "core", "scalers", "tasks", "training", "storage", "study", "results", "publishing"}
 MAX_LINES = 400
 
 
@@ -174,6 +174,16 @@ def test_no_command_imports_another_command():
         if bad:
             offenders.append(f"{command} imports {', '.join(bad)}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_scalers_import_nothing_of_the_service_nor_torch_nor_optuna():
+    """The rules are state machines and descriptions: every layer reads them, so they read no layer."""
+    for module in [m for m in MODULES if _in(m, "scalers")]:
+        via = reach(module)
+        bad = sorted(
+            m for m in via if m.split(".")[0] in ("torch", "optuna") or (m.startswith("search.") and not _in(m, "scalers") and m != "search._exports")
+        )
+        assert not bad, f"{module} imports {bad[0]}: {_path_to(module, bad[0], via)}"
 
 
 def test_training_imports_neither_optuna_nor_storage():

@@ -1,6 +1,7 @@
 """What every layer shares: the settings, the search space, the trial record, devices, signals.
 
-* ``_config``: the settings: the defaults (once), TOML loading, validation;
+* ``_config``: the settings: the defaults (once), TOML loading;
+* ``_validation``: each setting against what the service and the chosen scaler accept;
 * ``_scaler_config``: the four GradScaler settings of one trial and the line that reproduces them;
 * ``_space``: the search space as Optuna distributions, the seed's five baselines, ``format_scale``;
 * ``_record``: the trial record, its one owner: attr keys, baseline names, failure codes, finished
@@ -19,20 +20,20 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "_config": (
             "DEFAULTS",
-            "MAX_POPULATION",
-            "MAX_STUDY_NAME",
-            "SAMPLERS",
             "ConfigError",
             "ParamRange",
             "PenaltyConfig",
             "RunConfig",
             "Settings",
             "SpaceConfig",
+            "TORCH_PARAMS",
+            "knob_range",
             "default_study_name",
             "load_settings",
             "settings_from_dict",
             "with_run",
         ),
+        "_validation": ("MAX_POPULATION", "MAX_STUDY_NAME", "SAMPLERS"),
         "_scaler_config": ("ScalerConfig",),
         "_space": (
             "PARAM_NAMES",
@@ -43,6 +44,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "format_scale",
             "growth_note",
             "scaler_config",
+            "setting_of",
             "suggest",
         ),
         "_record": (
@@ -54,6 +56,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "DATA_SEED",
             "DEFAULT_BASELINE",
             "DEVICE",
+            "ENDED_BY_RULE",
             "EVAL_LOSS",
             "EVAL_MEDIAN",
             "FAILURE",
@@ -64,14 +67,19 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "LEARNED",
             "LOSS_CURVE",
             "NONFINITE",
+            "OVERFLOWS_AT_MINIMUM",
+            "OVERFLOW_STEPS",
             "POINT",
             "POPULATION",
             "ROUNDING_OF",
+            "RULE_ATTRS",
             "RUN_ATTRS",
             "SCALE_CURVE",
+            "RULE_FAILURES",
             "SILENT_FAILURES",
             "SKIPPED_STEPS",
             "SOURCE_TRIAL",
+            "STEPS_AT_MINIMUM",
             "TRAIN_SECONDS",
             "WORKER",
             "Showcase",

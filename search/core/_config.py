@@ -1,4 +1,4 @@
-"""Settings: the built-in defaults (defined here, once), TOML loading and validation.
+"""Settings: the built-in defaults (defined here, once) and TOML loading (checked by :mod:`search.core._validation`).
 
 ``configs/default.toml`` mirrors :data:`DEFAULTS` exactly; a test checks it. A config file may
 name any subset of the keys; unknown keys and bad values are errors (:class:`ConfigError`).
@@ -7,10 +7,11 @@ name any subset of the keys; unknown keys and bad values are errors (:class:`Con
 from __future__ import annotations
 
 import math
-import re
 import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from search.scalers import RULES, TORCH, Knob
 
 
 class ConfigError(ValueError):
@@ -36,14 +37,36 @@ class ParamRange:
     powers_of_two: bool = False
 
 
+def knob_range(knob: Knob) -> ParamRange:
+    """The range a framework's knob is searched over by default (or the value it is fixed at)."""
+    return ParamRange(knob.low, knob.high, knob.log, knob.fixed)
+
+
+def _rule_ranges(name: str) -> dict[str, ParamRange]:
+    return {knob.name: knob_range(knob) for knob in RULES[name].knobs}
+
+
 @dataclass(frozen=True)
 class SpaceConfig:
-    """The search space: one :class:`ParamRange` per GradScaler setting."""
+    """The search space: one :class:`ParamRange` per GradScaler setting, and per knob of each
+    framework's own scaler (``[space.deepspeed.hysteresis]``), searched under ``--scaler NAME``."""
 
     init_scale: ParamRange = ParamRange(2.0**-20, 2.0**32, log=True)
     growth_factor: ParamRange = ParamRange(1.01, 8.0, log=True)
     backoff_factor: ParamRange = ParamRange(0.05, 0.95, log=False)
     growth_interval: ParamRange = ParamRange(1, 2000, log=True)
+    deepspeed: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("deepspeed"))
+    megatron: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("megatron"))
+    fairseq: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("fairseq"))
+
+    def ranges(self, scaler: str) -> dict[str, ParamRange]:
+        """The ranges ``--scaler scaler`` searches: GradScaler's four settings, or a framework's knobs."""
+        if scaler == TORCH:
+            return {name: getattr(self, name) for name in TORCH_PARAMS}
+        return dict(getattr(self, scaler))
+
+
+TORCH_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,7 @@ class RunConfig:
     storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
     population: int = 1  # Sampled trials trained together in one process (search.training._population); 1: one at a time.
     batch_memory: float = 4096.0  # MiB a loader task's batches may take, held once per process (steps x batch).
+    scaler: str = "torch"  # Whose loss-scale rule the trials follow (search.scalers): torch, deepspeed, megatron, fairseq.
 
 
 @dataclass(frozen=True)
@@ -105,11 +129,20 @@ class Settings:
         """A plain nested dict (the TOML layout), with unset ``fixed`` values left out."""
         data = asdict(self)
         for name, param in data["space"].items():
-            if param["fixed"] is None:
-                del param["fixed"]
-            if name != "init_scale" and not param["powers_of_two"]:
-                del param["powers_of_two"]
+            for knob in param.values() if name in RULES else ():
+                _drop_unset(knob, keep_powers=False)
+                if "fixed" in knob:  # A fixed knob is written as configs/default.toml writes it: fixed alone.
+                    del knob["low"], knob["high"], knob["log"]
+            if name not in RULES:
+                _drop_unset(param, keep_powers=name == "init_scale")
         return data
+
+
+def _drop_unset(param: dict[str, Any], keep_powers: bool) -> None:
+    if param["fixed"] is None:
+        del param["fixed"]
+    if not keep_powers and not param["powers_of_two"]:
+        del param["powers_of_two"]
 
 
 def default_study_name(task: str) -> str:
@@ -130,19 +163,7 @@ def default_study_name(task: str) -> str:
 
 
 DEFAULTS = Settings()
-
-SAMPLERS = ("tpe", "gp", "cmaes", "random")
-PRUNERS = ("none", "median", "hyperband")
-EVALUATIONS = ("mean", "median")
-AMP_DTYPES = ("float16", "bfloat16")
 _PARAM_KEYS = {f.name for f in fields(ParamRange)}
-# K models, their optimizer states and K x batch activations live on the device at once; beyond
-# this a population stops paying (a GPU is full long before) and a typo (--population 100000) is
-# more likely than an intent.
-MAX_POPULATION = 4096
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
-_DEVICES_RE = re.compile(r"^\d+(,\d+)*$")
-
 
 def load_settings(path: str | None = None, overrides: dict[str, Any] | None = None) -> Settings:
     """Builds validated settings: defaults, then the TOML file, then ``overrides``.
@@ -166,34 +187,78 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
         except UnicodeDecodeError as e:
             raise ConfigError(f"config {path} is not UTF-8 text (byte {e.start}: {e.reason})")
         space = user.get("space")
-        for name, spec in space.items() if isinstance(space, dict) else ():
-            searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if k in spec) if isinstance(spec, dict) else []
+        for where, spec in _space_tables(space if isinstance(space, dict) else {}):
+            searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if k in spec)
             if searched and "fixed" in spec:
                 raise ConfigError(
-                    f"[space.{name}] sets fixed and {', '.join(searched)}: a fixed setting is not searched, keep one"
+                    f"[space.{where}] sets fixed and {', '.join(searched)}: a fixed setting is not searched, keep one"
                 )
+        _unfix_searched(data["space"], space)
         _merge(data, user, path="")
     for key, value in (overrides or {}).items():
         if value is not None:
             data["run"][key] = value
     settings = Settings(
         run=_build(RunConfig, data["run"], "run"),
-        space=SpaceConfig(
-            **{name: _build(ParamRange, spec, f"space.{name}") for name, spec in data["space"].items()}
-        ),
+        space=_space_of(data["space"]),
         penalty=_build(PenaltyConfig, data["penalty"], "penalty"),
     )
-    _validate(settings)
+    from search.core._validation import validate  # It reads the settings built here.
+
+    validate(settings)
     return settings
+
+
+def _unfix_searched(defaults: dict[str, Any], space: Any) -> None:
+    """A knob fixed by default (fairseq's threshold_loss_scale) that ``space`` gives low/high/log is searched:
+    its default ``fixed`` is dropped before the merge, or it would silently win."""
+    for rule in RULES:
+        tables = space.get(rule) if isinstance(space, dict) else None
+        for knob, table in tables.items() if isinstance(tables, dict) else ():
+            default = defaults[rule].get(knob)
+            if isinstance(table, dict) and isinstance(default, dict) and {"low", "high", "log"} & set(table):
+                default.pop("fixed", None)
+
+
+def _knob_range(rule: str, knob: str, spec: dict[str, Any]) -> ParamRange:
+    """A framework knob's range; a knob fixed by default is written without low/high/log, taken from the knob."""
+    where = f"space.{rule}.{knob}"
+    if knob not in _rule_ranges(rule):
+        raise ConfigError(f"unknown config key [{where}]: {RULES[rule].title}'s knobs are {', '.join(_rule_ranges(rule))}")
+    default = asdict(_rule_ranges(rule)[knob])
+    merged = {key: default[key] for key in ("low", "high", "log")} | spec
+    if "fixed" not in spec and default["fixed"] is not None and {"low", "high"} - set(spec):
+        merged["fixed"] = default["fixed"]
+    return _build(ParamRange, merged, where)
+
+
+def _space_tables(space: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, table)`` of every parameter table of a ``[space]``: ``init_scale``, ``deepspeed.hysteresis``."""
+    tables = []
+    for name, spec in space.items():
+        if name in RULES and isinstance(spec, dict):
+            tables += [(f"{name}.{knob}", table) for knob, table in spec.items() if isinstance(table, dict)]
+        elif isinstance(spec, dict):
+            tables.append((name, spec))
+    return tables
+
+
+def _space_of(data: dict[str, Any]) -> SpaceConfig:
+    torch_ranges = {n: _build(ParamRange, s, f"space.{n}") for n, s in data.items() if n not in RULES}
+    rule_ranges = {
+        rule: {knob: _knob_range(rule, knob, spec) for knob, spec in data[rule].items()} for rule in RULES if rule in data
+    }
+    return SpaceConfig(**torch_ranges, **rule_ranges)
 
 
 def settings_from_dict(data: dict[str, Any]) -> Settings:
     """Rebuilds settings from :meth:`Settings.to_dict` output (as stored in a study)."""
     merged = DEFAULTS.to_dict()
+    _unfix_searched(merged["space"], data.get("space"))
     _merge(merged, data, path="")
     return Settings(
         run=_build(RunConfig, merged["run"], "run"),
-        space=SpaceConfig(**{n: _build(ParamRange, s, n) for n, s in merged["space"].items()}),
+        space=_space_of(merged["space"]),
         penalty=_build(PenaltyConfig, merged["penalty"], "penalty"),
     )
 
@@ -201,7 +266,7 @@ def settings_from_dict(data: dict[str, Any]) -> Settings:
 def _merge(base: dict[str, Any], user: dict[str, Any], path: str) -> None:
     for key, value in user.items():
         where = f"{path}.{key}" if path else key
-        if key not in base and not (path.startswith("space.") and key in _PARAM_KEYS):
+        if key not in base and not (path.startswith("space.") and key in _PARAM_KEYS and path.count(".") <= 2):
             raise ConfigError(f"unknown config key [{where}]")
         if isinstance(base.get(key), dict):
             if not isinstance(value, dict):
@@ -213,12 +278,12 @@ def _merge(base: dict[str, Any], user: dict[str, Any], path: str) -> None:
 
 def _build(cls: type, values: dict[str, Any], where: str) -> Any:
     kwargs = {}
-    for field in fields(cls):
-        if field.name not in values:
+    for spec in fields(cls):
+        if spec.name not in values:
             continue
-        value = values[field.name]
-        kind = field.type.split(" | ")[0] if isinstance(field.type, str) else field.type
-        kwargs[field.name] = _coerce(value, kind, f"{where}.{field.name}")
+        value = values[spec.name]
+        kind = spec.type.split(" | ")[0] if isinstance(spec.type, str) else spec.type
+        kwargs[spec.name] = _coerce(value, kind, f"{where}.{spec.name}")
     return cls(**kwargs)
 
 
@@ -242,95 +307,6 @@ def _coerce(value: Any, kind: str, where: str) -> Any:
             raise ConfigError(f"[{where}] must be a string, got {value!r}")
         return value
     raise AssertionError(kind)
-
-
-# Optuna's schema holds study names of up to 512 characters; search.confirm's sibling study adds
-# ".confirm" (search.results._confirmations.SUFFIX), so a search study's name must leave room for it.
-MAX_STUDY_NAME = 512 - len(".confirm")
-
-
-def _validate(s: Settings) -> None:
-    run = s.run
-    if len(s.study_name) > MAX_STUDY_NAME:
-        raise ConfigError(
-            f"study name is {len(s.study_name)} characters; at most {MAX_STUDY_NAME} fit (Optuna's storage "
-            "holds 512, and search.confirm's sibling study adds '.confirm')"
-        )
-    if run.trials < 0:
-        raise ConfigError(f"trials must be >= 0, got {run.trials}")
-    if run.epochs < 0:
-        raise ConfigError(f"epochs must be >= 1 (or 0 for the task's default), got {run.epochs}")
-    if run.seed < 0:
-        raise ConfigError(f"seed must be >= 0, got {run.seed}")
-    if run.steps < 0:
-        raise ConfigError(f"steps must be >= 1 (or 0: as many as the epochs make), got {run.steps}")
-    if run.steps and run.epochs:
-        raise ConfigError(
-            f"steps ({run.steps}) and epochs ({run.epochs}) both set: steps replaces epochs, give one of them"
-        )
-    if run.heartbeat_interval < 1:
-        raise ConfigError(f"heartbeat_interval must be >= 1 second, got {run.heartbeat_interval}")
-    if run.workers < 1:
-        raise ConfigError(f"workers must be >= 1, got {run.workers}")
-    if not run.batch_memory > 0:
-        raise ConfigError(f"batch_memory must be > 0 MiB, got {run.batch_memory}")
-    if not 1 <= run.population <= MAX_POPULATION:
-        raise ConfigError(f"population must be between 1 and {MAX_POPULATION}, got {run.population}")
-    if run.threads < 0:
-        raise ConfigError(f"threads must be >= 0 (0: automatic), got {run.threads}")
-    if run.devices and not _DEVICES_RE.match(run.devices):
-        raise ConfigError(f"devices must be CUDA indices like 0,1,2; got {run.devices!r}")
-    if run.storage_retry < 0:
-        raise ConfigError(f"storage_retry must be >= 0 seconds, got {run.storage_retry}")
-    if run.max_failed_trials < 1:
-        raise ConfigError(f"max_failed_trials must be >= 1, got {run.max_failed_trials}")
-    for name in ("timeout", "trial_timeout"):
-        if getattr(run, name) < 0:
-            raise ConfigError(f"{name} must be >= 0 (0 = no limit), got {getattr(run, name)}")
-    if run.sampler not in SAMPLERS:
-        raise ConfigError(f"unknown sampler {run.sampler!r}: use one of {', '.join(SAMPLERS)}")
-    if run.pruner not in PRUNERS:
-        raise ConfigError(f"unknown pruner {run.pruner!r}: use one of {', '.join(PRUNERS)}")
-    if run.amp_dtype not in AMP_DTYPES:
-        raise ConfigError(f"unknown amp_dtype {run.amp_dtype!r}: use float16 or bfloat16")
-    if not _DEVICE_RE.match(run.device):
-        raise ConfigError(f"unknown device {run.device!r}: use auto, cpu, cuda or cuda:N")
-    if not run.task:
-        raise ConfigError("task must not be empty")
-
-    # Open or closed intervals per GradScaler's own constraints.
-    limits = {
-        "init_scale": (lambda v: v > 0, "> 0"),
-        "growth_factor": (lambda v: v > 1, "> 1"),
-        "backoff_factor": (lambda v: 0 < v < 1, "in (0, 1)"),
-        "growth_interval": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
-    }
-    for name, (ok, rule) in limits.items():
-        p: ParamRange = getattr(s.space, name)
-        where = f"[space.{name}]"
-        if p.fixed is not None:
-            if not ok(p.fixed):
-                raise ConfigError(f"{where} fixed must be {rule}, got {p.fixed:g}")
-            continue
-        for bound in ("low", "high"):
-            if not ok(getattr(p, bound)):
-                raise ConfigError(f"{where} {bound} must be {rule}, got {getattr(p, bound):g}")
-        if p.low > p.high:
-            raise ConfigError(f"{where} low ({p.low:g}) must not exceed high ({p.high:g})")
-        if p.powers_of_two and name != "init_scale":
-            raise ConfigError(f"{where} powers_of_two applies to init_scale only")
-        if p.powers_of_two and math.floor(math.log2(p.high)) < math.ceil(math.log2(p.low)):
-            raise ConfigError(f"{where} contains no power of two")
-
-    pen = s.penalty
-    if pen.evaluation not in EVALUATIONS:
-        raise ConfigError(f"unknown [penalty] evaluation {pen.evaluation!r}: use one of {', '.join(EVALUATIONS)}")
-    for name in ("nonfinite", "silent", "skip"):
-        if getattr(pen, name) < 0:
-            raise ConfigError(f"[penalty] {name} must be >= 0, got {getattr(pen, name):g}")
-    for name in ("learn_threshold", "churn_threshold", "underflow_threshold"):
-        if not 0 < getattr(pen, name) <= 1:
-            raise ConfigError(f"[penalty] {name} must be in (0, 1], got {getattr(pen, name):g}")
 
 
 def with_run(settings: Settings, **changes: Any) -> Settings:

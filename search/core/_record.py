@@ -11,6 +11,8 @@ service writes into a trial, so that no other module spells a key:
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
   configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
   default GradScaler;
+* under a framework's rule (``--scaler``), also ``overflow_steps``, ``ended_by_rule``,
+  ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
 * ``population`` (:data:`POPULATION`): written only by a member of a population
   (``--population K``, :func:`search.training._objective.run_population`): how many trials trained together
   with it (their ``train_seconds`` is the population's wall time divided by that); absent on an
@@ -36,6 +38,8 @@ from typing import Any
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
+from search.scalers import RULES
+
 # -- keys ----------------------------------------------------------------------------------------
 BASELINE = "baseline"
 WORKER = "worker"
@@ -54,6 +58,11 @@ SCALE_CURVE = "scale_curve"
 DEVICE = "device"
 TRAIN_SECONDS = "train_seconds"
 POPULATION = "population"  # size of the population a trial trained in; population mode only
+# Written only by a trial under a framework's rule (--scaler deepspeed|megatron|fairseq), beside RUN_ATTRS:
+OVERFLOW_STEPS = "overflow_steps"  # the steps (from 0) that overflowed and were skipped
+ENDED_BY_RULE = "ended_by_rule"  # why the framework would have ended the run, or ""
+STEPS_AT_MINIMUM = "steps_at_minimum"  # steps taken with the scale at the rule's minimum
+OVERFLOWS_AT_MINIMUM = "overflows_at_minimum"  # how many of those overflowed
 # Confirmation runs (the sibling study of search.confirm).
 CONFIG = "config"
 SOURCE_TRIAL = "source_trial"
@@ -84,12 +93,18 @@ RUN_ATTRS = (
     TRAIN_SECONDS,
 )
 
+RULE_ATTRS = (OVERFLOW_STEPS, ENDED_BY_RULE, STEPS_AT_MINIMUM, OVERFLOWS_AT_MINIMUM)
+
 # -- values --------------------------------------------------------------------------------------
 # The failure codes of a run that stayed finite but did not learn as it should (search.training._penalty).
 SILENT_FAILURES = ("overflow_churn", "underflow", "frozen")
+# The failure codes only a framework's rule gives (--scaler, search.training._penalty): the run ended at
+# the minimum scale (DeepSpeed's ZeRO, fairseq), or sat there skipping (Megatron).
+RULE_FAILURES = ("ended_at_minimum", "pinned_at_minimum")
 # search.confirm's sibling study: part of its study, not one to pick.
 CONFIRM_SUFFIX = ".confirm"
 DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
+DEFAULT_TAGS = (DEFAULT_BASELINE, *(rule.default_tag for rule in RULES.values()))  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials
 
 
@@ -101,8 +116,9 @@ def baseline_of(trial: FrozenTrial) -> str | None:
 
 
 def default_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:
-    """The first trial of PyTorch's default settings (baseline ``seed-1``) among ``trials``."""
-    return next((t for t in trials if baseline_of(t) == DEFAULT_BASELINE), None)
+    """The first trial of the default settings among ``trials``: PyTorch's (baseline ``seed-1``), or in a
+    study of a framework's rule that framework's (``deepspeed-default``)."""
+    return next((t for t in trials if baseline_of(t) in DEFAULT_TAGS), None)
 
 
 def unfinished_baselines(trials: Iterable[FrozenTrial], tags: Iterable[str]) -> list[str]:

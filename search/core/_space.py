@@ -1,4 +1,9 @@
-"""The search space: GradScaler settings as Optuna distributions, and the seed's baselines."""
+"""The search space: GradScaler settings (or a framework's knobs) as Optuna distributions, and the baselines.
+
+Under ``--scaler torch`` the params are GradScaler's four settings and the baselines the seed script's
+five; under a framework's rule (:mod:`search.scalers`) they are that framework's own knobs, under its
+own names, and the baselines its defaults.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from search.core._config import ParamRange, SpaceConfig
 from search.core._record import DEFAULT_BASELINE
 from search.core._scaler_config import ScalerConfig
+from search.scalers import BOOL, INT, RULES, TORCH, RuleSetting
 
 PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 POW2_NAME = "init_scale_log2"
@@ -25,8 +31,10 @@ SEED_BASELINES: tuple[tuple[str, ScalerConfig], ...] = (
 )
 
 
-def distributions(space: SpaceConfig) -> dict[str, BaseDistribution]:
+def distributions(space: SpaceConfig, scaler: str = TORCH) -> dict[str, BaseDistribution]:
     """The Optuna distributions of the searched (not fixed) parameters, by param name."""
+    if scaler != TORCH:
+        return _rule_distributions(space, scaler)
     out: dict[str, BaseDistribution] = {}
     for name in PARAM_NAMES:
         p: ParamRange = getattr(space, name)
@@ -42,16 +50,43 @@ def distributions(space: SpaceConfig) -> dict[str, BaseDistribution]:
     return out
 
 
-def suggest(trial: optuna.Trial, space: SpaceConfig) -> ScalerConfig:
+def suggest(trial: optuna.Trial, space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
     """Asks ``trial`` for every searched parameter and returns the full scaler settings."""
     params: dict[str, Any] = {}
-    for name, dist in distributions(space).items():
+    for name, dist in distributions(space, scaler).items():
         if isinstance(dist, IntDistribution):
             params[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log)
         else:
             assert isinstance(dist, FloatDistribution)
             params[name] = trial.suggest_float(name, dist.low, dist.high, log=dist.log)
-    return scaler_config(params, space)
+    return setting_of(params, space, scaler)
+
+
+def setting_of(params: dict[str, Any], space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
+    """A trial's full setting from its params and the fixed values of ``space``: GradScaler's four
+    settings, or every knob of the framework's rule."""
+    if scaler == TORCH:
+        return scaler_config(params, space)
+    rule = RULES[scaler]
+    ranges = space.ranges(scaler)
+    values = {
+        knob.name: knob.cast(ranges[knob.name].fixed if ranges[knob.name].fixed is not None else params[knob.name])
+        for knob in rule.knobs
+    }
+    return RuleSetting(scaler, values)
+
+
+def _rule_distributions(space: SpaceConfig, scaler: str) -> dict[str, BaseDistribution]:
+    out: dict[str, BaseDistribution] = {}
+    for knob in RULES[scaler].knobs:
+        p = space.ranges(scaler)[knob.name]
+        if p.fixed is not None:
+            continue
+        if knob.kind in (INT, BOOL):  # A flag is searched as 0/1.
+            out[knob.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
+        else:
+            out[knob.name] = FloatDistribution(p.low, p.high, log=p.log)
+    return out
 
 
 def scaler_config(params: dict[str, Any], space: SpaceConfig) -> ScalerConfig:
@@ -73,18 +108,23 @@ def scaler_config(params: dict[str, Any], space: SpaceConfig) -> ScalerConfig:
     )
 
 
-def baseline_trials(space: SpaceConfig) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The seed baselines as params of ``space``, and a note for each one left out.
+def baseline_trials(space: SpaceConfig, scaler: str = TORCH) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The baselines as params of ``space``, and a note for each one left out: the seed script's five
+    (``--scaler torch``) or the framework's defaults.
 
     A parameter fixed in the config keeps its fixed value in the baselines too. A baseline
     whose value lies outside a searched range is left out: it is not a point of this space.
     """
-    dists = distributions(space)
+    dists = distributions(space, scaler)
     kept, notes = [], []
-    for tag, cfg in SEED_BASELINES:
+    baselines = SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines
+    for tag, cfg in baselines:
         params: dict[str, Any] = {}
         for name, dist in dists.items():
-            value = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
+            if isinstance(cfg, dict):
+                value = cfg[name]
+            else:
+                value = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
             if isinstance(dist, IntDistribution):
                 value = int(value)
             params[name] = value

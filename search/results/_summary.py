@@ -33,7 +33,9 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
+from search.results._rule_summary import format_rule_summary, summarize_rule_study
 from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
+from search.scalers import TORCH
 
 
 def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
@@ -75,6 +77,9 @@ def summarize(
         trials: The study's trials, when the caller has read them already (read here otherwise).
     """
     trials = study.get_trials(deepcopy=False) if trials is None else trials
+    scaler = study.user_attrs.get("scaler", TORCH)
+    if scaler != TORCH:  # A framework's rule: its own knobs and its own config form.
+        return summarize_rule_study(study.study_name, trials, space, scaler)
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     by_device: dict[str, list[FrozenTrial]] = {}
@@ -153,6 +158,8 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
         data: :func:`summarize` output.
         framework: Whose line the verdict shows (a key of :data:`~search.results._paste.FRAMEWORKS`).
     """
+    if data.get("scaler", TORCH) != TORCH:
+        return format_rule_summary(data, _command("report", data))
     lines = [f"Study {data['study_name']!r}"]
     states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
     lines.append(f"  trials: {states or 'none'}")

@@ -20,10 +20,13 @@ from search.core import (
     settings_from_dict,
     waiting_baseline,
 )
+from search.scalers import RULES, TORCH
 from search.storage import TrialWriter, orm_models, with_retry
 
 # Study user attrs that define what the trials measure; a resume must match them.
-RECORDED_KEYS = ("task", "epochs", "steps", "seed", "amp_dtype", "space", "penalty", "fingerprint", "measurement")
+RECORDED_KEYS = (
+    "task", "epochs", "steps", "seed", "amp_dtype", "scaler", "space", "penalty", "fingerprint", "measurement"
+)  # fmt: skip
 # How a trial's numbers are measured. A study without the attr was measured with version 1:
 # skips counted from drops of the scale curve (which started at the float64 init_scale, so
 # float32 rounding counted as a skip), zero gradients counted after clipping, and the objective
@@ -48,6 +51,9 @@ class StudyHandle:
 def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
     """The study user attrs written at creation."""
     data = settings.to_dict()
+    scaler = settings.run.scaler
+    # The space of the study's own rule only: GradScaler's four settings as always, or the framework's knobs.
+    space = {k: v for k, v in data["space"].items() if k not in RULES} if scaler == TORCH else data["space"][scaler]
     return {  # "measurement" first: a study that has "task" has it too (the attrs are set in order).
         "measurement": MEASUREMENT_VERSION,
         "task": settings.run.task,
@@ -55,7 +61,8 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
         "steps": settings.run.steps,
         "seed": settings.run.seed,
         "amp_dtype": settings.run.amp_dtype,
-        "space": data["space"],
+        "scaler": scaler,
+        "space": space,
         "penalty": data["penalty"],
         "fingerprint": fingerprint,
     }
@@ -64,16 +71,21 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
 def settings_of(study: optuna.Study) -> Settings:
     """The settings a study was created with (its recorded user attrs), for reading it back."""
     attrs = study.user_attrs
-    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype") if key in attrs}
-    return settings_from_dict(
-        {"run": run, "space": attrs.get("space", {}), "penalty": attrs.get("penalty", {})}
-    )
+    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs}
+    scaler = attrs.get("scaler", TORCH)
+    space = attrs.get("space", {}) if scaler == TORCH else {scaler: attrs.get("space", {})}
+    return settings_from_dict({"run": run, "space": space, "penalty": attrs.get("penalty", {})})
 
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     diffs = []
     # A study recorded before a penalty key existed was measured with that key's default.
     stored, wanted = _with_penalty_defaults(stored), _with_penalty_defaults(wanted)
+    if "task" in stored:  # A study recorded before --scaler existed followed GradScaler's rule.
+        stored = {"scaler": TORCH, **stored}
+    wanted = {"scaler": TORCH, **wanted}
+    if _canon(stored.get("scaler")) != _canon(wanted["scaler"]):  # Another rule: its space is another too.
+        return [f"scaler: study has {stored.get('scaler')}, this run {wanted['scaler']} (trials of two rules are not comparable)"]
     for key in RECORDED_KEYS:
         if key in stored and _canon(stored[key]) != _canon(wanted[key]):
             if key == "fingerprint":
@@ -174,6 +186,13 @@ def inspect_study(
             f"(skip counts, zero gradients, objective), this version measures v{MEASUREMENT_VERSION}; "
             "the two are not comparable: use another --study-name"
         )
+    recorded_rule = stored.get("scaler", TORCH)
+    if recorded_rule != settings.run.scaler:  # Not overridable: trials of two rules are not one search.
+        raise IncompatibleStudyError(
+            f"cannot resume study {name!r}: scaler: study has {recorded_rule}, this run {settings.run.scaler} "
+            "(trials of two loss-scale rules are not comparable; use another --study-name, or --scaler "
+            f"{recorded_rule})"
+        )
     diffs = _differences(stored, recorded_settings(settings, fingerprint))
     if not diffs:
         return []
@@ -243,7 +262,7 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     check and the enqueue are one locked transaction, so processes on several hosts that start
     at the same second enqueue each baseline once between them.
     """
-    baselines, notes = baseline_trials(settings.space)
+    baselines, notes = baseline_trials(settings.space, settings.run.scaler)
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     with_retry(
         lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),

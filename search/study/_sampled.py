@@ -18,6 +18,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import Interrupted, ScalerConfig, deferred_interrupts, held_interrupts, suggest
+from search.scalers import RuleSetting
 from search.storage import first_beat, heartbeat
 from search.study._trial_training import raise_task_exit
 from search.training import TrialOutcome
@@ -36,7 +37,7 @@ def run_sampled_trial(runner: Runner, trials: list[FrozenTrial]) -> None:
     started = datetime.datetime.now()
     runner.replica.sync(trials)
     trial = runner.replica.study.ask()
-    scaler_config = suggest(trial, runner.settings.space)
+    scaler_config = suggest(trial, runner.settings.space, runner.settings.run.scaler)
     if runner.shared:
         _run_registered(runner, trial, scaler_config, started)
         return
@@ -51,7 +52,7 @@ def run_sampled_trial(runner: Runner, trials: list[FrozenTrial]) -> None:
 
 
 def _run_registered(
-    runner: Runner, trial: optuna.Trial, scaler_config: ScalerConfig, started: datetime.datetime
+    runner: Runner, trial: optuna.Trial, scaler_config: ScalerConfig | RuleSetting, started: datetime.datetime
 ) -> None:
     """A sampled trial that is RUNNING in storage, with a heartbeat, while it trains."""
     recorder = runner.recorder

@@ -26,6 +26,7 @@ from search.core import (
     process_token,
 )
 from search.core import WORKER as WORKER_ATTR
+from search.scalers import RuleSetting
 from search.tasks import TaskError
 from search.tasks.base import Problem
 from search.training import TrialOutcome, TrialTimeout, run_population, run_trial
@@ -72,7 +73,7 @@ class TrialTraining:
             device = next(problem.model.parameters()).device
             problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=device))])
 
-    def train(self, trial: optuna.Trial, scaler_config: ScalerConfig, prune: bool = True) -> TrialOutcome:
+    def train(self, trial: optuna.Trial, scaler_config: ScalerConfig | RuleSetting, prune: bool = True) -> TrialOutcome:
         """Trains one trial; pruning reports go to ``trial`` (the replica's copy, or a queued trial)."""
         should_prune = _pruning_judge(trial) if self.pruner is not None and prune else None
         outcome = run_trial(self.problem, scaler_config, should_prune=should_prune, **self._training_kwargs())

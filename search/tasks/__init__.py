@@ -6,7 +6,7 @@ the same seed gives the same data and initial weights in every process.
 
 from search._exports import lazy_exports
 
-# The modules seed_mlp and deep_mlp hold the built-in tasks (named in _resolve's BUILTIN_TASKS); base
+# The modules seed_mlp, deep_mlp and sum_outliers hold the built-in tasks (named in _resolve's BUILTIN_TASKS); base
 # holds the Problem interface, _loader the LoaderProblem one (batches from a DataLoader); _resolve turns a name into a task without importing torch; _build
 # builds and checks the Problem.
 __getattr__, __dir__, __all__ = lazy_exports(

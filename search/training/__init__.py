@@ -1,9 +1,8 @@
 """One training run, and its judgement: the AMP loop, the evaluation, the penalty, populations.
 
-* ``_trainer``: the AMP training loop (autocast + GradScaler) -> :class:`TrainResult`;
+* ``_trainer``: the AMP training loop (autocast + GradScaler, or a framework's rule from
+  :mod:`search.scalers` moving the scale) -> :class:`TrainResult`;
 * ``_feed``: what the loop feeds on: a tensor task's index plan or a loader task's batches, each step's seed;
-* ``_deepspeed_rule``, ``_megatron_rule``, ``_fairseq_rule``: those frameworks' loss-scale rules, step for step
-  (hysteresis, windows, tolerance, minimums), not yet in the loop;
 * ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
 * ``_penalty``: a run -> its objective value and failure code;
 * ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a plan;
@@ -24,9 +23,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "_trainer": ("TrainResult", "TrialTimeout", "fp32_zero_fraction", "run_steps", "train"),
         "_feed": ("batch_plan",),
-        "_deepspeed_rule": ("DeepSpeedScale", "ScaleAtMinimum"),
-        "_megatron_rule": ("MegatronScale",),
-        "_fairseq_rule": ("FairseqScale",),
         "_evaluation": (
             "FINAL_WEIGHTS",
             "LAST_STEP",

@@ -15,7 +15,16 @@ from typing import Any
 
 import torch
 
-from search.core import POPULATION, PenaltyConfig, ScalerConfig
+from search.core import (
+    ENDED_BY_RULE,
+    OVERFLOW_STEPS,
+    OVERFLOWS_AT_MINIMUM,
+    POPULATION,
+    STEPS_AT_MINIMUM,
+    PenaltyConfig,
+    ScalerConfig,
+)
+from search.scalers import RuleSetting
 from search.tasks.base import Problem
 from search.training._penalty import assess
 from search.training._population import train_population
@@ -40,7 +49,7 @@ class TrialOutcome:
 
 def run_trial(
     problem: Problem,
-    scaler_config: ScalerConfig,
+    scaler_config: ScalerConfig | RuleSetting,
     *,
     steps: int,
     amp_dtype: torch.dtype,
@@ -54,7 +63,7 @@ def run_trial(
 
     Args:
         problem: The study's problem, already on the device.
-        scaler_config: The trial's GradScaler settings.
+        scaler_config: The trial's GradScaler settings, or its setting of a framework's rule.
         steps: Optimizer steps, resolved once for the whole run from the settings'
             ``--epochs``/``--steps`` (:func:`search.training._trainer.run_steps`).
         amp_dtype: Autocast dtype.
@@ -189,6 +198,11 @@ def outcome_of(
         "versions": VERSIONS,
         "train_seconds": round(result.train_seconds, 6),
     }
+    if result.rule:  # What a framework's rule did, beside what every run records.
+        attrs[OVERFLOW_STEPS] = [step for step, skipped in enumerate(result.skipped) if skipped]
+        attrs[ENDED_BY_RULE] = result.ended_by_rule
+        attrs[STEPS_AT_MINIMUM] = result.steps_at_minimum
+        attrs[OVERFLOWS_AT_MINIMUM] = result.overflows_at_minimum
     return TrialOutcome(verdict.value, attrs, intermediate, result.stopped_early)
 
 

@@ -13,7 +13,14 @@ could never learn where the unsafe region is. Every run therefore gets a finite 
   that did not learn behind every run that did; the ``skip`` term (default 0.1) gently prefers
   settings that waste fewer steps among equally good losses.
 
-Failure codes, first match wins: ``nonfinite``; ``overflow_churn`` (at least ``churn_threshold``
+Under a framework's scale rule (``--scaler``, :mod:`search.scalers`) two more: ``ended_at_minimum``,
+the framework would have ended the run (DeepSpeed's ZeRO and fairseq stop at their minimum scale),
+valued like a divergence at that step (``nonfinite * (2 - ended_step / planned_steps)``: the user's
+run died there); and ``pinned_at_minimum``, the scale sat at its minimum and at least
+``churn_threshold`` of the steps taken there overflowed (Megatron clamps and goes on skipping), a
+silent failure.
+
+Failure codes, first match wins: ``nonfinite``; ``ended_at_minimum``; ``pinned_at_minimum``; ``overflow_churn`` (at least ``churn_threshold``
 of the steps skipped); ``underflow`` (the share of gradient entries that were exactly zero exceeds
 the share an fp32 run of the same problem has by at least ``underflow_threshold``: the loss scale
 was too small for fp16, whether or not the run still learned a little; the fp32 share keeps a
@@ -57,10 +64,15 @@ def assess(result: TrainResult, penalty: PenaltyConfig) -> Assessment:
     if first_bad is not None:
         value = penalty.nonfinite * (2.0 - first_bad / steps)
         return Assessment(value, "nonfinite", True, False, first_bad)
+    if result.ended_by_rule:  # The framework stopped the run: as bad as a divergence at that step.
+        value = penalty.nonfinite * (2.0 - result.steps / max(1, result.planned_steps or result.steps))
+        return Assessment(value, "ended_at_minimum", False, False, None)
 
     learned = result.eval_median <= (1.0 - penalty.learn_threshold) * result.initial_eval_median
     skipped_fraction = result.skipped_steps / steps
-    if skipped_fraction >= penalty.churn_threshold:
+    if result.overflows_at_minimum and result.overflows_at_minimum >= penalty.churn_threshold * result.steps_at_minimum:
+        failure = "pinned_at_minimum"
+    elif skipped_fraction >= penalty.churn_threshold:
         failure = "overflow_churn"
     elif result.zero_grad_fraction - result.fp32_zero_fraction >= penalty.underflow_threshold:
         failure = "underflow"

@@ -29,13 +29,12 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from search.core import ScalerConfig
+from search.scalers import RuleSetting, ScaleAtMinimum, ScaleRule
 from search.tasks import LoaderProblem, Problem
-from search.training._deepspeed_rule import ScaleAtMinimum
 from search.training._evaluation import (
     LAST_STEP,
     _last_step_evaluations,
@@ -72,8 +71,12 @@ class TrainResult:
             the references computed once per problem (the fp32 zero fraction, the initial weights'
             evaluation), which the first trial of a process would otherwise carry.
         stopped_early: Whether ``should_stop`` ended the run before ``epochs``.
-        ended_by_rule: When ``train``'s ``scale_rule`` ended the run at its minimum scale, why
+        ended_by_rule: When a framework's scale rule ended the run at its minimum scale, why
             (DeepSpeed's and fairseq's rules do); the last step, skipped, is in the curves.
+        planned_steps: The optimizer steps the run was to take (``steps`` is those it took).
+        steps_at_minimum: Under a framework's rule, the steps taken with the scale at its minimum.
+        overflows_at_minimum: How many of those overflowed (Megatron clamps and goes on skipping).
+        rule: The framework whose rule moved the scale, when ``train`` got a :class:`~search.scalers.RuleSetting`.
     """
 
     loss_curve: list[float]
@@ -94,14 +97,10 @@ class TrainResult:
     train_seconds: float
     stopped_early: bool = False
     ended_by_rule: str = ""  # Why a framework's scale rule ended the run at its minimum, or "".
-
-
-class ScaleRule(Protocol):
-    """A framework's own rule for the loss scale: its current ``scale``, moved by ``update(overflow)``."""
-
-    scale: float
-
-    def update(self, overflow: bool) -> str: ...
+    planned_steps: int = 0
+    steps_at_minimum: int = 0
+    overflows_at_minimum: int = 0
+    rule: str = ""  # The framework whose rule moved the scale (a RuleSetting's), or "".
 
 
 class TrialTimeout(Exception):
@@ -124,7 +123,7 @@ def run_steps(problem: Problem | LoaderProblem, epochs: int, steps: int) -> int:
 
 def train(
     problem: Problem | LoaderProblem,
-    scaler_config: ScalerConfig,
+    scaler_config: ScalerConfig | RuleSetting,
     *,
     epochs: int = 0,
     steps: int | None = None,
@@ -142,7 +141,8 @@ def train(
 
     Args:
         problem: The problem, already on the target device (see :meth:`Problem.to`).
-        scaler_config: GradScaler settings.
+        scaler_config: GradScaler settings, or a framework's setting (:class:`~search.scalers.RuleSetting`),
+            whose rule then moves the scale as ``scale_rule`` does.
         epochs: Passes over the data (full-batch tasks: optimizer steps).
         steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast; None trains in fp32
@@ -155,12 +155,15 @@ def train(
         scale_rule: Another framework's rule for the scale (``DeepSpeedScale``, ``MegatronScale``,
             ``FairseqScale``): GradScaler still scales, unscales and finds infs, starting from the
             rule's scale, but after each step the rule sets the next scale (``scaler_config`` is then
-            unused). Reading each step's verdict costs one host sync a step. When the rule ends the
+            unused). A rule has a ``min_loss_scale``: the steps taken there are counted. Reading each step's verdict costs one host sync a step. When the rule ends the
             run at its minimum scale, training stops there (``ended_by_rule``).
 
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
     """
+    rule = ""
+    if isinstance(scaler_config, RuleSetting):
+        rule, scale_rule, scaler_config = scaler_config.rule, scaler_config.make(), _RULE_PLACEHOLDER
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
     fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
     feed = feed_of(problem, epochs, steps)
@@ -188,6 +191,7 @@ def train(
     taken = 0
     stopped_early = False
     ended_by_rule = ""
+    at_minimum = overflows_at_minimum = 0
     for step, micro_batches in enumerate(plan):
         if deadline is not None and time.perf_counter() > deadline:
             raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
@@ -215,8 +219,12 @@ def train(
         if scale_rule is None:
             scaler.update()
         else:
+            overflow = bool(found_infs[-1] > 0)
+            if scale_rule.scale <= scale_rule.min_loss_scale:
+                at_minimum += 1
+                overflows_at_minimum += overflow
             try:
-                scale_rule.update(bool(found_infs[-1] > 0))
+                scale_rule.update(overflow)
             except ScaleAtMinimum as end:  # The framework stops the run here; the step was skipped.
                 ended_by_rule = str(end)
                 losses.append(step_loss)
@@ -267,7 +275,15 @@ def train(
         train_seconds=time.perf_counter() - start,
         stopped_early=stopped_early,
         ended_by_rule=ended_by_rule,
+        planned_steps=len(plan),
+        steps_at_minimum=at_minimum,
+        overflows_at_minimum=overflows_at_minimum,
+        rule=rule,
     )
+
+
+# GradScaler's own update is not used under a framework's rule: only init_scale (the rule's) matters.
+_RULE_PLACEHOLDER = ScalerConfig(1.0, 2.0, 0.5, 2000)
 
 
 def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:

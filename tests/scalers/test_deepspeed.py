@@ -9,7 +9,8 @@ import random
 import pytest
 
 from search.core import ScalerConfig
-from search.training import DeepSpeedScale, ScaleAtMinimum, train
+from search.scalers import DeepSpeedScale, ScaleAtMinimum
+from search.training import train
 
 from plain_loop import plain_rule_run
 

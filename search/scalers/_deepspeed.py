@@ -1,4 +1,4 @@
-"""DeepSpeed's dynamic loss-scale rule, step for step, without DeepSpeed (issue 27, its first piece).
+"""DeepSpeed's dynamic loss-scale rule, step for step, without DeepSpeed, and its ``fp16`` config block.
 
 DeepSpeed's fp16 optimizers do not use GradScaler: ``DynamicLossScaler.update_scale`` (deepspeed
 0.19.8, ``deepspeed/runtime/fp16/loss_scaler.py``) moves the scale after every step, by a fixed factor
@@ -16,13 +16,23 @@ of 2, with **hysteresis**:
 
 The JSON ``fp16`` keys and their defaults (``deepspeed/runtime/constants.py``): ``initial_scale_power``
 16 (the scale starts at 2^16), ``loss_scale_window`` 1000, ``hysteresis`` 2, ``consecutive_hysteresis``
-false, ``min_loss_scale`` 1. ``tests/training/test_deepspeed_rule.py`` runs DeepSpeed's own class
-beside this one on random overflow sequences.
+false, ``min_loss_scale`` 1; ZeRO given none of these keys starts at 2^32 with hysteresis 1.
+``tests/scalers/test_deepspeed.py`` runs DeepSpeed's own class beside this one on random overflow
+sequences.
+
+This is the rule of ZeRO's optimizers (stages 1-3 build ``DynamicLossScaler``). Without ZeRO,
+DeepSpeed's ``FP16_Optimizer`` moves the scale itself (``runtime/fp16/fused_optimizer.py``,
+``_update_scale``): it halves on every overflow, ignores hysteresis and stays at the minimum.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from search.scalers._knob import BOOL, INT, Knob, flag, shortest, whole_at_least
+from search.scalers._rule import FrameworkRule
 
 
 class ScaleAtMinimum(Exception):
@@ -99,3 +109,69 @@ class DeepSpeedScale:
                 event = "grew"
         self._iteration += 1
         return event
+
+
+KNOBS = (
+    Knob("initial_scale_power", INT, 16, 0, 32, False, *whole_at_least(0),
+         "the scale starts at 2^power; DeepSpeed's default 16", octaves=True),
+    Knob("loss_scale_window", INT, 1000, 1, 1000, True, *whole_at_least(1),
+         "clean steps between growths (x2); DeepSpeed's default 1000"),
+    Knob("hysteresis", INT, 2, 1, 8, False, *whole_at_least(1),
+         "overflows it takes to halve the scale (ZeRO only); DeepSpeed's default 2"),
+    Knob("consecutive_hysteresis", BOOL, 0, 0, 1, False, *flag(),
+         "1: every clean step refills the hysteresis, 0: only a growth; DeepSpeed's default 0"),
+    # DeepSpeed 0.19.8's config takes a whole number here (runtime/precision_config.py): 0.5 is refused.
+    Knob("min_loss_scale", INT, 1, 1, 1024, True, *whole_at_least(1),
+         "an overflow at this scale ends the run (a whole number); DeepSpeed's default 1"),
+)
+
+
+def _build(values: Mapping[str, float]) -> DeepSpeedScale:
+    return DeepSpeedScale(
+        initial_scale_power=int(values["initial_scale_power"]),
+        loss_scale_window=int(values["loss_scale_window"]),
+        hysteresis=int(values["hysteresis"]),
+        consecutive_hysteresis=bool(values["consecutive_hysteresis"]),
+        min_loss_scale=float(values["min_loss_scale"]),
+    )
+
+
+def _block(values: Mapping[str, float]) -> str:
+    """The ``fp16`` block of a DeepSpeed config, every key written out (``loss_scale`` 0: dynamic)."""
+    keys = {
+        "enabled": True,
+        "loss_scale": 0,
+        "initial_scale_power": int(values["initial_scale_power"]),
+        "loss_scale_window": int(values["loss_scale_window"]),
+        "hysteresis": int(values["hysteresis"]),
+        "consecutive_hysteresis": bool(values["consecutive_hysteresis"]),
+        "min_loss_scale": "@",
+    }
+    text = json.dumps({"fp16": keys}, indent=2)
+    return text.replace('"@"', shortest(float(values["min_loss_scale"])))
+
+
+def _notes(values: Mapping[str, float]) -> list[str]:
+    if int(values["hysteresis"]) == 1 and not values["consecutive_hysteresis"]:
+        return ["the measured rule is ZeRO's (stages 1-3); without ZeRO DeepSpeed's FP16_Optimizer also stays at min_loss_scale instead of ending the run"]
+    return [
+        f"this relies on hysteresis {int(values['hysteresis'])}"
+        + (" with consecutive_hysteresis" if values["consecutive_hysteresis"] else "")
+        + ", which only ZeRO's optimizers (stages 1-3) honour: without ZeRO every overflow halves the scale"
+    ]
+
+
+DEEPSPEED = FrameworkRule(
+    name="deepspeed",
+    title="DeepSpeed",
+    knobs=KNOBS,
+    baselines=(
+        ("deepspeed-default", {k.name: k.default for k in KNOBS}),
+        # ZeRO given an fp16 block without these keys: 2^32 and hysteresis 1.
+        ("deepspeed-zero-no-keys", {**{k.name: k.default for k in KNOBS}, "initial_scale_power": 32, "hysteresis": 1}),
+    ),
+    build=_build,
+    block=_block,
+    source="deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale), runtime/constants.py",
+    notes=_notes,
+)

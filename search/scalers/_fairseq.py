@@ -8,7 +8,7 @@ overflowing step (which it skips), ``update`` after a clean one; both count the 
   ``fp16_scale_tolerance`` of the steps since then (with the default 0: every overflow), the scale
   is halved, never below ``threshold_loss_scale`` when one is set. If the scale is then at or below
   ``min_loss_scale``, it is put back and fairseq **ends the run** ("Minimum loss scale reached"),
-  which :class:`~search.training.ScaleAtMinimum` stands for here.
+  which :class:`~search.scalers.ScaleAtMinimum` stands for here.
 * A clean step doubles the scale when the steps since the last overflow are a multiple of
   ``fp16_scale_window`` (the first growth on the window-th clean step).
 
@@ -19,9 +19,12 @@ Options and defaults (``fairseq/dataclass/configs.py``): ``--fp16-init-scale`` 1
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from search.training._deepspeed_rule import ScaleAtMinimum
+from search.scalers._deepspeed import ScaleAtMinimum
+from search.scalers._knob import FLOAT, INT, Knob, positive, shortest, whole_at_least
+from search.scalers._rule import FrameworkRule
 
 
 @dataclass
@@ -87,3 +90,57 @@ class FairseqScale:
             )
         self._iteration += 1
         return event
+
+
+KNOBS = (
+    Knob("fp16_init_scale", INT, 128, 1, 2**32, True, *whole_at_least(1),
+         "--fp16-init-scale: the scale at the start (a whole number); fairseq's default 128"),
+    Knob("fp16_scale_window", INT, 2**14, 1, 2**14, True, *whole_at_least(1),
+         "--fp16-scale-window: clean steps after an overflow before a growth (x2); fairseq's default 2^14 on one GPU"),
+    Knob("fp16_scale_tolerance", FLOAT, 0.0, 0.0, 0.5, False, (lambda v: 0 <= v <= 1), "in [0, 1]",
+         "--fp16-scale-tolerance: overflows since the last rescale, as a share of its steps, that halve the scale; default 0"),
+    Knob("min_loss_scale", FLOAT, 1e-4, 1e-8, 1.0, True, *positive(),
+         "--min-loss-scale: a scale at or below it ends the run; fairseq's default 1e-4"),
+    Knob("threshold_loss_scale", FLOAT, 0.0, 1e-4, 1.0, True, (lambda v: v >= 0), ">= 0 (0: none)",
+         "--threshold-loss-scale: a floor the halving stops at; 0 means none (fairseq's default); searched from low/high",
+         fixed=0.0),
+)
+
+
+def _build(values: Mapping[str, float]) -> FairseqScale:
+    threshold = float(values["threshold_loss_scale"])
+    return FairseqScale(
+        fp16_init_scale=float(values["fp16_init_scale"]),
+        fp16_scale_window=int(values["fp16_scale_window"]),
+        fp16_scale_tolerance=float(values["fp16_scale_tolerance"]),
+        min_loss_scale=float(values["min_loss_scale"]),
+        threshold_loss_scale=threshold if threshold > 0 else None,  # A floor of 0 never acts: none.
+    )
+
+
+def _block(values: Mapping[str, float]) -> str:
+    """fairseq's command-line flags, every one written out (the window too: unset, it depends on the GPUs)."""
+    threshold = float(values["threshold_loss_scale"])
+    return (
+        f"--fp16 --fp16-init-scale {int(values['fp16_init_scale'])} "
+        f"--fp16-scale-window {int(values['fp16_scale_window'])} "
+        f"--fp16-scale-tolerance {shortest(float(values['fp16_scale_tolerance']))} "
+        f"--min-loss-scale {shortest(float(values['min_loss_scale']))}"
+        + (f" --threshold-loss-scale {shortest(threshold)}" if threshold > 0 else "")
+    )
+
+
+def _notes(values: Mapping[str, float]) -> list[str]:
+    return ["--fp16-scale-window is written out: unset, fairseq divides 2^14 by the data-parallel size x --update-freq"]
+
+
+FAIRSEQ = FrameworkRule(
+    name="fairseq",
+    title="fairseq",
+    knobs=KNOBS,
+    baselines=(("fairseq-default", {k.name: k.default for k in KNOBS}),),
+    build=_build,
+    block=_block,
+    source="fairseq f591cc94 fairseq/optim/dynamic_loss_scaler.py (DynamicLossScaler), fairseq/dataclass/configs.py",
+    notes=_notes,
+)

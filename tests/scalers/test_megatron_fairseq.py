@@ -13,8 +13,9 @@ import pytest
 import torch
 
 from search.core import ScalerConfig
+from search.scalers import FairseqScale, MegatronScale, ScaleAtMinimum
 from search.tasks.seed_mlp import build
-from search.training import FairseqScale, MegatronScale, ScaleAtMinimum, train
+from search.training import train
 
 from plain_loop import plain_rule_run
 

@@ -13,14 +13,18 @@ eedfe533a44ee918b1ad422269063af5155e1eaa) keeps its scale as a float32 tensor an
 Command-line flags and defaults (``megatron/training/arguments.py``): ``--initial-loss-scale`` 2^32,
 ``--min-loss-scale`` 1, ``--loss-scale-window`` 1000, ``--hysteresis`` 2; the optimizer factory fixes
 the growth factor at 2 and the backoff at 0.5. The scale is float32 here too, so that every value
-matches Megatron's bit for bit (``tests/training/test_framework_rules.py``).
+matches Megatron's bit for bit (``tests/scalers/test_megatron_fairseq.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from search.scalers._knob import FLOAT, INT, Knob, positive, shortest, whole_at_least
+from search.scalers._rule import FrameworkRule
 
 
 @dataclass
@@ -54,6 +58,7 @@ class MegatronScale:
         if not self.growth_factor > 1 or not 0 < self.backoff_factor < 1:
             raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
         self.scale = float(np.float32(self.initial_loss_scale))
+        self.min_loss_scale = float(np.float32(self.min_loss_scale))  # Megatron holds it as a float32 tensor too.
         self._left = self.hysteresis
 
     def update(self, overflow: bool) -> str:
@@ -75,3 +80,44 @@ class MegatronScale:
             self.scale = float(f32(self.scale) * f32(self.growth_factor))
             return "grew"
         return "kept"
+
+
+KNOBS = (
+    Knob("initial_loss_scale", FLOAT, 2.0**32, 1.0, 2.0**32, True, *positive(),
+         "--initial-loss-scale: the scale at the start; Megatron's default 2^32"),
+    Knob("min_loss_scale", FLOAT, 1.0, 2.0**-20, 1.0, True, *positive(),
+         "--min-loss-scale: the floor the scale stays at, skipping on; Megatron's default 1"),
+    Knob("loss_scale_window", INT, 1000, 1, 1000, True, *whole_at_least(1),
+         "--loss-scale-window: clean steps in a row before a growth (x2); Megatron's default 1000"),
+    Knob("hysteresis", INT, 2, 1, 8, False, *whole_at_least(1),
+         "--hysteresis: overflows it takes to back off (x0.5); Megatron's default 2"),
+)
+
+
+def _build(values: Mapping[str, float]) -> MegatronScale:
+    return MegatronScale(
+        initial_loss_scale=float(values["initial_loss_scale"]),
+        min_loss_scale=float(values["min_loss_scale"]),
+        loss_scale_window=int(values["loss_scale_window"]),
+        hysteresis=int(values["hysteresis"]),
+    )
+
+
+def _block(values: Mapping[str, float]) -> str:
+    """Megatron-LM's command-line flags, every one written out."""
+    return (
+        f"--fp16 --initial-loss-scale {shortest(float(values['initial_loss_scale']))} "
+        f"--min-loss-scale {shortest(float(values['min_loss_scale']))} "
+        f"--loss-scale-window {int(values['loss_scale_window'])} --hysteresis {int(values['hysteresis'])}"
+    )
+
+
+MEGATRON = FrameworkRule(
+    name="megatron",
+    title="Megatron-LM",
+    knobs=KNOBS,
+    baselines=(("megatron-default", {k.name: k.default for k in KNOBS}),),
+    build=_build,
+    block=_block,
+    source="Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update), megatron/training/arguments.py",
+)

@@ -1,0 +1,186 @@
+"""The answer of a study under a framework's rule (``--scaler deepspeed|megatron|fairseq``), in its own form.
+
+The verdicts are GradScaler's (:data:`~search.results._recommendation.VERDICTS`), judged the same way,
+with the framework's knobs in place of GradScaler's four settings:
+
+* each trial is placed on the knobs' axes (:meth:`~search.scalers.Knob.coordinate`: octaves for a scale,
+  a window or a count searched on a log scale, the value for an exponent, a share or a flag); a good
+  trial's *depth* is its distance to the nearest trial that is not good;
+* ``keep-default``: the framework's default (its first baseline) is good and at least
+  :data:`~search.results._recommendation.DEFAULT_MARGIN` deep; ``change``: else the deepest good trial
+  among those with :data:`~search.results._landscape.MIN_SUPPORT` good trials within their depth;
+  ``none-safe``: no trial is good.
+
+**The minimal change, by replay.** A knob of the chosen trial is put back to the framework's default
+when the rule, run again on the trial's own overflow sequence with that knob at its default, gives the
+same scale before every step and ends (or not) at the same step: the same scales make the same
+gradients, so the run is the same step for step (induction over the steps). The answer then carries only
+the knobs that made a difference, and what it prints is what was measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from optuna.trial import FrozenTrial
+
+from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, setting_of
+from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
+from search.results._trials import DEFAULT_TOLERANCE, completed, good_trials
+from search.scalers import RULES, FrameworkRule, RuleSetting, ScaleAtMinimum
+
+DEFAULT_MARGIN = 2.0  # As GradScaler's answer: keep the default when it is good and this deep.
+
+
+@dataclass(frozen=True)
+class RuleAnswer:
+    """The answer of a framework study.
+
+    Attributes:
+        verdict: ``keep-default``, ``change`` or ``none-safe``.
+        values: Every knob's value to use (the default's when ``keep-default``).
+        source_trial: The measured trial the values come from (the default's trial when kept), or None.
+        changed: The knobs that differ from the framework's default, in its order.
+        reset: Per knob of ``source_trial`` put back to the default by replay, why.
+        depth: ``source_trial``'s distance to the nearest trial that is not good (inf: none is).
+        nearest_bad: That trial's number, or None.
+        neighbours: The good trials within ``depth`` of ``source_trial``.
+        nearest_offsets: Per searched knob, how far ``nearest_bad`` lies from ``source_trial`` on its axis.
+        default_trial: The framework default's trial, or None when it has not run.
+        n_good: How many trials are good.
+    """
+
+    rule: FrameworkRule
+    verdict: str
+    values: dict[str, Any]
+    source_trial: int | None
+    changed: tuple[str, ...] = ()
+    reset: dict[str, str] = field(default_factory=dict)
+    depth: float = math.inf
+    nearest_bad: int | None = None
+    neighbours: tuple[int, ...] = ()
+    default_trial: int | None = None
+    n_good: int = 0
+    nearest_offsets: dict[str, float] = field(default_factory=dict)
+
+    def block(self) -> str:
+        """The values in the framework's own config form."""
+        return self.rule.block(self.values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--best-out`` (the block under ``paste``, keyed by the framework's name)."""
+        return {
+            "verdict": self.verdict,
+            "scaler": self.rule.name,
+            "values": dict(self.values),
+            "source_trial": self.source_trial,
+            "changed": list(self.changed),
+            "reset": dict(self.reset),
+            "depth": None if math.isinf(self.depth) else round(self.depth, 3),
+            "nearest_bad": self.nearest_bad,
+            "neighbours": list(self.neighbours),
+            "default_trial": self.default_trial,
+            "n_good": self.n_good,
+            "nearest_offsets": {k: round(v, 3) for k, v in self.nearest_offsets.items()},
+            "paste": {self.rule.name: self.block()} if self.verdict != "none-safe" else {},
+            "notes": self.rule.notes(self.values) if self.verdict != "none-safe" else [],
+        }
+
+
+def rule_values(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, Any]:
+    """Every knob's value a trial of a framework study ran (fixed knobs included)."""
+    setting = setting_of(trial.params, space, scaler)
+    assert isinstance(setting, RuleSetting)
+    return dict(setting.values)
+
+
+def answer_rule_study(
+    trials: list[FrozenTrial], space: SpaceConfig, scaler: str, tolerance: float = DEFAULT_TOLERANCE
+) -> RuleAnswer | None:
+    """The answer of a framework study's trials (module docstring); None without a COMPLETE trial."""
+    rule = RULES[scaler]
+    done = completed(trials)
+    if not done:
+        return None
+    searched = [k for k in rule.knobs if space.ranges(scaler)[k.name].fixed is None]
+    values = {t.number: rule_values(t, space, scaler) for t in done}
+    where = {n: {k.name: k.coordinate(v[k.name]) for k in searched} for n, v in values.items()}
+    good = good_trials(done, tolerance)
+    good_ids = {t.number for t in good}
+    bad = [(t.number, where[t.number]) for t in done if t.number not in good_ids]
+    default = next((t for t in done if baseline_of(t) == rule.default_tag), None)
+    default_number = None if default is None else default.number
+    if not good:
+        return RuleAnswer(rule, "none-safe", rule.default, None, default_trial=default_number)
+
+    depths = {t.number: depth_of(where[t.number], bad) for t in good}
+
+    def support(number: int) -> tuple[int, ...]:
+        radius = depths[number][0]
+        return tuple(n for n in sorted(good_ids) if not bad or octave_distance(where[n], where[number]) <= radius)
+
+    if default is not None and default.number in good_ids and depths[default.number][0] >= DEFAULT_MARGIN:
+        chosen = default
+    else:
+        supported = [t for t in good if len(support(t.number)) >= MIN_SUPPORT] or good
+        chosen = max(supported, key=lambda t: (depths[t.number][0], -t.value, -t.number))
+    minimal, reset = minimal_values(chosen, values[chosen.number], rule)
+    changed = tuple(k.name for k in rule.knobs if minimal[k.name] != rule.default[k.name])
+    nearest = depths[chosen.number][1]
+    offsets = {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
+    return RuleAnswer(
+        rule,
+        "change" if changed else "keep-default",
+        minimal,
+        chosen.number,
+        changed,
+        reset,
+        depths[chosen.number][0],
+        depths[chosen.number][1],
+        support(chosen.number),
+        default_number,
+        len(good),
+        {k: v for k, v in offsets.items() if v},
+    )
+
+
+def minimal_values(
+    trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """``values`` with every knob put back to the framework's default where replay shows it did not act."""
+    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
+    curve = trial.user_attrs.get(SCALE_CURVE)
+    current = dict(values)
+    if overflows is None or not curve or any(v is None for v in curve):
+        return current, {}
+    measured = replay(rule, current, set(overflows), len(curve))
+    reset: dict[str, str] = {}
+    for knob in rule.knobs:
+        if current[knob.name] == knob.default:
+            continue
+        trying = {**current, knob.name: knob.default}
+        if replay(rule, trying, set(overflows), len(curve)) == measured:
+            current = trying
+            reset[knob.name] = (
+                f"at the default {knob.default:g} the rule gives the same scale at every one of the "
+                f"{len(curve)} steps on this run's {len(overflows)} overflows"
+            )
+    return current, reset
+
+
+def replay(rule: FrameworkRule, values: Mapping[str, Any], overflows: set[int], steps: int) -> tuple[Any, ...]:
+    """The scale before each step (float32, as GradScaler holds it) and the step the rule ends the run at,
+    running ``rule`` with ``values`` on a recorded overflow sequence."""
+    machine = rule.build(values)
+    scales = []
+    for step in range(steps):
+        scales.append(float(np.float32(machine.scale)))
+        try:
+            machine.update(step in overflows)
+        except ScaleAtMinimum:
+            return (*scales, "ended", step)
+    return (*scales, float(np.float32(machine.scale)))

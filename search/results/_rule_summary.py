@@ -1,0 +1,164 @@
+"""The end-of-run summary of a study under a framework's rule: its knobs' table, its answer in the framework's form.
+
+:func:`search.results._summary.summarize` and ``format_summary`` hand a study recorded with
+``--scaler deepspeed|megatron|fairseq`` to :func:`summarize_rule_study` and :func:`format_rule_summary`:
+the same keys where they mean the same (``verdict``, ``paste``, ``states``, ``baselines`` ...), with
+the framework's knobs where GradScaler's four settings would be.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any
+
+from optuna.trial import FrozenTrial, TrialState
+
+from search.core import (
+    ENDED_BY_RULE,
+    EVAL_MEDIAN,
+    FAIL_REASON,
+    FAILURE,
+    NONFINITE,
+    RULE_FAILURES,
+    SILENT_FAILURES,
+    SpaceConfig,
+    baseline_of,
+    device_kind,
+)
+from search.results._rule_answer import answer_rule_study, rule_values
+from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
+from search.scalers import RULES
+
+
+def rule_row(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, Any]:
+    """One trial of a framework study as a table row: its number, tag, value, every knob and run attrs."""
+    attrs = trial.user_attrs
+    return {
+        "number": trial.number,
+        "baseline": baseline_of(trial),
+        "value": trial.value,
+        **rule_values(trial, space, scaler),
+        "eval_loss": attrs.get("eval_loss"),
+        "eval_median": attrs.get(EVAL_MEDIAN),
+        "skipped_steps": attrs.get("skipped_steps"),
+        "learned": attrs.get("learned"),
+        "failure": attrs.get(FAILURE),
+        "ended_by_rule": attrs.get(ENDED_BY_RULE) or None,
+        "device": attrs.get("device"),
+    }
+
+
+def summarize_rule_study(study_name: str, trials: list[FrozenTrial], space: SpaceConfig, scaler: str) -> dict[str, Any]:
+    """The summary of a framework study as plain data (what ``--best-out`` writes)."""
+    states = Counter(t.state.name for t in trials)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
+    best = min(complete, key=lambda t: (t.value, t.number), default=None)
+    answer = answer_rule_study(trials, space, scaler)
+    recommended = {}
+    if answer is not None:
+        recommended = answer.to_dict()
+        recommended["best_ties"] = max(0, len(good_trials(complete, DEFAULT_TIE_TOLERANCE)) - 1)
+    baselines: dict[str, Any] = {}
+    for t in complete:
+        tag = baseline_of(t)
+        if tag is not None and tag not in baselines:
+            baselines[tag] = rule_row(t, space, scaler)
+    failures = Counter(t.user_attrs.get(FAILURE, "none") for t in complete)
+    return {
+        "study_name": study_name,
+        "scaler": scaler,
+        "verdict": recommended.get("verdict"),
+        "paste": recommended.get("paste", {}),
+        "states": {s.name: states.get(s.name, 0) for s in TrialState},
+        "best": {} if best is None else {device_kind(best): rule_row(best, space, scaler)},
+        "recommended": recommended,
+        "baselines": dict(sorted(baselines.items())),
+        "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
+        "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES + RULE_FAILURES[1:]},
+        "ended_at_minimum": failures.get(RULE_FAILURES[0], 0),
+        "fail_reasons": dict(Counter(str(t.user_attrs.get(FAIL_REASON)) for t in trials if t.state == TrialState.FAIL)),
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4f}" if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def format_rule_summary(data: dict[str, Any], report: str) -> str:
+    """Renders :func:`summarize_rule_study` output as the text printed at the end of a run."""
+    rule = RULES[data["scaler"]]
+    lines = [f"Study {data['study_name']!r} ({rule.title}'s loss-scale rule)"]
+    states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
+    lines.append(f"  trials: {states or 'none'}")
+    if not data["best"]:
+        lines.append("  no completed trial yet")
+        return "\n".join(lines)
+    names = [k.name for k in rule.knobs]
+    widths = [max(len(n), 8) for n in names]
+    header = "  " + f"{'':24} {'#':>4} " + " ".join(f"{n:>{w}}" for n, w in zip(names, widths))
+    lines += ["", header + f" {'eval_loss':>9} {'skipped':>7} {'failure':>17} {'objective':>9}"]
+
+    def line(label: str, row: dict[str, Any]) -> str:
+        knobs = " ".join(f"{float(row[n]):>{w}.4g}" for n, w in zip(names, widths))  # The block has every digit.
+        return (
+            f"  {label:24} {row['number']:>4} {knobs} {_cell(row['eval_loss']):>9} {_cell(row['skipped_steps']):>7} "
+            f"{row['failure'] or '-':>17} {_cell(row['value']):>9}"
+        )
+
+    lines.append(line("best", next(iter(data["best"].values()))))
+    for tag, row in data["baselines"].items():
+        lines.append(line(tag, row))
+    lines.append("")
+    lines += _verdict_lines(data["recommended"], rule.title, report)
+    silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
+    lines.append(
+        f"  nonfinite trials: {data['nonfinite_trials']}; ended at the minimum scale: {data['ended_at_minimum']}; "
+        f"silent failures: {silent}"
+    )
+    if data["fail_reasons"]:
+        lines.append("  failed trials (not counted): " + "; ".join(f"{c}x {r}" for r, c in data["fail_reasons"].items()))
+    return "\n".join(lines)
+
+
+def _offsets(rec: dict[str, Any]) -> str:
+    """``initial_scale_power 10 higher, loss_scale_window 3.3 octaves lower``: the nearest bad trial, knob by knob."""
+    rule = RULES[rec["scaler"]]
+    parts = []
+    for name, delta in rec["nearest_offsets"].items():
+        unit = " octaves" if rule.knob(name).log else ""
+        parts.append(f"{name} {abs(delta):.2g}{unit} {'higher' if delta > 0 else 'lower'}")
+    return ", ".join(parts) or "the same knobs"
+
+
+def _verdict_lines(rec: dict[str, Any], title: str, report: str) -> list[str]:
+    verdict = rec["verdict"]
+    if verdict == "none-safe":
+        return [f"  verdict: no setting is safe here, nothing to paste (no trial is good; {report} explains)"]
+    where = f"#{rec['source_trial']}"
+    if rec["nearest_bad"] is None:
+        margin = "no trial is not good"
+    else:
+        margin = f"the nearest trial that is not good, #{rec['nearest_bad']}, has {_offsets(rec)}"
+    n = len(rec["neighbours"])
+    weak = f"; weak: only {n} good trial{'s' if n != 1 else ''} around it" if n < 3 else ""
+    if verdict == "keep-default":
+        what = "keep the default"
+        if rec["source_trial"] == rec["default_trial"]:
+            why = f"the default ({where}) is good here: {margin}"
+        else:
+            why = f"trial {where}, the deepest of {rec['n_good']} good trials, differs from the default only in knobs that did not act in its run"
+    else:
+        what = f"change {', '.join(rec['changed'])}"
+        why = f"trial {where}, the deepest of {rec['n_good']} good trials: {margin}{weak}"
+    reset = "".join(f"; {k} put back to the default: {why_}" for k, why_ in rec["reset"].items())
+    lines = [f"  verdict: {what}", f"    ({why}{reset})", f"    for {title}:"]
+    lines += [f"      {text}" for text in rec["paste"][rec["scaler"]].splitlines()]
+    lines += [f"    note: {note}" for note in rec["notes"]]
+    return lines

@@ -1,0 +1,86 @@
+"""One setting of a framework's loss scaler: its own name, its default, its search range, its rule.
+
+A study of ``--scaler deepspeed`` searches DeepSpeed's own knobs under DeepSpeed's own names, so the
+answer is written in the form the user's config already has. Each :class:`Knob` says what values the
+framework accepts (``valid``), where the search starts (``low``, ``high``, ``log``, or ``fixed``) and
+what the framework does when the key is not given (``default``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# A knob's kind; a bool is searched as 0/1.
+INT = "int"
+FLOAT = "float"
+BOOL = "bool"
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of a framework's scaler.
+
+    Args:
+        name: The framework's own name of the setting (the study's param name).
+        kind: ``"int"``, ``"float"`` or ``"bool"`` (stored as 0 or 1).
+        default: What the framework uses when the setting is not given.
+        low: The lower end of the range searched by default.
+        high: The upper end of the range searched by default.
+        log: Sample on a log scale.
+        valid: Whether the framework accepts a value.
+        rule: ``valid`` in words, for an error message (``"a whole number >= 1"``).
+        comment: What the setting does, one line for ``configs/default.toml``.
+        fixed: Not searched by default but fixed at this value (None: searched).
+        octaves: Whether a step of 1 in the value is an octave already (a power of two's exponent):
+            the landscape then reads the value as it is, not its log2.
+    """
+
+    name: str
+    kind: str
+    default: float
+    low: float
+    high: float
+    log: bool
+    valid: Callable[[float], bool]
+    rule: str
+    comment: str
+    fixed: float | None = None
+    octaves: bool = False
+
+    def coordinate(self, value: float) -> float:
+        """The value's place on the axis the answer measures distances on (:mod:`search.results`):
+        octaves for a scale, a window or a count searched on a log scale; the value itself otherwise
+        (an exponent, a share, a flag)."""
+        return math.log2(value) if self.log and value > 0 else float(value)
+
+    def cast(self, value: float) -> float | int:
+        """``value`` as the framework takes it: a whole number for an int or bool knob."""
+        return int(round(value)) if self.kind in (INT, BOOL) else float(value)
+
+
+def whole_at_least(minimum: int) -> tuple[Callable[[float], bool], str]:
+    """A ``valid``/``rule`` pair: a whole number >= ``minimum``."""
+    return (lambda v: float(v).is_integer() and v >= minimum), f"a whole number >= {minimum}"
+
+
+def positive() -> tuple[Callable[[float], bool], str]:
+    """A ``valid``/``rule`` pair: a number > 0."""
+    return (lambda v: v > 0), "> 0"
+
+
+def flag() -> tuple[Callable[[float], bool], str]:
+    """A ``valid``/``rule`` pair: 0 (false) or 1 (true)."""
+    return (lambda v: v in (0, 1)), "0 (false) or 1 (true)"
+
+
+def shortest(value: float) -> str:
+    """``value`` with the fewest significant digits that read back as the same float (``1e-04``, ``0.37``)."""
+    if float(value).is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    for digits in range(1, 18):
+        text = f"{value:.{digits}g}"
+        if float(text) == value:
+            return text
+    return repr(value)

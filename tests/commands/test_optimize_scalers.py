@@ -1,0 +1,158 @@
+"""``search.optimize --scaler deepspeed|megatron|fairseq``: a study of a framework's own rule, run on the CPU.
+
+Its baselines are the framework's defaults, its params the framework's own knobs, and every trial's skipped
+steps and scale curve equal a plain AMP loop (tests/plain_loop.py) whose scale is moved by the framework's
+own class (DeepSpeed 0.19.8's DynamicLossScaler) or by the transcriptions in
+tests/scalers/test_megatron_fairseq.py (Megatron-LM eedfe533, fairseq f591cc94). The answer is the
+framework's own config form.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from optuna.trial import TrialState
+from test_megatron_fairseq import fairseq_scales, megatron_scales
+
+from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, setting_of
+from search.scalers import RULES
+from search.study import settings_of
+from search.tasks.seed_mlp import build
+
+from conftest import load, run_cli
+from plain_loop import plain_rule_run
+
+STEPS = 30
+
+
+def deepspeed_next(values):
+    """DeepSpeed's own DynamicLossScaler, as ZeRO builds it from the fp16 block (None where it ends the run)."""
+    from deepspeed.runtime.fp16 import loss_scaler
+
+    loss_scaler.dist.get_rank = lambda *args, **kwargs: 0  # It asks only to decide whether to log.
+    theirs = loss_scaler.DynamicLossScaler(
+        init_scale=2 ** values["initial_scale_power"], scale_window=values["loss_scale_window"],
+        min_scale=values["min_loss_scale"], delayed_shift=values["hysteresis"],
+        consecutive_hysteresis=bool(values["consecutive_hysteresis"]),
+    )  # fmt: skip
+
+    def step(overflow):
+        try:
+            theirs.update_scale(overflow)
+        except Exception:  # DeepSpeed raises a bare Exception at the minimum.
+            return None
+        return float(theirs.cur_scale)  # DeepSpeed keeps 2**power as an int; GradScaler takes a float.
+
+    return float(theirs.cur_scale), step
+
+
+def megatron_next(values):
+    seen: list[bool] = []
+    args = (values["initial_loss_scale"], values["min_loss_scale"], values["loss_scale_window"], values["hysteresis"],
+            2.0, 0.5)  # fmt: skip
+
+    def step(overflow):
+        seen.append(overflow)
+        return megatron_scales(seen, *args)[-1]
+
+    return values["initial_loss_scale"], step
+
+
+def fairseq_next(values):
+    seen: list[bool] = []
+    threshold = values["threshold_loss_scale"] or None
+
+    def step(overflow):
+        seen.append(overflow)
+        out, ended_at, _last = fairseq_scales(seen, float(values["fp16_init_scale"]), values["fp16_scale_window"],
+                                              values["fp16_scale_tolerance"], values["min_loss_scale"], threshold)  # fmt: skip
+        return None if ended_at is not None else out[-1]
+
+    return float(values["fp16_init_scale"]), step
+
+
+REFERENCES = {"deepspeed": deepspeed_next, "megatron": megatron_next, "fairseq": fairseq_next}
+
+
+@pytest.mark.parametrize("scaler", ["deepspeed", "megatron", "fairseq"])
+def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, scaler):
+    args = ["--scaler", scaler, "--trials", "7", "--epochs", str(STEPS), "--quiet", "--best-out", "best.json"]
+    if scaler == "fairseq":  # Its default 128 never overflows seed-mlp; start the sampled ones up to 2^30 (edge 2^19.4).
+        (tmp_path / "fairseq.toml").write_text("[space.fairseq.fp16_init_scale]\nlow = 64\nhigh = 1073741824\nlog = true\n")
+        args += ["--config", "fairseq.toml"]
+    run = run_cli(args, tmp_path)
+    assert run.returncode == 0, run.stderr
+    study = load(tmp_path)
+    rule = RULES[scaler]
+    assert study.user_attrs["scaler"] == scaler and set(study.user_attrs["space"]) == {k.name for k in rule.knobs}
+    trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(trials) == 7
+    baselines = {t.user_attrs[BASELINE]: t for t in trials if BASELINE in t.user_attrs}
+    assert sorted(baselines) == sorted(tag for tag, _ in rule.baselines)
+    space = settings_of(study).space
+    for tag, values in rule.baselines:
+        assert dict(setting_of(baselines[tag].params, space, scaler).values) == dict(values)
+    problem = build(42)
+    overflowed = 0
+    for trial in trials:
+        values = dict(setting_of(trial.params, space, scaler).values)
+        initial, next_scale = REFERENCES[scaler](values)
+        scales, skipped, ended = plain_rule_run(problem, initial, next_scale, STEPS)
+        assert trial.user_attrs[SCALE_CURVE] == scales, (trial.number, values)
+        assert trial.user_attrs[OVERFLOW_STEPS] == [i for i, s in enumerate(skipped) if s]
+        assert trial.user_attrs["skipped_steps"] == sum(skipped)
+        assert (trial.user_attrs["failure"] == "ended_at_minimum") == ended
+        overflowed += sum(skipped) > 0
+    assert overflowed  # Some trial overflowed: the rule's backoff was compared, not only its growth.
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["scaler"] == scaler and best["verdict"] in ("keep-default", "change")
+    block = best["paste"][scaler]
+    assert block == rule.block(best["recommended"]["values"])
+    assert "\n".join("      " + line for line in block.splitlines()) in run.stdout
+    assert f"({rule.title}'s loss-scale rule)" in run.stdout
+
+
+def test_the_deepspeed_block_is_what_deepspeeds_config_reads():
+    """The fp16 block the answer prints, read by DeepSpeed's own config class, gives the scaler arguments the
+    measured rule was built with (a non-default setting, every key)."""
+    from deepspeed.runtime.precision_config import DeepSpeedFP16Config
+
+    rule = RULES["deepspeed"]
+    values = {"initial_scale_power": 13, "loss_scale_window": 37, "hysteresis": 3, "consecutive_hysteresis": 1,
+              "min_loss_scale": 3}  # fmt: skip
+    config = DeepSpeedFP16Config(**json.loads(rule.block(values))["fp16"])
+    ours = rule.build(values)
+    assert config.dynamic_loss_scale_args() == {
+        "init_scale": ours.scale, "scale_window": ours.loss_scale_window, "delayed_shift": ours.hysteresis,
+        "consecutive_hysteresis": ours.consecutive_hysteresis, "min_scale": ours.min_loss_scale,
+    }  # fmt: skip
+    defaults = DeepSpeedFP16Config(enabled=True)
+    assert {k.name: k.default for k in rule.knobs} == {
+        "initial_scale_power": defaults.initial_scale_power, "loss_scale_window": defaults.loss_scale_window,
+        "hysteresis": defaults.hysteresis, "consecutive_hysteresis": defaults.consecutive_hysteresis,
+        "min_loss_scale": defaults.min_loss_scale,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--scaler", "apex"], "unknown scaler 'apex': use one of torch, deepspeed, megatron, fairseq"),
+        (["--scaler", "megatron", "--amp-dtype", "bfloat16"], "--scaler megatron scales fp16 only"),
+        (["--scaler", "fairseq", "--population", "4"], "population mode trains GradScaler's rule only"),
+    ],
+)
+def test_a_scaler_it_cannot_run_is_one_line_and_writes_nothing(tmp_path, args, message):
+    run = run_cli([*args, "--trials", "3"], tmp_path)
+    assert run.returncode == 2 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_study_resumes_only_with_its_own_rule(tmp_path):
+    assert run_cli(["--scaler", "megatron", "--trials", "2", "--epochs", "5", "--quiet"], tmp_path).returncode == 0
+    again = run_cli(["--trials", "3", "--epochs", "5", "--quiet"], tmp_path)
+    assert again.returncode == 2 and "scaler: study has megatron, this run torch" in again.stderr
+    forced = run_cli(["--trials", "3", "--epochs", "5", "--quiet", "--allow-changed-settings"], tmp_path)
+    assert forced.returncode == 2 and "not comparable" in forced.stderr
+    assert len(load(tmp_path).trials) == 2
