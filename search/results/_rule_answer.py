@@ -16,6 +16,12 @@ when the rule, run again on the trial's own overflow sequence with that knob at 
 same scale before every step and ends (or not) at the same step: the same scales make the same
 gradients, so the run is the same step for step (induction over the steps). The answer then carries only
 the knobs that made a difference, and what it prints is what was measured.
+
+**Rounding, by the same replay.** A float knob that stays is rounded, coarse to fine (a power of two for a
+knob searched on a log scale, then 2 and 3 significant digits), to the coarsest value whose replay is the
+same: ``fp16_scale_tolerance`` 0.272073606094419 becomes 0.27 when no overflow ratio of the run lies
+between the two. A starting scale changes every scale after it, so no rounding of it replays the same; it
+keeps the digits that give back the number the framework holds (:func:`~search.scalers.shortest`).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from optuna.trial import FrozenTrial
 from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, setting_of
 from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
 from search.results._trials import DEFAULT_TOLERANCE, completed, good_trials
-from search.scalers import RULES, FrameworkRule, RuleSetting, ScaleAtMinimum
+from search.scalers import FLOAT, RULES, FrameworkRule, RuleSetting, ScaleAtMinimum
 
 DEFAULT_MARGIN = 2.0  # As GradScaler's answer: keep the default when it is good and this deep.
 
@@ -50,6 +56,7 @@ class RuleAnswer:
         nearest_bad: That trial's number, or None.
         neighbours: The good trials within ``depth`` of ``source_trial``.
         nearest_offsets: Per searched knob, how far ``nearest_bad`` lies from ``source_trial`` on its axis.
+        rounded: Per knob rounded by replay, ``(the trial's value, the value written)``.
         default_trial: The framework default's trial, or None when it has not run.
         n_good: How many trials are good.
     """
@@ -66,6 +73,7 @@ class RuleAnswer:
     default_trial: int | None = None
     n_good: int = 0
     nearest_offsets: dict[str, float] = field(default_factory=dict)
+    rounded: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def block(self) -> str:
         """The values in the framework's own config form."""
@@ -86,6 +94,7 @@ class RuleAnswer:
             "default_trial": self.default_trial,
             "n_good": self.n_good,
             "nearest_offsets": {k: round(v, 3) for k, v in self.nearest_offsets.items()},
+            "rounded": {k: list(v) for k, v in self.rounded.items()},
             "paste": {self.rule.name: self.block()} if self.verdict != "none-safe" else {},
             "notes": self.rule.notes(self.values) if self.verdict != "none-safe" else [],
         }
@@ -129,6 +138,7 @@ def answer_rule_study(
         supported = [t for t in good if len(support(t.number)) >= MIN_SUPPORT] or good
         chosen = max(supported, key=lambda t: (depths[t.number][0], -t.value, -t.number))
     minimal, reset = minimal_values(chosen, values[chosen.number], rule)
+    minimal, rounded = rounded_values(chosen, minimal, rule)
     changed = tuple(k.name for k in rule.knobs if minimal[k.name] != rule.default[k.name])
     nearest = depths[chosen.number][1]
     offsets = {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
@@ -145,6 +155,7 @@ def answer_rule_study(
         default_number,
         len(good),
         {k: v for k, v in offsets.items() if v},
+        rounded,
     )
 
 
@@ -170,6 +181,40 @@ def minimal_values(
                 f"{len(curve)} steps on this run's {len(overflows)} overflows"
             )
     return current, reset
+
+
+def rounded_values(
+    trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
+) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
+    """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module docstring)."""
+    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
+    curve = trial.user_attrs.get(SCALE_CURVE)
+    current = dict(values)
+    if overflows is None or not curve or any(v is None for v in curve):
+        return current, {}
+    measured = replay(rule, current, set(overflows), len(curve))
+    rounded: dict[str, tuple[float, float]] = {}
+    for knob in rule.knobs:
+        value = current[knob.name]
+        if knob.kind != FLOAT or value == knob.default or value == 0:
+            continue
+        for candidate in _roundings(float(value), knob.log):
+            if knob.valid(candidate) and replay(rule, {**current, knob.name: candidate}, set(overflows), len(curve)) == measured:
+                current[knob.name] = candidate
+                rounded[knob.name] = (float(value), candidate)
+                break
+    return current, rounded
+
+
+def _roundings(value: float, log: bool) -> list[float]:
+    """Coarse to fine: a power of two (a log-searched knob), then 2 and 3 significant digits; none as round as ``value``."""
+    candidates = [2.0 ** round(math.log2(value))] if log else []
+    candidates += [float(f"{value:.2g}"), float(f"{value:.3g}")]
+    out: list[float] = []
+    for c in candidates:
+        if c != value and c not in out:
+            out.append(c)
+    return out
 
 
 def replay(rule: FrameworkRule, values: Mapping[str, Any], overflows: set[int], steps: int) -> tuple[Any, ...]:

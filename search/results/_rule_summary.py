@@ -28,7 +28,7 @@ from search.core import (
 )
 from search.results._rule_answer import answer_rule_study, rule_values
 from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
-from search.scalers import RULES
+from search.scalers import RULES, shortest
 
 
 def rule_row(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, Any]:
@@ -158,6 +158,10 @@ def _verdict_lines(rec: dict[str, Any], title: str, report: str) -> list[str]:
         what = f"change {', '.join(rec['changed'])}"
         why = f"trial {where}, the deepest of {rec['n_good']} good trials: {margin}{weak}"
     reset = "".join(f"; {k} put back to the default: {why_}" for k, why_ in rec["reset"].items())
+    reset += "".join(
+        f"; {k} {shortest(old)} written {shortest(new)}: the rule replays this run the same with it"
+        for k, (old, new) in rec["rounded"].items()
+    )
     lines = [f"  verdict: {what}", f"    ({why}{reset})", f"    for {title}:"]
     lines += [f"      {text}" for text in rec["paste"][rec["scaler"]].splitlines()]
     lines += [f"    note: {note}" for note in rec["notes"]]

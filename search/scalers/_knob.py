@@ -12,6 +12,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 # A knob's kind; a bool is searched as 0/1.
 INT = "int"
 FLOAT = "float"
@@ -75,12 +77,14 @@ def flag() -> tuple[Callable[[float], bool], str]:
     return (lambda v: v in (0, 1)), "0 (false) or 1 (true)"
 
 
-def shortest(value: float) -> str:
-    """``value`` with the fewest significant digits that read back as the same float (``1e-04``, ``0.37``)."""
+def shortest(value: float, float32: bool = False) -> str:
+    """``value`` with the fewest significant digits that read back as the same float (``1e-04``, ``0.37``);
+    with ``float32``, the same float32, for a framework that holds the value as one (Megatron's scales)."""
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
+    same = (lambda text: np.float32(float(text)) == np.float32(value)) if float32 else (lambda text: float(text) == value)
     for digits in range(1, 18):
         text = f"{value:.{digits}g}"
-        if float(text) == value:
+        if same(text):
             return text
     return repr(value)

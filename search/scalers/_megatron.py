@@ -106,8 +106,9 @@ def _build(values: Mapping[str, float]) -> MegatronScale:
 def _block(values: Mapping[str, float]) -> str:
     """Megatron-LM's command-line flags, every one written out."""
     return (
-        f"--fp16 --initial-loss-scale {shortest(float(values['initial_loss_scale']))} "
-        f"--min-loss-scale {shortest(float(values['min_loss_scale']))} "
+        # Megatron holds both as float32 tensors: the fewest digits that give back the same float32.
+        f"--fp16 --initial-loss-scale {shortest(float(values['initial_loss_scale']), float32=True)} "
+        f"--min-loss-scale {shortest(float(values['min_loss_scale']), float32=True)} "
         f"--loss-scale-window {int(values['loss_scale_window'])} --hysteresis {int(values['hysteresis'])}"
     )
 

@@ -11,7 +11,7 @@ from optuna.trial import TrialState, create_trial
 from test_optimize_scalers import deepspeed_next
 
 from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, load_settings
-from search.results._rule_answer import answer_rule_study, minimal_values, replay
+from search.results._rule_answer import answer_rule_study, minimal_values, replay, rounded_values
 from search.scalers import RULES
 from search.tasks.seed_mlp import build
 
@@ -86,3 +86,34 @@ def test_no_good_trial_is_none_safe_with_nothing_to_paste():
     failed = [trial(0, DEEPSPEED.default, 14.0, failure="ended_at_minimum", tag="deepspeed-default")]
     answer = answer_rule_study(failed, SPACE, "deepspeed")
     assert answer.verdict == "none-safe" and answer.to_dict()["paste"] == {}
+
+
+def test_a_tolerance_is_rounded_only_as_far_as_the_plain_loop_runs_it_the_same():
+    """fairseq from 2^25 on seed-mlp with a tolerance of 0.2720736: the answer writes 0.27 (its replay is the same),
+    and the plain loop moved by the fairseq transcription trains 0.27 to the same scales, skips and evaluation;
+    a starting scale is never rounded by replay (1234567 would start elsewhere)."""
+    from test_optimize_scalers import fairseq_next
+
+    fairseq = RULES["fairseq"]
+    problem = build(42)
+    values = {**fairseq.default, "fp16_init_scale": 2**25, "fp16_scale_window": 3, "fp16_scale_tolerance": 0.2720736}
+    runs = []
+    for tolerance in (0.2720736, 0.27):
+        initial, next_scale = fairseq_next({**values, "fp16_scale_tolerance": tolerance})
+        scales, skipped, _ = plain_rule_run(problem, initial, next_scale, 30)
+        runs.append((scales, skipped, plain_evaluation(problem, LAST_RULE_MODEL[0])))
+    overflows = [i for i, s in enumerate(runs[0][1]) if s]
+    assert overflows and runs[1] == runs[0]
+    curve = list(replay(fairseq, values, set(overflows), 30)[1:31])
+    measured = create_trial(
+        state=TrialState.COMPLETE, value=0.5, params={}, distributions={},
+        user_attrs={OVERFLOW_STEPS: overflows, SCALE_CURVE: curve},
+    )  # fmt: skip
+    assert curve == runs[0][0]
+    rounded, which = rounded_values(measured, values, fairseq)
+    assert rounded["fp16_scale_tolerance"] == 0.27 and which == {"fp16_scale_tolerance": (0.2720736, 0.27)}
+    megatron = RULES["megatron"]
+    start = {**megatron.default, "initial_loss_scale": 1234567.0}
+    never = create_trial(state=TrialState.COMPLETE, value=0.5, params={}, distributions={},
+                         user_attrs={OVERFLOW_STEPS: [], SCALE_CURVE: list(replay(megatron, start, set(), 5)[1:6])})  # fmt: skip
+    assert rounded_values(never, start, megatron) == (start, {})
