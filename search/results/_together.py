@@ -57,6 +57,9 @@ def candidate_box(
     params = searched_params(space)
     seen = _span(safe_near, landscape.values, params)
     ball = _box(centre, centre_depth, space)
+    # The span always holds the centre: a setting put back to its default by the minimal change (growth_interval
+    # 2000 where the trials near ``around`` ran 5..50) would otherwise leave an empty, inverted range.
+    seen = {p: (min(seen[p][0], centre[p]), max(seen[p][1], centre[p])) for p in params}
     return {p: (max(ball[p][0], seen[p][0]), min(ball[p][1], seen[p][1])) for p in params}
 
 

@@ -244,3 +244,32 @@ def test_an_init_scale_below_1_is_named_for_what_it_does():
     rec = recommend(_study(rows), SPACE)
     assert rec.verdict == "change" and rec.config.init_scale < 1
     assert f"Its init_scale, {rec.config.init_scale:.4g}, is below 1: GradScaler multiplies the loss" in rec.text
+
+
+def test_a_candidate_box_around_a_minimal_change_holds_its_centre():
+    """The minimal change puts growth_interval back to 2000 where the safe trials near the chosen one ran 5-50:
+    the candidate's range for it must still be a range holding the centre, not (ball low, 50) inverted."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from search.core import DEFAULTS, ScalerConfig
+    from search.results._landscape import Landscape
+    from search.results._together import candidate_box
+
+    dists = {"init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True), "growth_factor": FloatDistribution(1.01, 8.0, log=True),
+             "backoff_factor": FloatDistribution(0.05, 0.95), "growth_interval": IntDistribution(1, 2000, log=True)}  # fmt: skip
+    trials = []
+    for number, (scale, interval, failure) in enumerate(
+        [(3000.0, 5, "none"), (3100.0, 20, "none"), (2900.0, 50, "none"), (2.0**-18, 30, "underflow")]
+    ):
+        made = create_trial(state=TrialState.COMPLETE, value=1.0 if failure == "none" else 2.0, distributions=dists,
+                            params={"init_scale": scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": interval},
+                            user_attrs={"failure": failure, "nonfinite": False})  # fmt: skip
+        made.number = number
+        trials.append(made)
+    landscape = Landscape.of(trials, DEFAULTS.space, 0.01)
+    box = candidate_box(landscape, 1, ScalerConfig(3100.0, 2.0, 0.5, 2000), DEFAULTS.space)
+    assert box is not None
+    for name, (low, high) in box.items():
+        assert low <= high, (name, low, high)
+    assert box["growth_interval"][0] <= 2000 <= box["growth_interval"][1]
