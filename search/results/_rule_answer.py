@@ -27,7 +27,7 @@ keeps the digits that give back the number the framework holds (:func:`~search.s
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -163,43 +163,51 @@ def minimal_values(
     trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``values`` with every knob put back to the framework's default where replay shows it did not act."""
-    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
-    curve = trial.user_attrs.get(SCALE_CURVE)
     current = dict(values)
-    if overflows is None or not curve or any(v is None for v in curve):
+    same = _replays_the_same(trial, current, rule)
+    if same is None:
         return current, {}
-    measured = replay(rule, current, set(overflows), len(curve))
     reset: dict[str, str] = {}
     for knob in rule.knobs:
         if current[knob.name] == knob.default:
             continue
         trying = {**current, knob.name: knob.default}
-        if replay(rule, trying, set(overflows), len(curve)) == measured:
+        if same(trying):
             current = trying
             reset[knob.name] = (
                 f"at the default {knob.default:g} the rule gives the same scale at every one of the "
-                f"{len(curve)} steps on this run's {len(overflows)} overflows"
+                f"{len(trial.user_attrs[SCALE_CURVE])} steps on this run's {len(trial.user_attrs[OVERFLOW_STEPS])} overflows"
             )
     return current, reset
+
+
+def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether other values replay ``trial``'s recorded run (its overflow steps) as ``values`` do; None when the
+    trial recorded no whole run to replay."""
+    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
+    curve = trial.user_attrs.get(SCALE_CURVE)
+    if overflows is None or not curve or any(v is None for v in curve):
+        return None
+    steps, overflowed = len(curve), set(overflows)
+    measured = replay(rule, values, overflowed, steps)
+    return lambda other: replay(rule, other, overflowed, steps) == measured
 
 
 def rounded_values(
     trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
 ) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
     """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module docstring)."""
-    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
-    curve = trial.user_attrs.get(SCALE_CURVE)
     current = dict(values)
-    if overflows is None or not curve or any(v is None for v in curve):
+    same = _replays_the_same(trial, current, rule)
+    if same is None:
         return current, {}
-    measured = replay(rule, current, set(overflows), len(curve))
     rounded: dict[str, tuple[float, float]] = {}
     for knob in rule.knobs:
         value = current[knob.name]
         if knob.kind != FLOAT or value == knob.default or value == 0:
             continue
         for candidate in _roundings(float(value), knob.log):
-            if knob.valid(candidate) and replay(rule, {**current, knob.name: candidate}, set(overflows), len(curve)) == measured:
+            if knob.valid(candidate) and same({**current, knob.name: candidate}):
                 current[knob.name] = candidate
                 rounded[knob.name] = (float(value), candidate)
                 break
