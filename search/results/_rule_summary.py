@@ -17,7 +17,6 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import (
     ENDED_BY_RULE,
     EVAL_MEDIAN,
-    FAIL_REASON,
     FAILURE,
     NONFINITE,
     RULE_FAILURES,
@@ -27,7 +26,7 @@ from search.core import (
     device_kind,
 )
 from search.results._rule_answer import answer_rule_study, rule_values
-from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
+from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
 from search.scalers import RULES, shortest
 
 
@@ -77,7 +76,7 @@ def summarize_rule_study(study_name: str, trials: list[FrozenTrial], space: Spac
         "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES + RULE_FAILURES[1:]},
         "ended_at_minimum": failures.get(RULE_FAILURES[0], 0),
-        "fail_reasons": dict(Counter(str(t.user_attrs.get(FAIL_REASON)) for t in trials if t.state == TrialState.FAIL)),
+        "fail_reasons": fail_reasons(trials),
     }
 
 

@@ -15,7 +15,6 @@ from search.core import (
     DEFAULT_BASELINE,
     DEFAULTS,
     EVAL_MEDIAN,
-    FAIL_REASON,
     FAILURE,
     NONFINITE,
     POPULATION,
@@ -34,7 +33,7 @@ from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._rule_summary import format_rule_summary, summarize_rule_study
-from search.results._trials import DEFAULT_TIE_TOLERANCE, good_trials
+from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
 from search.scalers import TORCH
 
 
@@ -131,11 +130,7 @@ def summarize(
         "baselines": dict(sorted(baselines.items())),
         "nonfinite_trials": sum(bool(t.user_attrs.get(NONFINITE)) for t in complete),
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES},
-        "fail_reasons": dict(
-            # Every FAIL this service writes has a reason; one without was failed by Optuna's
-            # stale-trial check: its worker stopped sending heartbeats (killed, host lost).
-            Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL)
-        ),
+        "fail_reasons": fail_reasons(trials),
         "mean_train_seconds": statistics.fmean(train_seconds) if train_seconds else None,
         "mean_trial_seconds": statistics.fmean(wall) if wall else None,
     }
@@ -233,7 +228,6 @@ def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
 
 
 DEFAULT_STORAGE = DEFAULTS.run.storage
-STALE_REASON = "worker stopped (no heartbeat)"
 
 
 def _command(name: str, data: dict[str, Any]) -> str:

@@ -14,13 +14,17 @@ is *bad*.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import PARAM_NAMES, ScalerConfig, SpaceConfig, scaler_config
+from search.core import FAIL_REASON, PARAM_NAMES, ScalerConfig, SpaceConfig, scaler_config
 
+# Every FAIL this service writes has a reason; one without was failed by Optuna's stale-trial check: its
+# worker stopped sending heartbeats (killed, host lost).
+STALE_REASON = "worker stopped (no heartbeat)"
 DEFAULT_TOLERANCE = 0.01  # Safe: within 1% of the best objective.
 DEFAULT_TIE_TOLERANCE = 0.001  # A tie with the best: within 0.1% (the summary's "within 0.1%").
 
@@ -31,6 +35,11 @@ def completed(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
         t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
     ]
     return sorted(done, key=lambda t: t.number)
+
+
+def fail_reasons(trials: Iterable[FrozenTrial]) -> dict[str, int]:
+    """How many FAIL trials failed for each reason (what the summaries list as not counted)."""
+    return dict(Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL))
 
 
 def best_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:

@@ -81,11 +81,6 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
     diffs = []
     # A study recorded before a penalty key existed was measured with that key's default.
     stored, wanted = _with_penalty_defaults(stored), _with_penalty_defaults(wanted)
-    if "task" in stored:  # A study recorded before --scaler existed followed GradScaler's rule.
-        stored = {"scaler": TORCH, **stored}
-    wanted = {"scaler": TORCH, **wanted}
-    if _canon(stored.get("scaler")) != _canon(wanted["scaler"]):  # Another rule: its space is another too.
-        return [f"scaler: study has {stored.get('scaler')}, this run {wanted['scaler']} (trials of two rules are not comparable)"]
     for key in RECORDED_KEYS:
         if key in stored and _canon(stored[key]) != _canon(wanted[key]):
             if key == "fingerprint":
