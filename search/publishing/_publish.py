@@ -30,15 +30,14 @@ import plotly.graph_objects as go
 import plotly.utils
 from optuna.trial import FrozenTrial, TrialState
 
-# optuna-dashboard's own chunking (what save_note / save_plotly_graph_object store, attr for attr),
-# written here in one transaction: the public functions commit each ~2 kB chunk on its own. A finished
+from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showcase
+
+# optuna-dashboard's own attrs (what save_note / save_plotly_graph_object store, attr for attr), written
+# here in one transaction: the public functions commit each ~2 kB chunk on its own. A finished
 # 100-trial study on SQLite: publishing with 100 new trial notes took 0.16-0.40 s this way against
 # 2.27-2.40 s through the public functions (3.2-5.4 s against 5.1-9.5 s for all of
 # `search.dashboard --publish-only`), and that publishing ends every search.optimize run.
-from optuna_dashboard._custom_plot_data import SYSTEM_ATTR_PLOT_DATA, split_plot_data
-from optuna_dashboard._note import note_str_key_prefix, note_ver_key, split_body
-
-from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showcase
+from search.publishing._dashboard_attrs import figure_prefix, note_text_prefix, note_version_key, split_text
 from search.publishing._figures import curves_figure, trial_curves
 from search.results import format_summary, summarize, summarize_confirmation
 from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
@@ -111,13 +110,13 @@ def _chunks(prefix: str, text: str, split: dict[str, str], system_attrs: dict[st
 
 
 def _figure_attrs(graph_object_id: str, text: str, system_attrs: dict[str, Any]) -> dict[str, str]:
-    prefix = SYSTEM_ATTR_PLOT_DATA + graph_object_id + ":"
-    return _chunks(prefix, text, split_plot_data(text, prefix), system_attrs)
+    prefix = figure_prefix(graph_object_id)
+    return _chunks(prefix, text, split_text(text, prefix), system_attrs)
 
 
 def _note_attrs(trial_id: int | None, version: int, body: str, system_attrs: dict[str, Any]) -> dict[str, Any]:
-    prefix = note_str_key_prefix(trial_id)
-    return {note_ver_key(trial_id): version, **_chunks(prefix, body, split_body(body, trial_id), system_attrs)}
+    prefix = note_text_prefix(trial_id)
+    return {note_version_key(trial_id): version, **_chunks(prefix, body, split_text(body, prefix), system_attrs)}
 
 
 def _study_note(data: dict[str, Any]) -> str:
@@ -257,12 +256,12 @@ def publish(
         figures += [CURVES_ID, EXPLORER_ID]
     notes = 0
     for t in trials:
-        if t.state.is_finished() and note_ver_key(trial_id_of(t)) not in system_attrs:
+        if t.state.is_finished() and note_version_key(trial_id_of(t)) not in system_attrs:
             writes.update(_note_attrs(trial_id_of(t), 1, _trial_note(t, space), system_attrs))
             notes += 1
     # The study note is refreshed while it is still the one we wrote; once a person edits it in
     # the dashboard (its version moves on), it is left alone.
-    version = system_attrs.get(note_ver_key(None), 0)
+    version = system_attrs.get(note_version_key(None), 0)
     ours = system_attrs.get(OUR_NOTE_VERSION)
     wrote_study_note = False
     if named and (version == 0 or version == ours):

@@ -134,6 +134,31 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
     assert shown["ours"] == shown["public"]
     assert len(shown["ours"][1]) == 12 and all(shown["ours"][1]) and len(shown["ours"][2]) == 2
 
+@pytest.mark.parametrize("length", [0, 1, 2044, 2045, 2046, 4090, 5000])
+@pytest.mark.parametrize("trial_id", [None, 7])
+def test_our_keys_and_chunks_are_optuna_dashboards(length, trial_id):
+    """search.publishing._dashboard_attrs is written from optuna-dashboard's source, not imported (its
+    package loads the web app): the same keys and chunks as its own functions, at the chunk edges."""
+    from optuna_dashboard import _custom_plot_data, _note
+
+    from search.publishing import _dashboard_attrs as ours
+
+    text = "".join(chr(0x41 + i % 26) for i in range(length))
+    assert ours.note_version_key(trial_id) == _note.note_ver_key(trial_id)
+    assert ours.note_text_prefix(trial_id) == _note.note_str_key_prefix(trial_id)
+    assert ours.split_text(text, ours.note_text_prefix(trial_id)) == _note.split_body(text, trial_id)
+    prefix = ours.figure_prefix(publishing.CURVES_ID)
+    assert prefix == _custom_plot_data.SYSTEM_ATTR_PLOT_DATA + publishing.CURVES_ID + ":"
+    assert ours.split_text(text, prefix) == _custom_plot_data.split_plot_data(text, prefix)
+
+
+def test_publishing_does_not_load_optuna_dashboard():
+    """Every search.optimize run publishes; optuna-dashboard's package costs 1.3 s of CPU to import."""
+    code = "import sys, search.publishing._publish; print('optuna_dashboard' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
