@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -171,20 +172,42 @@ LIGHT_EXITS = [
 ]
 
 
-@pytest.mark.parametrize("command, args, code", LIGHT_EXITS)
-def test_help_and_bad_input_never_import_torch(command, args, code, tmp_path):
-    (tmp_path / "malformed.toml").write_text("[run\n")
-    (tmp_path / "range.toml").write_text("[space.init_scale]\nlow = 1e6\nhigh = 1.0\n")
-    (tmp_path / "not-a-db.txt").write_text("hello")
-    before = sorted(tmp_path.iterdir())
+# Every case in one fresh interpreter, one after another, each in a folder of its own: torch found in
+# sys.modules after a case and not before is that case's import (one start-up, not sixteen).
+_LIGHT_RUNNER = """
+import contextlib, importlib, io, json, os, sys
+results = []
+for folder, command, args in json.loads(sys.argv[1]):
+    os.chdir(folder)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = importlib.import_module("search." + command).main(args)
+    results.append({"code": code, "stdout": out.getvalue(), "stderr": err.getvalue(),
+                    "optuna": "optuna" in sys.modules, "torch": "torch" in sys.modules})
+print(json.dumps(results))
+"""
+
+
+def test_help_and_bad_input_never_import_torch(tmp_path):
+    cases = []
+    for i, (command, args, _code) in enumerate(LIGHT_EXITS):
+        folder = tmp_path / f"case-{i}"
+        folder.mkdir()
+        (folder / "malformed.toml").write_text("[run\n")
+        (folder / "range.toml").write_text("[space.init_scale]\nlow = 1e6\nhigh = 1.0\n")
+        (folder / "not-a-db.txt").write_text("hello")
+        cases.append((str(folder), command, args))
+    before = {folder: sorted(pathlib.Path(folder).iterdir()) for folder, _, _ in cases}
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", f"search.{command}", *args],
+        [sys.executable, "-c", _LIGHT_RUNNER, json.dumps(cases)],
         cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120,
     )
-    assert proc.returncode == code, proc.stderr[-2000:]
-    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "optuna" in imported  # The check sees real imports.
-    assert "torch" not in imported
-    errors = [line for line in proc.stderr.splitlines() if not line.startswith("import time:")]
-    assert len(errors) == (0 if code == 0 else 1), errors
-    assert sorted(tmp_path.iterdir()) == before
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout)
+    for (folder, command, args), (_, _, code), result in zip(cases, LIGHT_EXITS, results, strict=True):
+        case = f"search.{command} {' '.join(args)}"
+        assert result["code"] == code, (case, result["stderr"])
+        assert result["optuna"], case  # The check sees real imports.
+        assert not result["torch"], f"{case} imported torch"
+        assert len(result["stderr"].splitlines()) == (0 if code == 0 else 1), (case, result["stderr"])
+        assert sorted(pathlib.Path(folder).iterdir()) == before[folder], case
