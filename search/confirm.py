@@ -2,13 +2,14 @@
 
 A search ranks settings on one seed: one data set and one set of initial weights. The winner may
 simply be lucky on that seed. This command re-runs the top-k configurations of a finished study,
-the search's recommendation and PyTorch's default GradScaler settings
-(:func:`search.results.select_candidates`) on K new seeds: seed ``s`` in ``study_seed + 1 ...
+the search's recommendation and the default (PyTorch's GradScaler settings, or under ``--scaler
+deepspeed|megatron|fairseq`` that framework's own; :func:`search.results.select_candidates`) on K new seeds: seed ``s`` in ``study_seed + 1 ...
 study_seed + K`` builds the study's task with new data and new initial weights. The comparison
 with the default is paired by seed: a two-sided paired t-test (``scipy.stats.ttest_rel``, alpha
 0.05), so a default that is significantly better is said so too; ``search.report`` then lets these
 runs decide the recommendation. Then the corners of the ranges that may be safe together are
-trained on the search's own data (``--no-corners`` skips them).
+trained on the search's own data (``--no-corners`` skips them; a framework study's answer is one
+setting, with no ranges to check).
 
 The runs are stored apart from the search, in a sibling study ``<study>.confirm`` of the same
 storage; a (configuration, seed) pair already stored is never run again, so an interrupted
@@ -57,6 +58,7 @@ from search.results import (
     summarize,
     summarize_confirmation,
 )
+from search.scalers import RULES, TORCH
 from search.storage import (
     StorageError,
     close_storage,
@@ -77,8 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name("search.confirm"),
-        description="Re-run the top configurations of a finished search and PyTorch's default "
-        "GradScaler settings on new data/initialisation seeds, stored in the sibling study "
+        description="Re-run the top configurations of a finished search and the default (PyTorch's "
+        "GradScaler settings, or a framework study's own default) on new data/initialisation seeds, stored in the sibling study "
         "<study>.confirm, and test whether the best beats the default beyond seed noise.",
         allow_abbrev=False,
     )
@@ -120,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--paste",
         choices=tuple(FRAMEWORKS),
-        default="torch",
-        help="whose line the verdict shows: " + ", ".join(FRAMEWORKS) + " [torch]",
+        default=None,
+        help="whose line the verdict of a GradScaler study shows: " + ", ".join(FRAMEWORKS) + " [torch]; "
+        "a DeepSpeed, Megatron-LM or fairseq study answers in that framework's own form",
     )
     add("--quiet", action="store_true", help="no progress bar")
     return p
@@ -157,9 +160,15 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
     from search.study import threads_per_process
 
     torch.set_num_threads(threads_per_process(args.threads))
-    return plan_confirmation(
+    plan = plan_confirmation(
         storage, url, args.study_name, top=args.top, n_seeds=args.seeds, device=device, tolerance=args.tolerance / 100
     )
+    if args.paste is not None and plan.settings.run.scaler != TORCH:
+        raise ConfirmError(
+            f"--paste {args.paste}: study {plan.study_name!r} searched {RULES[plan.settings.run.scaler].title}'s "
+            "own rule, whose answer is that framework's own config; --paste picks among GradScaler's forms"
+        )
+    return plan
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -237,6 +246,7 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
         + (f"{settings.run.steps} optimizer steps" if settings.run.steps else f"{settings.run.epochs} epochs")
         + f", {settings.run.amp_dtype} "
         f"on {plan.device.type}"
+        + (f", {RULES[settings.run.scaler].title}'s loss-scale rule" if settings.run.scaler != TORCH else "")
     )
     stored = len(plan.candidates) * len(seeds)
     if done:
@@ -252,13 +262,14 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     summary = summarize(study, settings.space, summarize_confirmation(storage, plan.study_name), plan.trials)
     summary["storage"] = mask_url(url)
     print()
-    print("\n".join(format_verdict(summary, args.paste)))
-    from search.publishing import publish  # Plotly: only once the runs are done.
+    print("\n".join(format_verdict(summary, args.paste or "torch")))
+    if settings.run.scaler == TORCH:  # As search.optimize: a framework study's figures are not published.
+        from search.publishing import publish  # Plotly: only once the runs are done.
 
-    try:
-        publish(study, plan.trials, summary)
-    except Exception as e:  # The runs are stored; only the dashboard's note is behind.
-        _note(f"warning: dashboard note not updated: {redact(first_line(e), url)}")
+        try:
+            publish(study, plan.trials, summary)
+        except Exception as e:  # The runs are stored; only the dashboard's note is behind.
+            _note(f"warning: dashboard note not updated: {redact(first_line(e), url)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2, allow_nan=False)

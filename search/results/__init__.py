@@ -10,12 +10,15 @@
 * ``_verdict``: what confirmation runs say of a setting against the default;
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;
 * ``_candidates``: which configurations a confirmation re-runs: the top-k, the recommendation, the default;
-* ``_confirmations``: reading confirmation runs back: the two-sided paired test, the table;
+* ``_confirmations``: reading confirmation runs back: the two-sided paired test;
+* ``_confirmation_table``: the table ``search.confirm`` prints, under GradScaler's settings or a framework's knobs;
 * ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
 * ``_horizon``: what trials of their length cannot show about the growth settings;
 * ``_score``: what confirmation compares: a run's objective without its skipped-step term;
 * ``_summary``: the end-of-run table and its JSON;
-* ``_paste``: the snippet a user pastes to train with given settings, per framework.
+* ``_paste``: the snippet a user pastes to train with given settings, per framework;
+* ``_rule_answer``: the answer of a study under DeepSpeed's, Megatron-LM's or fairseq's rule, in its own form;
+* ``_rule_summary``: that study's end-of-run table and its JSON.
 
 Reads finished trials only and never imports torch (``tests/test_layering.py``).
 """
@@ -50,7 +53,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "nothing_safe_reason",
             "reset_sentence",
         ),
-        "_verdict": ("confirmation_verdict",),
+        "_verdict": ("comparison_verdict", "confirmation_verdict"),
         "_together": (
             "CHECK_ROUNDS",
             "box_corners",
@@ -59,24 +62,35 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "judge_boxes",
             "together_text",
         ),
-        "_candidates": ("Candidate", "default_candidate", "recommended_candidate", "select_candidates"),
+        "_candidates": (
+            "Candidate",
+            "default_candidate",
+            "recommended_candidate",
+            "rule_default_candidate",
+            "rule_recommended_candidate",
+            "select_candidates",
+        ),
         "_confirmations": (
             "ALPHA",
             "DEFAULT_LABEL",
             "SUFFIX",
+            "default_label",
+            "is_default",
             "collect_runs",
             "config_key",
             "confirm_study_name",
             "confirmation_data",
             "confirmation_seeds",
-            "format_confirmation",
             "paired_test",
             "summarize_confirmation",
         ),
+        "_confirmation_table": ("format_confirmation",),
         "_dominance": ("DOMINANCE_RATIO", "dominance_note"),
         "_horizon": ("horizon_note", "trial_steps"),
         "_score": ("run_score",),
         "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
         "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),
+        "_rule_answer": ("RuleAnswer", "answer_rule_study"),
+        "_rule_summary": ("format_rule_summary", "format_rule_verdict", "summarize_rule_study"),
     },
 )

@@ -27,10 +27,12 @@ from search.core import (
     baseline_of,
     distributions,
 )
-from search.results._confirmations import DEFAULT_LABEL
+from search.results._confirmations import DEFAULT_LABEL, default_label
 from search.results._confirmations import config_key as _config_key
 from search.results._recommendation import recommend
+from search.results._rule_answer import answer_rule_study
 from search.results._trials import DEFAULT_TOLERANCE
+from search.scalers import RULES, TORCH
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,10 @@ class Candidate:
 def select_candidates(
     trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = DEFAULT_TOLERANCE
 ) -> tuple[list[Candidate], list[str]]:
-    """The top-``top`` configurations of a study and the default, with notes for the user.
+    """The top-``top`` configurations of a study, its recommendation and the default, with notes for the user.
 
-    The top-k are the lowest-objective COMPLETE trials (ties: the earlier trial first), one per
+    Under a framework's rule, the recommendation is that study's answer and the default the framework's
+    own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the lowest-objective COMPLETE trials (ties: the earlier trial first), one per
     distinct params; baselines are not excluded, so ``best-1`` may be a seed baseline, even the
     default's own settings.
     """
@@ -89,12 +92,17 @@ def select_candidates(
     notes = []
     if len(chosen) < top:
         notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
-    recommended = recommended_candidate(trials, settings, tolerance)
+    scaler = settings.run.scaler
+    if scaler == TORCH:
+        recommended = recommended_candidate(trials, settings, tolerance)
+        default, note = default_candidate(settings)
+    else:
+        recommended = rule_recommended_candidate(trials, settings, tolerance)
+        default, note = rule_default_candidate(settings)
     if recommended is not None and all(
         _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
     ):
         chosen.append(recommended)
-    default, note = default_candidate(settings)
     if note:
         notes.append(note)
     return chosen + [default], notes
@@ -136,12 +144,7 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
         params[name] = value
         if not dist.low <= value <= dist.high:
             outside.append(name)
-            low, high = min(dist.low, value), max(dist.high, value)
-            if isinstance(dist, IntDistribution):
-                dist = IntDistribution(int(low), int(high), log=dist.log, step=dist.step)
-            else:
-                assert isinstance(dist, FloatDistribution)
-                dist = FloatDistribution(low, high, log=dist.log, step=dist.step)
+            dist = _widened(dist, value)
         dists[name] = dist
     note = None
     if outside:
@@ -150,3 +153,51 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
             "it is run all the same"
         )
     return Candidate(DEFAULT_LABEL, None, params, dists, DEFAULT_BASELINE), note
+
+
+def rule_recommended_candidate(
+    trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = DEFAULT_TOLERANCE
+) -> Candidate | None:
+    """A framework study's answer (:func:`search.results._rule_answer.answer_rule_study`) as a candidate,
+    when it is a change: the values it prints, minimal change and rounding included, not its trial's."""
+    answer = answer_rule_study(list(trials), settings.space, settings.run.scaler, tolerance)
+    if answer is None or answer.verdict != "change":
+        return None
+    params, dists, _outside = _rule_params(answer.values, settings)
+    return Candidate(f"recommended (#{answer.source_trial})", answer.source_trial, params, dists)
+
+
+def rule_default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
+    """The framework's default (its first baseline) as params of the study's space; as
+    :func:`default_candidate`, a default outside a searched range is run all the same, with a note."""
+    rule = RULES[settings.run.scaler]
+    params, dists, outside = _rule_params(rule.default, settings)
+    note = None
+    if outside:
+        note = f"{rule.title}'s default {', '.join(outside)} lies outside the study's search space; it is run all the same"
+    return Candidate(default_label(rule.name), None, params, dists, rule.default_tag), note
+
+
+def _rule_params(
+    values: dict[str, Any], settings: Settings
+) -> tuple[dict[str, Any], dict[str, BaseDistribution], list[str]]:
+    """Every searched knob's value as a param (a flag as 0/1), its distribution widened to hold it, and the
+    knobs that lay outside. A fixed knob is no param: the runs take its fixed value, as the study's trials did."""
+    params: dict[str, Any] = {}
+    dists: dict[str, BaseDistribution] = {}
+    outside = []
+    for name, dist in distributions(settings.space, settings.run.scaler).items():
+        value: Any = int(values[name]) if isinstance(dist, IntDistribution) else float(values[name])
+        params[name] = value
+        if not dist.low <= value <= dist.high:
+            outside.append(name)
+            dist = _widened(dist, value)
+        dists[name] = dist
+    return params, dists, outside
+
+
+def _widened(dist: BaseDistribution, value: float) -> BaseDistribution:
+    if isinstance(dist, IntDistribution):
+        return IntDistribution(int(min(dist.low, value)), int(max(dist.high, value)), log=dist.log, step=dist.step)
+    assert isinstance(dist, FloatDistribution)
+    return FloatDistribution(min(dist.low, value), max(dist.high, value), log=dist.log, step=dist.step)

@@ -30,17 +30,25 @@ from search.core import (
     EVAL_MEDIAN,
     POINT,
     SOURCE_TRIAL,
-    Settings,
     failure_of,
-    format_scale,
-    scaler_config,
 )
 from search.results._score import run_score
+from search.scalers import RULES, TORCH
 from search.storage import StorageError, close_storage, open_existing_storage
 
 SUFFIX = CONFIRM_SUFFIX
-DEFAULT_LABEL = "seed-1 (default)"
+DEFAULT_LABEL = "seed-1 (default)"  # PyTorch's default GradScaler settings.
 ALPHA = 0.05
+
+
+def default_label(scaler: str = TORCH) -> str:
+    """The label of the default's runs: PyTorch's (``seed-1 (default)``) or the framework rule's own."""
+    return DEFAULT_LABEL if scaler == TORCH else f"{RULES[scaler].default_tag} (default)"
+
+
+def is_default(label: str) -> bool:
+    """Whether ``label`` names the default's runs, under any rule."""
+    return label == DEFAULT_LABEL or any(label == default_label(name) for name in RULES)
 
 
 def config_key(source_trial: int | None, params: dict[str, Any]) -> str:
@@ -63,7 +71,7 @@ def confirmation_seeds(study_seed: int, k: int) -> list[int]:
 
 
 @dataclass
-class _Stats:
+class ConfigRuns:
     """A configuration's runs on the requested seeds, for the table."""
 
     candidate: dict[str, Any]  # label, source_trial, params (as stored in the sibling's attrs)
@@ -71,7 +79,7 @@ class _Stats:
     final_losses: dict[int, float | None]  # data seed -> the evaluation the objective reads
 
 
-def _mean_sd(values: Sequence[float]) -> tuple[float, float]:
+def mean_sd(values: Sequence[float]) -> tuple[float, float]:
     """Mean and sample standard deviation (ddof=1); nan where undefined."""
     array = np.asarray(values, dtype=float)
     mean = float(array.mean()) if array.size else math.nan
@@ -95,7 +103,7 @@ def _open_existing(url: str) -> optuna.storages.RDBStorage | None:
 
 def collect_runs(
     storage: optuna.storages.BaseStorage, study_name: str
-) -> tuple[list[int], list[_Stats], list[dict[str, Any]]] | None:
+) -> tuple[list[int], list[ConfigRuns], list[dict[str, Any]]] | None:
     """The latest confirmation's seeds, each configuration's runs and the corner runs, or None
     without a sibling study. A corner run is ``{"point", "failure", "value", "data_seed"}``."""
     sibling_name = confirm_study_name(study_name)
@@ -130,7 +138,7 @@ def collect_runs(
         key = config_key(config["source_trial"], config["params"])
         found = {s: runs[(key, s)] for s in seeds if (key, s) in runs}
         stats.append(
-            _Stats(
+            ConfigRuns(
                 candidate=config,
                 values={s: run_score(t, skip_weight) for s, t in found.items()},
                 final_losses={s: t.user_attrs.get(judged) for s, t in found.items()},
@@ -150,21 +158,21 @@ class _Paired:
     tie: bool
 
 
-def _comparison(seeds: list[int], stats: list[_Stats], label: str = "best-1 ") -> _Paired | None:
+def paired_comparison(seeds: list[int], stats: list[ConfigRuns], label: str = "best-1 ") -> _Paired | None:
     """The paired comparison of a config (best-1 unless ``label`` says) with the default, or None."""
     best = next((s for s in stats if s.candidate["label"].startswith(label)), None)
-    default = next((s for s in stats if s.candidate["label"] == DEFAULT_LABEL), None)
+    default = next((s for s in stats if is_default(s.candidate["label"])), None)
     if best is None or default is None:
         return None
     paired = [s for s in seeds if s in best.values and s in default.values]
     a = np.array([best.values[s] for s in paired])
     b = np.array([default.values[s] for s in paired])
-    mean_diff, sd_diff = _mean_sd(a - b)
+    mean_diff, sd_diff = mean_sd(a - b)
     t, p, test = paired_test(a, b)
     tie = len(paired) >= 2 and bool(np.all(a == b))
     comparison = {
         "best_label": best.candidate["label"],
-        "default_label": DEFAULT_LABEL,
+        "default_label": default.candidate["label"],
         "mean_diff": _finite(mean_diff),
         "t": _finite(t),
         "p": _finite(p),
@@ -206,13 +214,13 @@ def paired_test(best: Sequence[float], default: Sequence[float]) -> tuple[float,
 
 
 def confirmation_data(
-    seeds: list[int], stats: list[_Stats], corners: Sequence[dict[str, Any]] = ()
+    seeds: list[int], stats: list[ConfigRuns], corners: Sequence[dict[str, Any]] = ()
 ) -> dict[str, Any]:
     """:func:`collect_runs`'s result as plain data (see :func:`summarize_confirmation`)."""
     configs = []
     for s in stats:
         values = [s.values[seed] for seed in seeds if seed in s.values]
-        mean, sd = _mean_sd(values)
+        mean, sd = mean_sd(values)
         configs.append(
             {
                 "label": s.candidate["label"],
@@ -224,14 +232,14 @@ def confirmation_data(
                 "values": values,
             }
         )
-    paired = _comparison(seeds, stats)
+    paired = paired_comparison(seeds, stats)
     comparison = paired.comparison if paired is not None else None
-    default = next((c for c in configs if c["label"] == DEFAULT_LABEL), None)
+    default = next((c for c in configs if is_default(c["label"])), None)
     comparisons = []  # Every config against the default: what search.results._recommendation.recommend reads.
     for s in stats:
-        if s.candidate["label"] == DEFAULT_LABEL:
+        if is_default(s.candidate["label"]):
             continue
-        one = _comparison(seeds, stats, s.candidate["label"])
+        one = paired_comparison(seeds, stats, s.candidate["label"])
         if one is None:
             continue
         comparisons.append(
@@ -287,100 +295,3 @@ def summarize_confirmation(
     else:
         collected = collect_runs(storage, study_name)
     return None if collected is None else confirmation_data(*collected)
-
-
-# -- the table ----------------------------------------------------------------------------------
-
-
-def _pm(mean: float, sd: float, fmt: str = ".4f") -> str:
-    if not math.isfinite(mean):
-        return "-"
-    return f"{mean:{fmt}} ± {sd:{fmt}}" if math.isfinite(sd) else f"{mean:{fmt}}"
-
-
-def format_confirmation(
-    seeds: list[int], stats: list[_Stats], settings: Settings, baselines: dict[int, str] | None = None
-) -> str:
-    """The table of a confirmation and its verdict, as printed by the command."""
-    baselines = baselines or {}
-    label_width = max([len("config")] + [len(s.candidate["label"]) for s in stats])
-    header = (
-        f"  {'config':<{label_width}} {'source':>12} {'init_scale':>10} {'growth':>7} {'backoff':>7} "
-        f"{'interval':>8} {'n':>3} {'score mean ± sd':>21} {'evaluation mean ± sd':>21}"
-    )
-    lines = [header]
-    for s in stats:
-        c = s.candidate
-        cfg = scaler_config(c["params"], settings.space)
-        source = "-" if c["source_trial"] is None else f"#{c['source_trial']}"
-        if c["source_trial"] in baselines:
-            source += f" {baselines[c['source_trial']]}"
-        values = [s.values[x] for x in seeds if x in s.values]
-        losses = [s.final_losses[x] for x in seeds if x in s.final_losses]
-        finite_losses = [v for v in losses if v is not None]
-        loss_text = _pm(*_mean_sd(finite_losses))
-        if len(finite_losses) < len(losses):
-            loss_text += f" ({len(losses) - len(finite_losses)} nan)"
-        lines.append(
-            f"  {c['label']:<{label_width}} {source:>12} {format_scale(cfg.init_scale):>10} "
-            f"{cfg.growth_factor:>7.3g} {cfg.backoff_factor:>7.3g} {cfg.growth_interval:>8} "
-            f"{len(values):>3} {_pm(*_mean_sd(values)):>21} {loss_text:>21}"
-        )
-    lines.append("")
-    lines.extend(_verdict(seeds, stats))
-    return "\n".join(lines)
-
-
-def _verdict(seeds: list[int], stats: list[_Stats]) -> list[str]:
-    lines = _verdict_of(seeds, stats, "best-1 ")
-    recommended = next((s for s in stats if s.candidate["label"].startswith("recommended ")), None)
-    if recommended is not None:
-        lines += _verdict_of(seeds, stats, "recommended ")
-    return lines
-
-
-def _verdict_of(seeds: list[int], stats: list[_Stats], label: str) -> list[str]:
-    paired = _comparison(seeds, stats, label)
-    if paired is None:
-        return [f"  paired test: nothing to compare ({label.strip()} or the default is missing)"]
-    c = paired.comparison
-    best, mean_diff, p, t = c["best_label"], c["mean_diff"], c["p"], c["t"]
-    lines = []
-    if paired.same_settings:
-        lines.append(
-            f"  note: {best} has the default's own settings: no trial of the search beat the default "
-            "on its seed (ties go to the earliest trial)"
-        )
-    if mean_diff is None or paired.n < 2:
-        return lines + [f"  paired test: not enough paired seeds yet ({paired.n}; a paired test needs 2)"]
-    default = next(s for s in stats if s.candidate["label"] == DEFAULT_LABEL)
-    _, spread = _mean_sd([default.values[x] for x in seeds if x in default.values])
-    sd_text = f" ± {paired.sd_diff:#.3g} (sd)" if paired.sd_diff is not None else ""
-    spread_text = f"; the default's seed-to-seed sd is {spread:#.3g}" if math.isfinite(spread) else ""
-    lines.append(
-        f"  {best} minus the default, paired by seed: mean {mean_diff:+.4g}{sd_text} over {paired.n} seeds"
-        + spread_text
-    )
-    t_text = f"t = {t:.2f}, " if t is not None else ""
-    if paired.tie:
-        lines.append(
-            f"  paired test: {best} and the default tie on every seed "
-            "(identical objective; no test needed, p = 1)"
-        )
-    elif c["better_beyond_noise"]:
-        lines.append(
-            f"  paired test: {best} is better than the default beyond noise "
-            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test)"
-        )
-    elif c["worse_beyond_noise"]:
-        lines.append(
-            f"  paired test: the default is better than {best} beyond noise "
-            f"({t_text}p={p:.3g} < {ALPHA:g}, two-sided paired t-test): keep the default"
-        )
-    else:
-        p_text = f"p={p:.3g}" if p is not None else "p undefined"
-        lines.append(
-            f"  paired test: {best} is not distinguishable from the default "
-            f"({t_text}{p_text}, two-sided paired t-test)"
-        )
-    return lines

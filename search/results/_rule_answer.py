@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,7 @@ from optuna.trial import FrozenTrial
 from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, setting_of
 from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
 from search.results._trials import DEFAULT_TOLERANCE, completed, good_trials
+from search.results._verdict import comparison_verdict
 from search.scalers import FLOAT, RULES, FrameworkRule, RuleSetting, ScaleAtMinimum
 
 DEFAULT_MARGIN = 2.0  # As GradScaler's answer: keep the default when it is good and this deep.
@@ -59,6 +60,9 @@ class RuleAnswer:
         rounded: Per knob rounded by replay, ``(the trial's value, the value written)``.
         default_trial: The framework default's trial, or None when it has not run.
         n_good: How many trials are good.
+        confirmed: What confirmation runs on new seeds said of the change (``"confirmed"``, ``"overturned"``,
+            ``"not better"``), or None when they did not run it; the last two turn the answer to the default.
+        confirmation: Their sentences.
     """
 
     rule: FrameworkRule
@@ -74,6 +78,8 @@ class RuleAnswer:
     n_good: int = 0
     nearest_offsets: dict[str, float] = field(default_factory=dict)
     rounded: dict[str, tuple[float, float]] = field(default_factory=dict)
+    confirmed: str | None = None
+    confirmation: tuple[str, ...] = ()
 
     def block(self) -> str:
         """The values in the framework's own config form."""
@@ -95,6 +101,8 @@ class RuleAnswer:
             "n_good": self.n_good,
             "nearest_offsets": {k: round(v, 3) for k, v in self.nearest_offsets.items()},
             "rounded": {k: list(v) for k, v in self.rounded.items()},
+            "confirmed": self.confirmed,
+            "confirmation": list(self.confirmation),
             "paste": {self.rule.name: self.block()} if self.verdict != "none-safe" else {},
             "notes": self.rule.notes(self.values) if self.verdict != "none-safe" else [],
         }
@@ -108,9 +116,18 @@ def rule_values(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str
 
 
 def answer_rule_study(
-    trials: list[FrozenTrial], space: SpaceConfig, scaler: str, tolerance: float = DEFAULT_TOLERANCE
+    trials: list[FrozenTrial],
+    space: SpaceConfig,
+    scaler: str,
+    tolerance: float = DEFAULT_TOLERANCE,
+    confirmation: dict[str, Any] | None = None,
 ) -> RuleAnswer | None:
-    """The answer of a framework study's trials (module docstring); None without a COMPLETE trial."""
+    """The answer of a framework study's trials (module docstring); None without a COMPLETE trial.
+
+    With ``confirmation`` (:func:`search.results.summarize_confirmation`) that ran the change on new seeds,
+    paired with the framework's default, the runs decide as for GradScaler: a change the default beats, or
+    does not lose to beyond noise, gives way to the default (:func:`search.results.comparison_verdict`).
+    """
     rule = RULES[scaler]
     done = completed(trials)
     if not done:
@@ -142,7 +159,7 @@ def answer_rule_study(
     changed = tuple(k.name for k in rule.knobs if minimal[k.name] != rule.default[k.name])
     nearest = depths[chosen.number][1]
     offsets = {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
-    return RuleAnswer(
+    answer = RuleAnswer(
         rule,
         "change" if changed else "keep-default",
         minimal,
@@ -156,6 +173,31 @@ def answer_rule_study(
         len(good),
         {k: v for k, v in offsets.items() if v},
         rounded,
+    )
+    return answer if confirmation is None or not changed else _weighed(answer, confirmation, space)
+
+
+def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfig) -> RuleAnswer:
+    """``answer`` as the confirmation runs of its values leave it (unchanged when they did not run them)."""
+    rule = answer.rule
+    entry = next(
+        (
+            c
+            for c in confirmation.get("comparisons", [])
+            if dict(setting_of(c["params"], space, rule.name).values) == answer.values  # type: ignore[union-attr]
+        ),
+        None,
+    )
+    verdict = comparison_verdict(entry)
+    if verdict is None:
+        return answer
+    confirmed, sentence = verdict
+    if confirmed == "confirmed":
+        return replace(answer, confirmed=confirmed, confirmation=(sentence,))
+    sentences = (sentence,) if confirmed == "overturned" else (sentence, "Keep the default.")
+    return replace(
+        answer, verdict="keep-default", values=dict(rule.default), changed=(), reset={}, rounded={},
+        confirmed=confirmed, confirmation=sentences,
     )
 
 

@@ -48,12 +48,19 @@ def rule_row(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, A
     }
 
 
-def summarize_rule_study(study_name: str, trials: list[FrozenTrial], space: SpaceConfig, scaler: str) -> dict[str, Any]:
-    """The summary of a framework study as plain data (what ``--best-out`` writes)."""
+def summarize_rule_study(
+    study_name: str,
+    trials: list[FrozenTrial],
+    space: SpaceConfig,
+    scaler: str,
+    confirmation: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The summary of a framework study as plain data (what ``--best-out`` writes); ``confirmation``
+    (``search.confirm``'s runs, if any) weighs its answer as for a GradScaler study."""
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
     best = min(complete, key=lambda t: (t.value, t.number), default=None)
-    answer = answer_rule_study(trials, space, scaler)
+    answer = answer_rule_study(trials, space, scaler, confirmation=confirmation)
     recommended = {}
     if answer is not None:
         recommended = answer.to_dict()
@@ -90,7 +97,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def format_rule_summary(data: dict[str, Any], report: str) -> str:
+def format_rule_summary(data: dict[str, Any]) -> str:
     """Renders :func:`summarize_rule_study` output as the text printed at the end of a run."""
     rule = RULES[data["scaler"]]
     lines = [f"Study {data['study_name']!r} ({rule.title}'s loss-scale rule)"]
@@ -115,7 +122,7 @@ def format_rule_summary(data: dict[str, Any], report: str) -> str:
     for tag, row in data["baselines"].items():
         lines.append(line(tag, row))
     lines.append("")
-    lines += _verdict_lines(data["recommended"], rule.title, report)
+    lines += format_rule_verdict(data)
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(
         f"  nonfinite trials: {data['nonfinite_trials']}; ended at the minimum scale: {data['ended_at_minimum']}; "
@@ -136,10 +143,20 @@ def _offsets(rec: dict[str, Any]) -> str:
     return ", ".join(parts) or "the same knobs"
 
 
-def _verdict_lines(rec: dict[str, Any], title: str, report: str) -> list[str]:
+def format_rule_verdict(data: dict[str, Any]) -> list[str]:
+    """The verdict lines of :func:`summarize_rule_study` data: ``search.optimize`` prints them in its summary
+    and ``search.confirm`` after its table, from the same data, so the two never disagree."""
+    rec = data["recommended"]
+    if not rec:
+        return []
+    return _verdict_lines(rec, RULES[data["scaler"]].title)
+
+
+def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     verdict = rec["verdict"]
     if verdict == "none-safe":
-        return [f"  verdict: no setting is safe here, nothing to paste (no trial is good; {report} explains)"]
+        # Not "search.report explains": the report reads GradScaler studies only.
+        return ["  verdict: no setting is safe here, nothing to paste (no trial is good: see the failure column)"]
     where = f"#{rec['source_trial']}"
     if rec["nearest_bad"] is None:
         margin = "no trial is not good"
@@ -149,7 +166,9 @@ def _verdict_lines(rec: dict[str, Any], title: str, report: str) -> list[str]:
     weak = f"; weak: only {n} good trial{'s' if n != 1 else ''} around it" if n < 3 else ""
     if verdict == "keep-default":
         what = "keep the default"
-        if rec["source_trial"] == rec["default_trial"]:
+        if rec.get("confirmed") in ("overturned", "not better"):
+            why = f"trial {where}'s change was run on new seeds against the default: " + " ".join(rec["confirmation"])
+        elif rec["source_trial"] == rec["default_trial"]:
             why = f"the default ({where}) is good here: {margin}"
         else:
             why = f"trial {where}, the deepest of {rec['n_good']} good trials, differs from the default only in knobs that did not act in its run"
@@ -161,7 +180,10 @@ def _verdict_lines(rec: dict[str, Any], title: str, report: str) -> list[str]:
         f"; {k} {shortest(old)} written {shortest(new)}: the rule replays this run the same with it"
         for k, (old, new) in rec["rounded"].items()
     )
-    lines = [f"  verdict: {what}", f"    ({why}{reset})", f"    for {title}:"]
+    lines = [f"  verdict: {what}", f"    ({why}{reset})"]
+    if rec.get("confirmed") == "confirmed":
+        lines += [f"    {sentence}" for sentence in rec["confirmation"]]
+    lines.append(f"    for {title}:")
     lines += [f"      {text}" for text in rec["paste"][rec["scaler"]].splitlines()]
     lines += [f"    note: {note}" for note in rec["notes"]]
     return lines

@@ -32,7 +32,7 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
-from search.results._rule_summary import format_rule_summary, summarize_rule_study
+from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
 from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
 from search.scalers import TORCH
 
@@ -78,7 +78,7 @@ def summarize(
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     scaler = study.user_attrs.get("scaler", TORCH)
     if scaler != TORCH:  # A framework's rule: its own knobs and its own config form.
-        return summarize_rule_study(study.study_name, trials, space, scaler)
+        return summarize_rule_study(study.study_name, trials, space, scaler, confirmation)
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     by_device: dict[str, list[FrozenTrial]] = {}
@@ -154,7 +154,7 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
         framework: Whose line the verdict shows (a key of :data:`~search.results._paste.FRAMEWORKS`).
     """
     if data.get("scaler", TORCH) != TORCH:
-        return format_rule_summary(data, _command("report", data))
+        return format_rule_summary(data)
     lines = [f"Study {data['study_name']!r}"]
     states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
     lines.append(f"  trials: {states or 'none'}")
@@ -216,6 +216,8 @@ def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
     ``search.optimize`` prints them inside the summary and ``search.confirm`` after its table, from
     the same :func:`summarize` data, so the two never disagree.
     """
+    if data.get("scaler", TORCH) != TORCH:  # The framework's own block: --paste picks among GradScaler's forms.
+        return format_rule_verdict(data)
     lines = []
     for kind, rec in data.get("recommended", {}).items():
         where = "" if len(data["best"]) == 1 else f" on {kind}"

@@ -31,6 +31,12 @@ def confirmation_verdict(
         ),
         None,
     )
+    return comparison_verdict(entry)
+
+
+def comparison_verdict(entry: dict[str, Any] | None) -> tuple[str, str] | None:
+    """What one entry of a confirmation's ``comparisons`` says against the default (as
+    :func:`confirmation_verdict`), under any rule; None without an entry or a test."""
     if entry is None or entry.get("p") is None:
         return None
     diff, sd, n, p = entry["mean_diff"], entry.get("sd_diff"), entry["n"], entry["p"]

@@ -24,7 +24,6 @@ from search.results import (
     select_candidates,
 )
 from search.results import config_key as _config_key
-from search.scalers import RULES, TORCH
 from search.storage import choose_study
 from search.study._prepare import settings_of
 from search.tasks import TaskError, resolve_task
@@ -86,11 +85,6 @@ def plan_confirmation(
     if "task" not in study.user_attrs:
         raise ConfirmError(f"study {name!r} was not created by search.optimize (it records no task)")
     settings = settings_of(study)
-    if settings.run.scaler != TORCH:  # Its candidates, corners and paired test read GradScaler's four settings.
-        raise ConfirmError(
-            f"study {name!r} searched {RULES[settings.run.scaler].title}'s own loss-scale rule: search.confirm re-runs "
-            "GradScaler studies only so far (its answer is in search.optimize's summary and --best-out)"
-        )
     trials = study.get_trials(deepcopy=False)
     n_complete = sum(t.state == TrialState.COMPLETE for t in trials)
     if n_complete == 0:

@@ -50,7 +50,7 @@ from search.core import (
     device_label,
     distributions,
     interrupts_as_exceptions,
-    scaler_config,
+    setting_of,
 )
 from search.results import (
     box_corners,
@@ -60,6 +60,7 @@ from search.results import (
     confirmation_data,
     recommend,
 )
+from search.scalers import TORCH
 from search.storage import TrialWriter
 from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task
@@ -92,7 +93,8 @@ def run_confirmation(
     Args:
         plan: What :func:`search.study.plan_confirmation` found still to run.
         top: The ``--top`` asked, recorded in the sibling study.
-        corners: Train the corners of the ranges that may be safe together.
+        corners: Train the corners of the ranges that may be safe together (GradScaler studies: a framework
+            study's answer is one setting, with no ranges).
         tolerance: Good: objective within this fraction of the best (picks the ranges to check).
         quiet: No progress bar.
 
@@ -133,7 +135,7 @@ def run_confirmation(
                     bar.set_postfix_str(f"{candidate.label}, seed {seed}", refresh=True)
                     outcome = _run_trial(
                         on_device,
-                        scaler_config(candidate.params, settings.space),
+                        setting_of(candidate.params, settings.space, settings.run.scaler),
                         steps=run_steps(on_device, settings.run.epochs, settings.run.steps),  # The search's own.
                         amp_dtype=amp_dtype,
                         penalty=settings.penalty,
@@ -157,7 +159,7 @@ def run_confirmation(
                     )
                     done += 1
                     bar.update(1)
-            if corners:
+            if corners and settings.run.scaler == TORCH:  # The ranges safe together are GradScaler's.
                 done += _check_corners(plan, writer, label, amp_dtype, tolerance, quiet)
         finally:
             bar.close()

@@ -1,0 +1,152 @@
+"""search.confirm on a framework study (``--scaler deepspeed``): the candidates, the framework's default and the
+study's answer re-run on new seeds under DeepSpeed's rule, checked run by run against a plain AMP loop moved by
+DeepSpeed 0.19.8's own DynamicLossScaler; the paired test against scipy; the answer weighed by the runs."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import pytest
+from optuna.trial import TrialState
+from scipy import stats
+from test_optimize_scalers import deepspeed_next
+
+from search.core import LOSS_CURVE, NONFINITE, OVERFLOW_STEPS, SCALE_CURVE, SKIPPED_STEPS, setting_of
+from search.results import answer_rule_study, default_label, summarize_confirmation
+from search.scalers import RULES
+from search.study import settings_of
+from search.tasks.sum_outliers import build
+from search.training import run_steps
+
+from conftest import load, run_cli
+from plain_loop import LAST_RULE_MODEL, plain_evaluation, plain_rule_run
+
+SEARCH = ["--task", "sum-outliers", "--scaler", "deepspeed", "--trials", "14", "--quiet"]
+CONFIRM = ["--top", "2", "--seeds", "3", "--quiet"]
+NAME = "sum-outliers"
+RULE = RULES["deepspeed"]
+
+
+@pytest.fixture(scope="module")
+def confirmed(tmp_path_factory) -> tuple[pathlib.Path, str, str]:
+    """A 14-trial DeepSpeed study of sum-outliers (its default ends the run), confirmed on 3 new seeds:
+    (its folder, what search.optimize printed, what search.confirm printed)."""
+    folder = tmp_path_factory.mktemp("deepspeed-confirm")
+    search = run_cli(SEARCH, folder)
+    assert search.returncode == 0, search.stderr
+    confirm = run_cli(CONFIRM, folder, module="search.confirm")
+    assert confirm.returncode == 0, confirm.stderr
+    return folder, search.stdout, confirm.stdout
+
+
+def _verdict_block(text: str) -> str:
+    """From ``  verdict:`` to the end of the block it pastes (its last note)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  verdict:"))
+    end = max(i for i, line in enumerate(lines) if line.startswith("    note:") or line.startswith("      "))
+    return "\n".join(lines[start : end + 1])
+
+
+def test_each_run_is_deepspeeds_rule_on_its_new_seed(confirmed):
+    folder, _, printed = confirmed
+    runs = [t for t in load(folder, f"{NAME}.confirm").trials if t.state == TrialState.COMPLETE]
+    settings = settings_of(load(folder, NAME))
+    space = settings.space
+    labels = {t.user_attrs["config"] for t in runs}
+    assert default_label("deepspeed") in labels and len(labels) >= 3  # best-1, best-2, the default (+ the answer)
+    assert sorted(t.user_attrs["data_seed"] for t in runs) == sorted([43, 44, 45] * len(labels))
+    assert "DeepSpeed's loss-scale rule" in printed and "initial_scale_power" in printed.splitlines()[4]
+    # The default ends the run on every seed; the answer, another DeepSpeed setting, trains on them.
+    default_runs = [t for t in runs if t.user_attrs["config"] == default_label("deepspeed")]
+    assert all(t.user_attrs["failure"] == "ended_at_minimum" for t in default_runs)
+    checked = [t for t in runs if t.user_attrs["data_seed"] == 44]
+    for run in checked:  # Every configuration on one new seed, against DeepSpeed's own class.
+        values = dict(setting_of(run.params, space, "deepspeed").values)
+        problem = build(44)
+        initial, next_scale = deepspeed_next(values)
+        steps = run_steps(problem, settings.run.epochs, settings.run.steps)  # The search's own.
+        scales, skipped, ended = plain_rule_run(problem, initial, next_scale, steps)
+        assert run.user_attrs[SCALE_CURVE] == scales, (run.user_attrs["config"], values)
+        assert run.user_attrs[OVERFLOW_STEPS] == [i for i, s in enumerate(skipped) if s]
+        assert (run.user_attrs["failure"] == "ended_at_minimum") == ended
+        if not ended:
+            assert math.isclose(run.user_attrs["eval_loss"], plain_evaluation(problem, LAST_RULE_MODEL[0]), rel_tol=1e-6)
+
+
+def test_the_paired_test_is_scipys_on_the_stored_runs(confirmed):
+    folder, _, printed = confirmed
+    runs = [t for t in load(folder, f"{NAME}.confirm").trials if t.state == TrialState.COMPLETE]
+    skip = settings_of(load(folder, NAME)).penalty.skip
+
+    def score(t) -> float:  # docs/objective.md: the objective less its skipped-step term (none when nonfinite).
+        attrs = t.user_attrs
+        return t.value if attrs.get(NONFINITE) else t.value - skip * attrs[SKIPPED_STEPS] / len(attrs[LOSS_CURVE])
+
+    def by_seed(label: str) -> list[float]:
+        return [score(t) for t in sorted(runs, key=lambda t: t.user_attrs["data_seed"]) if t.user_attrs["config"] == label]
+
+    data = summarize_confirmation(f"sqlite:///{folder / 'study.db'}", NAME)
+    assert data is not None
+    for entry in data["comparisons"]:
+        ours, default = by_seed(entry["label"]), by_seed(default_label("deepspeed"))
+        assert len(ours) == len(default) == 3
+        expected = stats.ttest_rel(ours, default)
+        assert math.isclose(entry["p"], expected.pvalue, rel_tol=1e-9)
+        assert math.isclose(entry["mean_diff"], sum(ours) / 3 - sum(default) / 3, rel_tol=1e-9)
+    best = data["comparison"]
+    assert f"p={best['p']:.3g} < 0.05" in printed  # Better beyond noise on new seeds: its default ends every run.
+
+
+def test_both_commands_print_the_same_confirmed_verdict(confirmed):
+    folder, searched, printed = confirmed
+    again = run_cli(SEARCH, folder)  # Nothing left to run: the summary alone, with the confirmation read.
+    assert again.returncode == 0, again.stderr
+    block = _verdict_block(printed)
+    assert block == _verdict_block(again.stdout)
+    assert block.startswith("  verdict: change ") and "Confirmed on new seeds" in block
+    assert "Confirmed on new seeds" not in searched  # Before the runs, nothing was claimed of them.
+    assert '"fp16": {' in block
+
+
+@pytest.mark.parametrize("significant, diff, confirmed_as", [(False, -0.5, "not better"), (True, 2.0, "overturned")])
+def test_runs_that_do_not_show_the_change_better_turn_the_answer_to_the_default(
+    confirmed, significant, diff, confirmed_as
+):
+    folder, _, _ = confirmed
+    study = load(folder, NAME)
+    space = settings_of(study).space
+    before = answer_rule_study(study.trials, space, "deepspeed")
+    assert before is not None and before.verdict == "change"
+    data = summarize_confirmation(f"sqlite:///{folder / 'study.db'}", NAME)
+    assert data is not None
+    entry = next(c for c in data["comparisons"] if c["label"].startswith("recommended ") or c["label"].startswith("best-1 ")
+                 if dict(setting_of(c["params"], space, "deepspeed").values) == before.values)  # fmt: skip
+    entry.update(significant=significant, mean_diff=diff, p=0.01 if significant else 0.4)
+    data["comparisons"] = [entry]
+    after = answer_rule_study(study.trials, space, "deepspeed", confirmation=data)
+    assert after is not None
+    assert after.verdict == "keep-default" and after.values == dict(RULE.default) and after.changed == ()
+    assert after.confirmed == confirmed_as
+    assert ("Keep the default." in after.confirmation) == (confirmed_as == "not better")
+
+
+def test_paste_is_refused_for_a_framework_study_and_nothing_is_written(confirmed, tmp_path):
+    import shutil
+
+    folder, _, _ = confirmed
+    shutil.copy(folder / "study.db", tmp_path / "study.db")
+    before = (tmp_path / "study.db").read_bytes()
+    proc = run_cli([*CONFIRM, "--seeds", "4", "--paste", "accelerate"], tmp_path, module="search.confirm")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "--paste accelerate" in proc.stderr and "DeepSpeed" in proc.stderr
+    assert (tmp_path / "study.db").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+
+
+def test_the_report_refuses_a_framework_study_in_one_line(confirmed, tmp_path):
+    """search.report reads GradScaler studies only so far: one line, exit 2, no page."""
+    folder, _, _ = confirmed
+    proc = run_cli(["--storage", f"sqlite:///{folder / 'study.db'}", "--out", str(tmp_path / "r.html")], tmp_path,
+                   module="search.report")  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DeepSpeed" in proc.stderr, proc.stderr
+    assert list(tmp_path.iterdir()) == []
