@@ -83,9 +83,10 @@ def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_p
     by_other = [
         t
         for t in before
-        if t.user_attrs["worker"] != cut[0].user_attrs["worker"] and t.datetime_complete.timestamp() > when - 5
+        if t.user_attrs["worker"] != cut[0].user_attrs["worker"] and t.datetime_complete.timestamp() > when - 20
     ]
-    assert by_other, "the other process should have finished a trial in the 5 s before the signal"
+    # 20 s: a 1.5-s trial each, but under a full suite's load the other process once finished none in 5 s.
+    assert by_other, "the other process should have finished a trial in the 20 s before the signal"
     assert len(before) <= counted <= len([t for t in trials if t.state == TrialState.COMPLETE]), out
 
 

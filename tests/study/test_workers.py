@@ -6,6 +6,7 @@ Real processes on real SQLite files, PostgreSQL and MariaDB databases (throwaway
 from __future__ import annotations
 
 import collections
+import json
 import os
 import pathlib
 import signal
@@ -15,7 +16,9 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search.study import DevicePlanError, plan_workers, sampler_seed, threads_per_process
+from search.core import OVERFLOW_STEPS, setting_of
+from search.scalers import RULES
+from search.study import DevicePlanError, plan_workers, sampler_seed, settings_of, threads_per_process
 
 from conftest import run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
@@ -33,13 +36,14 @@ def trials_of(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
         storage.engine.dispose()
 
 
-def assert_study_is_sound(trials: list[optuna.trial.FrozenTrial], n: int, workers: int) -> None:
+def assert_study_is_sound(
+    trials: list[optuna.trial.FrozenTrial], n: int, workers: int, tags: list[str] = TAGS
+) -> None:
     """N <= finished <= N + workers - 1, every baseline once, nothing RUNNING, numbers contiguous."""
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
     assert n <= len(finished) <= n + workers - 1, collections.Counter(t.state.name for t in trials)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
-    tags = sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs)
-    assert tags == TAGS
+    assert sorted(t.user_attrs["baseline"] for t in finished if "baseline" in t.user_attrs) == tags
     assert [t.number for t in trials] == list(range(len(trials)))
     sampled = [tuple(sorted(t.params.items())) for t in finished if "baseline" not in t.user_attrs]
     assert len(set(sampled)) == len(sampled), "two workers sampled the same point"
@@ -105,18 +109,29 @@ def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
     assert len({t.user_attrs["worker"] for t in trials}) >= 2  # Several processes really wrote trials.
 
 
-def test_two_workers_on_mariadb(mysql_url, tmp_path):
-    """On PostgreSQL: test_chaos.test_hard_restart_mid_run_under_two_workers, through a restart too."""
+def test_two_workers_on_mariadb_under_megatrons_rule(mysql_url, tmp_path):
+    """Two workers on a MariaDB study of Megatron-LM's rule: its default once, every trial under the rule.
+    (GradScaler studies with workers: on PostgreSQL, test_chaos.test_hard_restart_mid_run_under_two_workers,
+    through a restart too; on SQLite, test_four_sqlite_workers_never_hit_database_is_locked.)"""
     url = mysql_url
-    proc = run_process(["--trials", "16", "--workers", "2", "--storage", url], tmp_path, timeout=300)
+    args = ["--trials", "16", "--workers", "2", "--storage", url, "--scaler", "megatron", "--best-out", "best.json"]
+    proc = run_process(args, tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "2 workers on cpu" in proc.stdout and "Traceback" not in proc.stderr
     trials = trials_of(url, "seed-mlp")
-    assert_study_is_sound(trials, 16, 2)
+    assert_study_is_sound(trials, 16, 2, tags=[tag for tag, _ in RULES["megatron"].baselines])
+    default = next(t for t in trials if t.user_attrs.get("baseline") == RULES["megatron"].default_tag)
+    space = settings_of(optuna.load_study(storage=url, study_name="seed-mlp")).space
+    assert dict(setting_of(default.params, space, "megatron").values) == dict(RULES["megatron"].default)
+    # Every trial ran the rule (its overflow steps are recorded) and the summary answers in Megatron's flags.
+    assert all(OVERFLOW_STEPS in t.user_attrs for t in trials if t.state == TrialState.COMPLETE)
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["scaler"] == "megatron" and best["paste"]["megatron"]
+    assert all(line in proc.stdout for line in best["paste"]["megatron"].splitlines())
     # Both workers really trained: each trial records the process that ran it.
     assert len({t.user_attrs["device"] for t in trials}) == 1
     assert len({t.user_attrs["worker"] for t in trials}) == 2
-    assert not (tmp_path / "study.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json"]
 
 
 def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
