@@ -263,13 +263,12 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     summary["storage"] = mask_url(url)
     print()
     print("\n".join(format_verdict(summary, args.paste or "torch")))
-    if settings.run.scaler == TORCH:  # As search.optimize: a framework study's figures are not published.
-        from search.publishing import publish  # Plotly: only once the runs are done.
+    from search.publishing import publish  # Plotly: only once the runs are done.
 
-        try:
-            publish(study, plan.trials, summary)
-        except Exception as e:  # The runs are stored; only the dashboard's note is behind.
-            _note(f"warning: dashboard note not updated: {redact(first_line(e), url)}")
+    try:
+        publish(study, plan.trials, summary)
+    except Exception as e:  # The runs are stored; only the dashboard's note is behind.
+        _note(f"warning: dashboard note not updated: {redact(first_line(e), url)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(data, f, indent=2, allow_nan=False)

@@ -190,10 +190,6 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> list[str]:
             study = optuna.load_study(storage=writer, study_name=name, sampler=optuna.samplers.RandomSampler())
             if "task" not in study.user_attrs:
                 continue  # Not a study of this service (or a search.confirm sibling).
-            if study.user_attrs.get("scaler", "torch") != "torch":  # Its figures read GradScaler's settings.
-                print(f"search.dashboard: {name}: a framework's rule (--scaler {study.user_attrs['scaler']}): optuna-dashboard "
-                      "shows its trials and params; no figures or notes are published for it yet", file=sys.stderr)  # fmt: skip
-                continue
             try:
                 trials = study.get_trials(deepcopy=False)  # Read once for both.
                 report = publish(study, trials, storage_url=url)

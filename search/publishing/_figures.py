@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
-from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scale_moves, scaler_config
+from search.core import LOSS_CURVE, OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, scale_moves, scaler_config
 
 # One colour per role, so that the best/default/worst read the same in every figure.
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
@@ -30,6 +30,8 @@ def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | N
     """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None."""
     loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
     scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
+    if OVERFLOW_STEPS in trial.user_attrs:  # A framework's rule: each overflow skips, moved scale or not (hysteresis).
+        return loss, scale, list(trial.user_attrs[OVERFLOW_STEPS])
     try:  # Every setting fixed: no params, and the space still knows init_scale.
         init_scale = scaler_config(trial.params, space).init_scale
     except KeyError:  # A searched setting this trial never got (it failed before suggesting).

@@ -40,6 +40,7 @@ from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showca
 from search.publishing._dashboard_attrs import figure_prefix, note_text_prefix, note_version_key, split_text
 from search.publishing._figures import curves_figure, trial_curves
 from search.results import format_summary, summarize, summarize_confirmation
+from search.scalers import RULES, TORCH
 from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 
@@ -120,6 +121,16 @@ def _note_attrs(trial_id: int | None, version: int, body: str, system_attrs: dic
 
 
 def _study_note(data: dict[str, Any]) -> str:
+    scaler = data.get("scaler", TORCH)
+    if scaler != TORCH:
+        title = RULES[scaler].title
+        return (
+            f"## {title}'s defaults vs the best\n\n"
+            f"{title}'s own loss-scale rule: its defaults, re-measured in this study, next to the best trial. "
+            "Written by `search.optimize`/`search.dashboard`; figures are under *Graphs* on this page.\n\n```\n"
+            + format_summary(data)
+            + "\n```\n"
+        )
     return (
         "## Seed baselines vs the best\n\n"
         "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured "
@@ -129,7 +140,7 @@ def _study_note(data: dict[str, Any]) -> str:
 
 
 def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
-    """Best, the seed default and the worst finite trial (each once)."""
+    """Best, the default (seed-1, or the framework's) and the worst finite trial (each once)."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     if not complete:
         return []
@@ -137,12 +148,15 @@ def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
     shown = showcase(complete)
     best, default, worst = shown.best, shown.default, shown.worst_finite
     assert best is not None
+    tag = None if default is None else baseline_of(default)
+    if tag is not None and not tag.endswith("-default"):  # "seed-1 default"; a framework's is "deepspeed-default"
+        tag += " default"
     if default is not None and default.number == best.number:
-        named.append((f"best = seed-1 default (#{best.number})", best))
+        named.append((f"best = {tag} (#{best.number})", best))
     else:
         named.append((f"best (#{best.number})", best))
         if default is not None:
-            named.append((f"seed-1 default (#{default.number})", default))
+            named.append((f"{tag} (#{default.number})", default))
     if worst is not None and worst.number not in {t.number for _, t in named}:
         named.append((f"worst finite (#{worst.number})", worst))
     return named
@@ -243,14 +257,16 @@ def publish(
         storage_url: The storage's URL, for the commands the study note gives (password masked);
             only used when ``summary`` is computed here.
     """
-    space = settings_of(study).space
+    settings = settings_of(study)
+    space, scaler = settings.space, settings.run.scaler
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     named = _named_trials(trials)
     system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
     writes: dict[str, Any] = {}
     figures: list[str] = []
     if named:
-        curves = curves_figure(named, space, title="Best vs the seed default vs the worst finite trial")
+        default = "the seed default" if scaler == TORCH else f"{RULES[scaler].title}'s default"
+        curves = curves_figure(named, space, title=f"Best vs {default} vs the worst finite trial")
         writes.update(_figure_attrs(CURVES_ID, curves.to_json(), system_attrs))
         writes.update(_figure_attrs(EXPLORER_ID, explorer_json(trials, space), system_attrs))
         figures += [CURVES_ID, EXPLORER_ID]

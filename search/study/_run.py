@@ -33,7 +33,6 @@ from search.core import (
     unfinished_baselines,
 )
 from search.results import summarize, summarize_confirmation
-from search.scalers import TORCH
 from search.storage import enable_wal, first_line, mask_url, redact, sqlite_path, storage_of, with_retry
 from search.study._plan import RunPlan
 from search.study._prepare import StudyHandle, prepare_study
@@ -289,7 +288,7 @@ def finish(
     trials = read_trials(study, settings)  # Read once: the summary and publishing share it.
     data = summarize(study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials)
     data["storage"] = mask_url(settings.run.storage)
-    if publish_figures and settings.run.scaler == TORCH:  # Its figures read GradScaler's four settings.
+    if publish_figures:
         from search.publishing import publish  # Plotly: not for a command that stops at bad input.
 
         # Curves and notes for optuna-dashboard (search.publishing): once per run, not per trial.
