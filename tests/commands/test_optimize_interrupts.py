@@ -267,7 +267,9 @@ def test_a_study_killed_mid_baseline_is_finished_with_or_without_workers(tmp_pat
     seed-2 left RUNNING and three baselines WAITING; without, the stale trial was failed and every
     baseline run. Both paths now ask the same question (search.study.study_is_done)."""
     _killed_mid_baseline(tmp_path)
-    proc = run_process([*SLOW_BASELINES, "--workers", str(workers), "--heartbeat-interval", "2", "--quiet"], tmp_path)
+    args = [*SLOW_BASELINES, "--workers", str(workers), "--heartbeat-interval", "2", "--quiet"]
+    # One worker runs in this process (no process is spawned for it); two are real processes.
+    proc = run_cli(args, tmp_path) if workers == 1 else run_process(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "already holds" not in proc.stdout
     trials = load(tmp_path, "tasks_for_tests-slow").trials

@@ -29,7 +29,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, FINISHED, SEED_BASELINES
 from search.storage import WRITE_ID_ATTR
 
-from conftest import OwnPostgres, cli_env, run_process, start_cli
+from conftest import OwnPostgres, cli_env, run_cli, start_cli
 
 pytestmark = pytest.mark.chaos
 
@@ -228,6 +228,8 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     plural = "trial" if len(failed) == 1 else "trials"
     assert f"0 failed, {len(failed)} {plural} of a stopped worker failed and queued again in" in out.splitlines()[0], out
 
-    resume = run_process(["--trials", str(n + 3), *args], tmp_path)
+    # The resume goes on from the study the fault left: in this process, one worker (the workers' own paths ran above).
+    assert args[:2] == ["--workers", "2"]
+    resume = run_cli(["--trials", str(n + 3), *args[2:]], tmp_path)
     assert resume.returncode == 0, resume.stderr
     assert_sound(trials_of(url, SLOW_STUDY), n + 3, n + 4, {t.number for t in trials if t.state in FINISHED})
