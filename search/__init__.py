@@ -1,9 +1,9 @@
 """Hyperparameter search for mixed-precision (AMP) loss scaling.
 
 The commands are ``python -m search.optimize`` (the search), ``search.confirm`` (the answer tested on
-new seeds), ``search.report`` (one HTML page), ``search.dashboard`` (optuna-dashboard with curves) and
-``search.transfer`` (move a study). They are thin layers over the library's subpackages, grouped by
-job (docs/internals.md draws them):
+new seeds), ``search.report`` (one HTML page), ``search.dashboard`` (optuna-dashboard with curves),
+``search.transfer`` (move a study) and ``search.diagnose`` (a training log's loss scaling explained). They
+are thin layers over the library's subpackages, grouped by job (docs/internals.md draws them):
 
 * :mod:`search.core`: settings, the search space, the trial record, devices, signals;
 * :mod:`search.tasks`: the built-in tasks and the :class:`Problem` interface a task of your own implements;
@@ -12,6 +12,7 @@ job (docs/internals.md draws them):
 * :mod:`search.study`: creating and resuming a study, the trial loop, samplers, worker processes;
 * :mod:`search.results`: safe ranges, the recommendation, confirmation, the summary;
 * :mod:`search.publishing`: figures, dashboard notes, trial pictures, the HTML report;
+* :mod:`search.diagnosis`: a training log's loss-scaler lines read, and the verdict they support;
 * :mod:`search.cli`: the command skeleton.
 
 This package's API lets a script run the same pieces: build a task's :class:`Problem`, train it with

@@ -20,9 +20,9 @@ import pytest
 
 from conftest import ROOT
 
-COMMANDS = {"search.optimize", "search.confirm", "search.report", "search.transfer", "search.dashboard"}
+COMMANDS = {"search.optimize", "search.confirm", "search.report", "search.transfer", "search.dashboard", "search.diagnose"}
 READ_ONLY_COMMANDS = {"search.report", "search.transfer", "search.dashboard"}
-SUBPACKAGES = {"cli", "core", "scalers", "tasks", "training", "storage", "study", "results", "publishing"}
+SUBPACKAGES = {"cli", "core", "scalers", "tasks", "training", "storage", "study", "results", "publishing", "diagnosis"}
 MAX_LINES = 400
 
 
@@ -184,6 +184,15 @@ def test_scalers_import_nothing_of_the_service_nor_torch_nor_optuna():
             m for m in via if m.split(".")[0] in ("torch", "optuna") or (m.startswith("search.") and not _in(m, "scalers") and m != "search._exports")
         )
         assert not bad, f"{module} imports {bad[0]}: {_path_to(module, bad[0], via)}"
+
+
+def test_a_log_diagnosis_imports_neither_torch_nor_optuna_nor_a_storage():
+    """search.diagnose --log answers in a fraction of a second: no torch (2 s), no Optuna, no storage. (The command
+    itself, through the shared skeleton's lazy imports: tests/cli/test_cli.py, in a real interpreter.)"""
+    for top in ("search.diagnosis._log_lines", "search.diagnosis._log_reading"):
+        via = reach(top)
+        bad = sorted(m for m in via if m.split(".")[0] in ("torch", "optuna", "sqlalchemy") or _in(m, "storage"))
+        assert not bad, f"{top} imports {bad[0]}: {_path_to(top, bad[0], via)}"
 
 
 def test_training_imports_neither_optuna_nor_storage():

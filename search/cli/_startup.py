@@ -32,6 +32,7 @@ COMMANDS = {
     "search.transfer": "search-transfer",
     "search.dashboard": "search-dashboard",
     "search.report": "search-report",
+    "search.diagnose": "search-diagnose",
 }
 _INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 _OPTIONS_WITH_VALUE = {"-W", "-X", "-Q"}

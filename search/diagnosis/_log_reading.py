@@ -1,0 +1,178 @@
+"""What a training log says of its loss scaling: skipped steps, the scale over time, and a verdict.
+
+Read from the lines :mod:`search.diagnosis._log_lines` knows, without re-running anything:
+
+* **skipped steps**: one per overflow line (a cut scale, or DeepSpeed's hysteresis spent); a DeepSpeed progress
+  line's ``skipped=K`` counts too, where it says more (a log of another rank can miss rank 0's lines);
+* **the initial search**: the leading overflows while the scale only falls (each cut below the one before).
+  Every dynamic scaler starts high and halves down to a scale the gradients fit: those skips are expected.
+  The scale has **settled** at the first overflow whose new scale is not below the last one's, i.e. the scale
+  grew in between;
+* **the verdict** a log can support: ``scale-collapse`` when the framework's minimum was reached (DeepSpeed
+  and fairseq end the run there), or when the scale only fell and ends at 1 or below (gradients that overflow
+  fp16 even unscaled: no loss scale helps); ``chronic-skipping`` when, after settling, at least
+  :data:`CHRONIC_RATE` of the steps are skipped (a scaler that grows every N steps and backs off once skips
+  about 1/N: 0.1% for DeepSpeed's default window of 1000, 0.05% for GradScaler's 2000); else ``healthy``.
+  A log cannot tell an underflow (gradients rounded to zero skip nothing) nor a forward pass that overflows
+  fp16: those need the run itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from search.diagnosis._log_lines import HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
+
+CHRONIC_RATE = 0.01  # Skips per step after settling: 10x the equilibrium of DeepSpeed's default window.
+TITLES = {"deepspeed": "DeepSpeed", "apex": "apex", "fairseq": "fairseq"}  # As people write them.
+
+
+class LogError(ValueError):
+    """A log that cannot be diagnosed (no loss-scaler line; no step count to judge the skip rate by)."""
+
+
+@dataclass(frozen=True)
+class LogReading:
+    """A log's loss scaling, read (see the module docstring).
+
+    Attributes:
+        frameworks: Whose lines the log holds.
+        lines: Its loss-scaler lines, in order.
+        skipped_steps: Steps the scaler skipped.
+        steps: The optimizer steps the log covers: its last step number, or the ``steps`` given; None when neither
+            tells and the run ended at its minimum (the verdict needs no rate then).
+        scale_trace: ``(line number, step or None, the scale from then on)`` at each line that tells the scale.
+        initial_skips: Skips of the initial search (the scale only falling).
+        settled_line: The first line showing the scale had grown again (the end of the initial search), or None.
+        later_skips: Skips from there on.
+        later_rate: ``later_skips`` per step after settling, or None when the scale never settled.
+        hit_minimum: The framework's minimum scale was reached (the run ended there).
+        verdict: ``healthy``, ``chronic-skipping`` or ``scale-collapse``.
+        reason: Why, in a sentence.
+    """
+
+    frameworks: tuple[str, ...]
+    lines: tuple[LogLine, ...]
+    skipped_steps: int
+    steps: int | None
+    scale_trace: tuple[tuple[int, int | None, float], ...]
+    initial_skips: int
+    settled_line: int | None
+    later_skips: int
+    later_rate: float | None
+    hit_minimum: bool
+    verdict: str
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for ``--json``."""
+        return {
+            "frameworks": list(self.frameworks),
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "skipped_steps": self.skipped_steps,
+            "steps": self.steps,
+            "hit_minimum": self.hit_minimum,
+            "initial_skips": self.initial_skips,
+            "settled_line": self.settled_line,
+            "later_skips": self.later_skips,
+            "later_rate": self.later_rate,
+            "scale_trace": [{"line": n, "step": s, "scale": v} for n, s, v in self.scale_trace],
+        }
+
+
+def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
+    """Reads a log's loss-scaler lines and judges them (module docstring).
+
+    Args:
+        text_lines: The log, line by line.
+        steps: The optimizer steps the log covers, for a log that numbers none (apex); a step number in the log
+            wins where it is larger.
+
+    Raises:
+        LogError: No loss-scaler line; or no step count, from the log or ``steps``, where the verdict needs one.
+    """
+    lines = tuple(line for n, text in enumerate(text_lines, 1) if (line := read_line(n, text)) is not None)
+    if not lines:
+        raise LogError("no loss-scaler line of DeepSpeed, apex or fairseq in it")
+    frameworks = tuple(sorted({line.framework for line in lines}))
+    hit_minimum = any(line.kind == MINIMUM for line in lines)
+    step_numbers = [line.step for line in lines if line.step is not None]
+    covered = max([*step_numbers, steps or 0]) or None
+    if covered is None and not hit_minimum:
+        raise LogError(
+            f"{', '.join(TITLES[f] for f in frameworks)} lines without step numbers: pass --steps N, the optimizer "
+            "steps the log covers, to judge the skip rate"
+        )
+    skips = [line for line in lines if line.kind in (OVERFLOW, HYSTERESIS)]
+    progress_skipped = max((line.skipped for line in lines if line.skipped is not None), default=0)
+    skipped = max(len(skips), progress_skipped)
+    trace, step = [], None
+    for line in lines:
+        step = line.step if line.step is not None else step
+        for scale in (line.scale_before, line.scale_after):  # Attempted (DeepSpeed), then the scale from then on.
+            if scale is not None and (not trace or trace[-1][2] != scale):
+                trace.append((line.number, step, scale))
+    settled = _settled_line(lines)
+    initial = sum(1 for line in skips if settled is None or line.number < settled)
+    later = len(skips) - initial
+    settled_step = _step_at(lines, settled) if settled is not None else None
+    after = None if settled is None or covered is None else max(1, covered - (settled_step or 0))
+    later_rate = None if after is None else later / after
+    last_scale = trace[-1][2] if trace else None
+    if hit_minimum:
+        verdict = "scale-collapse"
+        reason = "the scale fell to the framework's minimum, where it ends the run"
+    elif settled is None and last_scale is not None and last_scale <= 1:
+        verdict = "scale-collapse"
+        reason = (f"the scale only fell, to {last_scale:g}: at 1 or below the gradients overflow fp16 unscaled, "
+                  "so no loss scale helps (a forward or backward pass that overflows, or a diverging run)")  # fmt: skip
+    elif later_rate is not None and later_rate >= CHRONIC_RATE:
+        verdict = "chronic-skipping"
+        reason = (f"after the scale settled, {later} of {after} steps were skipped ({later_rate:.1%}, at least "
+                  f"{CHRONIC_RATE:.0%}): it keeps growing into overflows; a longer growth window (DeepSpeed's "
+                  "loss_scale_window, GradScaler's growth_interval) or a smaller growth factor skips fewer")  # fmt: skip
+    else:
+        verdict = "healthy"
+        reason = (f"{initial} skip{'s' if initial != 1 else ''} while the scale searched down from its start, "
+                  f"{later} after it settled (under {CHRONIC_RATE:.0%} of the steps): keep these settings")  # fmt: skip
+    return LogReading(frameworks, lines, skipped, covered, tuple(trace), initial, settled, later, later_rate,
+                      hit_minimum, verdict, reason)  # fmt: skip
+
+
+def _settled_line(lines: tuple[LogLine, ...]) -> int | None:
+    """The first line showing that the scale grew (the initial search is over), or None.
+
+    Growth is never logged by the scalers themselves: it shows as an attempted scale above the last one known
+    (DeepSpeed), a cut that lands no lower than the scale before it (apex, fairseq: each cut halves, so the
+    scale had at least doubled), or a progress line's scale above the last one known (fairseq)."""
+    current = None
+    for line in lines:
+        if line.kind == PROGRESS and line.scale_after is not None:
+            if current is not None and line.scale_after > current:
+                return line.number
+            current = line.scale_after
+            continue
+        if line.kind not in (OVERFLOW, HYSTERESIS):
+            continue
+        if line.scale_before is not None:
+            if current is not None and line.scale_before > current:
+                return line.number
+        elif current is not None and line.scale_after is not None and line.scale_after >= current:
+            return line.number
+        if line.scale_after is not None:
+            current = line.scale_after
+    return None
+
+
+def _step_at(lines: tuple[LogLine, ...], number: int) -> int | None:
+    """The last step number reported at or before line ``number``."""
+    step = None
+    for line in lines:
+        if line.number > number:
+            break
+        if line.kind == PROGRESS and line.step is not None:
+            step = line.step
+    return step
