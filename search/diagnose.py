@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import BinaryIO
 
 from search.cli import OneLineParser, Session, check_output, fail, prog_name, run_command
 from search.core import UsageError
@@ -59,10 +60,15 @@ def format_reading(reading, source: str) -> list[str]:  # noqa: ANN001 (search.d
     covered = f"{reading.steps} optimizer steps" if reading.steps else "no step count"
     lines = [f"Log {source}: {names}, {len(reading.lines)} loss-scaler lines, {covered}"]
     of = f" of {reading.steps} ({reading.skipped_steps / reading.steps:.2%})" if reading.steps else ""
-    where = (
-        f"{reading.initial_skips} while the scale searched down from its start, "
-        + (f"{reading.later_skips} after it settled (line {reading.settled_line})" if reading.settled_line else "it never grew again")
-    )  # fmt: skip
+    if reading.skipped_steps == 0:
+        where = "none"
+    elif reading.settled_line:
+        where = (f"{reading.initial_skips} while the scale searched down from its start, {reading.later_skips} after "
+                 f"it had grown again (line {reading.settled_line})")  # fmt: skip
+    else:
+        unseen = reading.skipped_steps - reading.initial_skips
+        where = f"{reading.initial_skips} while the scale searched down from its start; it never grew again" + (
+            f"; {unseen} more counted by the engine with no overflow line" if unseen else "")  # fmt: skip
     lines.append(f"  skipped steps: {reading.skipped_steps}{of}: {where}")
     if reading.scale_trace:
         scales = [scale for _, _, scale in reading.scale_trace]
@@ -95,23 +101,29 @@ def _main(session: Session, argv: list[str]) -> int:
             check_output("--json", args.json)
         source = "(standard input)" if args.log == "-" else args.log
         try:
+            # Lines end at "\n" only: a progress bar's "\r" is not a new line (grep -n numbers them the same way).
             if args.log == "-":
-                reading = read_log(sys.stdin, args.steps)
+                reading = read_log(_lines(sys.stdin.buffer), args.steps)
             else:
-                with open(args.log, encoding="utf-8", errors="replace") as f:
-                    reading = read_log(f, args.steps)
+                with open(args.log, "rb") as f:
+                    reading = read_log(_lines(f), args.steps)
         except OSError as e:
             raise UsageError(f"--log {args.log}: {e.strerror or e}") from None
         except LogError as e:
             raise UsageError(f"--log {source}: {e}") from None
     except UsageError as e:
         return fail(PROG, str(e))
+    text = json.dumps({"log": source, **reading.to_dict()}, indent=2, allow_nan=False) if args.json else None
     print("\n".join(format_reading(reading, source)))
-    if args.json:
+    if text is not None:
         with open(args.json, "w") as f:
-            json.dump({"log": source, **reading.to_dict()}, f, indent=2, allow_nan=False)
-            f.write("\n")
+            f.write(text + "\n")
     return 0
+
+
+def _lines(binary: BinaryIO) -> Iterator[str]:
+    for raw in binary:
+        yield raw.decode("utf-8", errors="replace")
 
 
 if __name__ == "__main__":

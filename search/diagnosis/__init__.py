@@ -11,7 +11,7 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_log_lines": ("HYSTERESIS", "MINIMUM", "OVERFLOW", "PROGRESS", "LogLine", "read_line"),
+        "_log_lines": ("GROWTH", "HYSTERESIS", "MINIMUM", "OVERFLOW", "PROGRESS", "LogLine", "read_line"),
         "_log_reading": ("CHRONIC_RATE", "TITLES", "LogError", "LogReading", "read_log"),
     },
 )

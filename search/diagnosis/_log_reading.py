@@ -2,8 +2,9 @@
 
 Read from the lines :mod:`search.diagnosis._log_lines` knows, without re-running anything:
 
-* **skipped steps**: one per overflow line (a cut scale, or DeepSpeed's hysteresis spent); a DeepSpeed progress
-  line's ``skipped=K`` counts too, where it says more (a log of another rank can miss rank 0's lines);
+* **skipped steps**: one per overflow (a cut scale, or DeepSpeed's hysteresis spent; two messages of one overflow
+  count once; DeepSpeed's lines of ranks other than 0 are not read); a DeepSpeed progress line's ``skipped=K``
+  counts too, where it says more (skips whose lines were not logged);
 * **the initial search**: the leading overflows while the scale only falls (each cut below the one before).
   Every dynamic scaler starts high and halves down to a scale the gradients fit: those skips are expected.
   The scale has **settled** at the first overflow whose new scale is not below the last one's, i.e. the scale
@@ -19,11 +20,12 @@ Read from the lines :mod:`search.diagnosis._log_lines` knows, without re-running
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from search.diagnosis._log_lines import HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
+from search.diagnosis._log_lines import GROWTH, HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
 
 CHRONIC_RATE = 0.01  # Skips per step after settling: 10x the equilibrium of DeepSpeed's default window.
 TITLES = {"deepspeed": "DeepSpeed", "apex": "apex", "fairseq": "fairseq"}  # As people write them.
@@ -43,7 +45,8 @@ class LogReading:
         skipped_steps: Steps the scaler skipped.
         steps: The optimizer steps the log covers: its last step number, or the ``steps`` given; None when neither
             tells and the run ended at its minimum (the verdict needs no rate then).
-        scale_trace: ``(line number, step or None, the scale from then on)`` at each line that tells the scale.
+        scale_trace: ``(line number, step, the scale from then on)`` at each line that tells a new scale; the step is
+            the last one the log numbered at or before that line (None before any).
         initial_skips: Skips of the initial search (the scale only falling).
         settled_line: The first line showing the scale had grown again (the end of the initial search), or None.
         later_skips: Skips from there on.
@@ -79,7 +82,8 @@ class LogReading:
             "settled_line": self.settled_line,
             "later_skips": self.later_skips,
             "later_rate": self.later_rate,
-            "scale_trace": [{"line": n, "step": s, "scale": v} for n, s, v in self.scale_trace],
+            # A scale of inf (a broken run's fairseq line) as the string JSON can hold.
+            "scale_trace": [{"line": n, "step": s, "scale": v if math.isfinite(v) else str(v)} for n, s, v in self.scale_trace],
         }
 
 
@@ -106,9 +110,11 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
             f"{', '.join(TITLES[f] for f in frameworks)} lines without step numbers: pass --steps N, the optimizer "
             "steps the log covers, to judge the skip rate"
         )
-    skips = [line for line in lines if line.kind in (OVERFLOW, HYSTERESIS)]
+    skips = _skips(lines)
     progress_skipped = max((line.skipped for line in lines if line.skipped is not None), default=0)
-    skipped = max(len(skips), progress_skipped)
+    skipped = max(len(skips), progress_skipped)  # The engine's count sees skips whose lines were not logged.
+    if covered is not None and skipped > covered:
+        raise LogError(f"the log shows {skipped} skipped steps, more than the {covered} steps it covers (--steps)")
     trace, step = [], None
     for line in lines:
         step = line.step if line.step is not None else step
@@ -117,10 +123,10 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
                 trace.append((line.number, step, scale))
     settled = _settled_line(lines)
     initial = sum(1 for line in skips if settled is None or line.number < settled)
-    later = len(skips) - initial
+    later = skipped - initial  # After settling; or, never settled, skips the engine counted and no line showed.
     settled_step = _step_at(lines, settled) if settled is not None else None
-    after = None if settled is None or covered is None else max(1, covered - (settled_step or 0))
-    later_rate = None if after is None else later / after
+    after = None if covered is None else max(1, covered - (settled_step or 0))
+    later_rate = None if after is None or (settled is None and later == 0) else later / after
     last_scale = trace[-1][2] if trace else None
     if hit_minimum:
         verdict = "scale-collapse"
@@ -134,27 +140,47 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
         reason = (f"after the scale settled, {later} of {after} steps were skipped ({later_rate:.1%}, at least "
                   f"{CHRONIC_RATE:.0%}): it keeps growing into overflows; a longer growth window (DeepSpeed's "
                   "loss_scale_window, GradScaler's growth_interval) or a smaller growth factor skips fewer")  # fmt: skip
+    elif skipped == 0:
+        verdict = "healthy"
+        reason = "no step was skipped: keep these settings"
+    elif later_rate is None:
+        verdict = "healthy"
+        reason = (f"{initial} skip{'s' if initial != 1 else ''}, all while the scale searched down from its start; "
+                  "it never had to back off again: keep these settings")  # fmt: skip
     else:
         verdict = "healthy"
         reason = (f"{initial} skip{'s' if initial != 1 else ''} while the scale searched down from its start, "
-                  f"{later} after it settled (under {CHRONIC_RATE:.0%} of the steps): keep these settings")  # fmt: skip
+                  f"{later} after it ({later_rate:.2%} of {after} steps, under {CHRONIC_RATE:.0%}): keep these settings")  # fmt: skip
     return LogReading(frameworks, lines, skipped, covered, tuple(trace), initial, settled, later, later_rate,
                       hit_minimum, verdict, reason)  # fmt: skip
+
+
+def _skips(lines: tuple[LogLine, ...]) -> list[LogLine]:
+    """The lines that each show one skipped step: DeepSpeed may write one overflow in two messages ("Reducing
+    dynamic loss scale from X to Y" and "... Attempted loss scale: X, reducing to Y"), counted once."""
+    skips: list[LogLine] = []
+    for line in lines:
+        if line.kind not in (OVERFLOW, HYSTERESIS):
+            continue
+        last = skips[-1] if skips else None
+        if (last is not None and line.pattern != last.pattern and line.number - last.number <= 3
+                and (line.scale_before, line.scale_after) == (last.scale_before, last.scale_after)):  # fmt: skip
+            continue
+        skips.append(line)
+    return skips
 
 
 def _settled_line(lines: tuple[LogLine, ...]) -> int | None:
     """The first line showing that the scale grew (the initial search is over), or None.
 
-    Growth is never logged by the scalers themselves: it shows as an attempted scale above the last one known
-    (DeepSpeed), a cut that lands no lower than the scale before it (apex, fairseq: each cut halves, so the
-    scale had at least doubled), or a progress line's scale above the last one known (fairseq)."""
+    Growth shows as a line saying so (DeepSpeed outside ZeRO), an attempted scale above the last one known
+    (DeepSpeed), or a cut that lands no lower than the scale before it (apex, fairseq: each cut halves, so the
+    scale had at least doubled; a scale clamped at a minimum apex was given looks the same). fairseq's progress
+    lines round the scale to 4 decimals, so they do not count."""
     current = None
     for line in lines:
-        if line.kind == PROGRESS and line.scale_after is not None:
-            if current is not None and line.scale_after > current:
-                return line.number
-            current = line.scale_after
-            continue
+        if line.kind == GROWTH:
+            return line.number
         if line.kind not in (OVERFLOW, HYSTERESIS):
             continue
         if line.scale_before is not None:

@@ -197,3 +197,81 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, content, args
     assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("search.diagnose: error: ") and message in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+# -- shapes of real logs --------------------------------------------------------------------------------
+
+_FP16_OPT = "[2026-12-06 04:00:00,000] [INFO] [fused_optimizer.py:{}:_update_scale] {}"  # DeepSpeed 0.19.8, outside ZeRO
+
+
+def fused_optimizer_log(cuts_then_growths: int, steps: int) -> list[str]:
+    """DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py:413-423, verbose): from 2^16 down to 2^8, then
+    ``cuts_then_growths`` times a growth to 2^9 and a cut back; the engine's step line every 100 steps."""
+    lines, scale, step = [], 2.0**16, 0
+    for _ in range(8):
+        step += 1
+        lines += [_FP16_OPT.format(413, f"\nGrad overflow on iteration {step}").split("\n")[-1],
+                  _FP16_OPT.format(414, f"Reducing dynamic loss scale from {scale} to {scale / 2}")]  # fmt: skip
+        scale /= 2
+    for _ in range(cuts_then_growths):
+        lines += [_FP16_OPT.format(421, "No Grad overflow for 20 iterations"),
+                  _FP16_OPT.format(423, f"Increasing dynamic loss scale from {scale} to {scale * 2}"),
+                  _FP16_OPT.format(414, f"Reducing dynamic loss scale from {scale * 2} to {scale}")]  # fmt: skip
+    lines.append(f"[2026-12-06 04:00:00,000] [INFO] [logging.py:107:log_dist] [Rank 0] step={steps}, "
+                 f"skipped={8 + cuts_then_growths}, lr=[0.0001], mom=[(0.9, 0.999)]")  # fmt: skip
+    return lines
+
+
+@pytest.mark.parametrize(
+    "lines, steps, skipped, verdict",
+    [
+        # Outside ZeRO DeepSpeed logs its growth too: 8 cuts of the start, then 100 more in 1000 steps.
+        (fused_optimizer_log(100, 1000), None, 108, "chronic-skipping"),
+        (fused_optimizer_log(2, 1000), None, 10, "healthy"),
+        # Older releases wrote one overflow twice ("Reducing ..." and "... fp16 dynamic loss scale overflow!"): once.
+        (["[INFO] [unfused_optimizer.py:282:_update_scale] Reducing dynamic loss scale from 65536.0 to 32768.0",
+          "[INFO] [unfused_optimizer.py:207:step] [deepspeed] fp16 dynamic loss scale overflow! Skipping step. "
+          "Attempted loss scale: 65536.0, reducing to 32768.0",
+          "[INFO] [unfused_optimizer.py:281:_update_scale] Grad overflow on iteration: 0",
+          "[Rank 0] step=500, skipped=1, lr=[0.0001], mom=[0.9]"], None, 1, "healthy"),
+        # Ranks other than 0 are not read; the engine's count (rank 0) is the truth.
+        (["[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+          "[deepspeed] OVERFLOW! Rank 1 Skipping step. Attempted loss scale: 65536, reducing to 32768",
+          "[deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss scale: 32768, reducing to 16384",
+          "[deepspeed] OVERFLOW! Rank 1 Skipping step. Attempted loss scale: 32768, reducing to 16384",
+          "[Rank 0] step=500, skipped=2, lr=[0.0001], mom=[0.9]"], None, 2, "healthy"),
+        # Skips the engine counted with no overflow line (a log without the scaler's messages): still judged.
+        ([f"[Rank 0] step={s}, skipped={s // 2}, lr=[0.0001], mom=[0.9]" for s in range(10, 101, 10)], None, 50,
+         "chronic-skipping"),
+        # A sentence's full stop after the number; a tqdm bar's carriage returns on the same line.
+        (["epoch 1: 10%|#         | 3/30 [00:01<00:09]\rGradient overflow.  Skipping step, loss scaler 0 reducing "
+          "loss scale to 32768.0."], 1000, 1, "healthy"),
+        # fairseq's simple (non-json) progress format.
+        (["2026-12-06 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0",
+          "2026-12-06 | INFO | train_inner | epoch 001:    300 / 900 loss=3.1, num_updates=300, lr=0.0001, loss_scale=64"],
+         None, 1, "healthy"),
+    ],
+)  # fmt: skip
+def test_real_log_shapes(lines, steps, skipped, verdict):
+    reading = read_log(lines, steps)
+    assert (reading.skipped_steps, reading.verdict) == (skipped, verdict), reading.reason
+
+
+def test_more_skips_than_steps_is_refused():
+    with pytest.raises(LogError, match="more than the 1 steps"):
+        read_log(["Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 32768.0"] * 2, steps=1)
+
+
+def test_a_file_and_standard_input_number_lines_alike_and_an_infinite_scale_is_written(tmp_path, monkeypatch):
+    """Lines end at "\\n" only (a progress bar's "\\r" does not start one), as grep -n counts them."""
+    text = "bar 1/3\rbar 2/3\rbar 3/3\n" + "\n".join(
+        f"NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: {s}" for s in ("inf", "64.0", "128.0")
+    ) + '\n{"num_updates": "400", "loss_scale": "128"}\n'  # fmt: skip
+    (tmp_path / "fs.log").write_text(text)
+    from_file = run_cli(["--log", "fs.log", "--json", "a.json"], tmp_path, module="search.diagnose")
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    from_stdin = run_cli(["--log", "-", "--json", "b.json"], tmp_path, module="search.diagnose")
+    assert from_file.returncode == from_stdin.returncode == 0, from_file.stderr + from_stdin.stderr
+    a, b = (json.loads((tmp_path / name).read_text()) for name in ("a.json", "b.json"))
+    assert a["scale_trace"] == b["scale_trace"] and a["scale_trace"][0] == {"line": 2, "step": None, "scale": "inf"}
+    assert a["settled_line"] == 4 and a["skipped_steps"] == 3
