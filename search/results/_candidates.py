@@ -12,7 +12,7 @@ is :mod:`search.study._confirmation_runs`, reading the runs back :mod:`search.re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,8 +65,8 @@ def select_candidates(
     """The top-``top`` configurations of a study, its recommendation and the default, with notes for the user.
 
     Under a framework's rule, the recommendation is that study's answer and the default the framework's
-    own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the lowest-objective COMPLETE trials (ties: the earlier trial first), one per
-    distinct params; baselines are not excluded, so ``best-1`` may be a seed baseline, even the
+    own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the
+    lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are not excluded, so ``best-1`` may be a seed baseline, even the
     default's own settings.
     """
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
@@ -134,18 +134,9 @@ def default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
     a searched range is still run; its stored distribution is widened to contain it, with a note.
     """
     _tag, cfg = SEED_BASELINES[0]
-    params: dict[str, Any] = {}
-    dists: dict[str, BaseDistribution] = {}
-    outside = []
-    for name, dist in distributions(settings.space).items():
-        value: Any = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
-        if isinstance(dist, IntDistribution):
-            value = int(value)
-        params[name] = value
-        if not dist.low <= value <= dist.high:
-            outside.append(name)
-            dist = _widened(dist, value)
-        dists[name] = dist
+    dists = distributions(settings.space)
+    values = {name: math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name) for name in dists}
+    params, dists, outside = _in_space(values, dists)
     note = None
     if outside:
         note = (
@@ -163,7 +154,7 @@ def rule_recommended_candidate(
     answer = answer_rule_study(list(trials), settings.space, settings.run.scaler, tolerance)
     if answer is None or answer.verdict != "change":
         return None
-    params, dists, _outside = _rule_params(answer.values, settings)
+    params, dists, _outside = _in_space(answer.values, distributions(settings.space, settings.run.scaler))
     return Candidate(f"recommended (#{answer.source_trial})", answer.source_trial, params, dists)
 
 
@@ -171,29 +162,30 @@ def rule_default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
     """The framework's default (its first baseline) as params of the study's space; as
     :func:`default_candidate`, a default outside a searched range is run all the same, with a note."""
     rule = RULES[settings.run.scaler]
-    params, dists, outside = _rule_params(rule.default, settings)
+    params, dists, outside = _in_space(rule.default, distributions(settings.space, rule.name))
     note = None
     if outside:
         note = f"{rule.title}'s default {', '.join(outside)} lies outside the study's search space; it is run all the same"
     return Candidate(default_label(rule.name), None, params, dists, rule.default_tag), note
 
 
-def _rule_params(
-    values: dict[str, Any], settings: Settings
+def _in_space(
+    values: Mapping[str, Any], dists: Mapping[str, BaseDistribution]
 ) -> tuple[dict[str, Any], dict[str, BaseDistribution], list[str]]:
-    """Every searched knob's value as a param (a flag as 0/1), its distribution widened to hold it, and the
-    knobs that lay outside. A fixed knob is no param: the runs take its fixed value, as the study's trials did."""
+    """Each searched parameter's value as a param (an int where its distribution is; a flag as 0/1), its
+    distribution widened to hold it, and the parameters that lay outside. A fixed one is no param: the runs
+    take its fixed value, as the study's trials did."""
     params: dict[str, Any] = {}
-    dists: dict[str, BaseDistribution] = {}
+    widened: dict[str, BaseDistribution] = {}
     outside = []
-    for name, dist in distributions(settings.space, settings.run.scaler).items():
+    for name, dist in dists.items():
         value: Any = int(values[name]) if isinstance(dist, IntDistribution) else float(values[name])
         params[name] = value
         if not dist.low <= value <= dist.high:
             outside.append(name)
             dist = _widened(dist, value)
-        dists[name] = dist
-    return params, dists, outside
+        widened[name] = dist
+    return params, widened, outside
 
 
 def _widened(dist: BaseDistribution, value: float) -> BaseDistribution:

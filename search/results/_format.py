@@ -44,3 +44,9 @@ def offsets_text(offsets: dict[str, float]) -> str:
     moved = sorted(((p, d) for p, d in offsets.items() if abs(d) >= 0.05), key=lambda pd: -abs(pd[1]))
     parts = [f"{p} {abs(d):.1f} octave{'' if f'{abs(d):.1f}' == '1.0' else 's'} {'higher' if d > 0 else 'lower'}" for p, d in moved]
     return ", ".join(parts) if parts else "every setting within 0.05 octaves of it"
+
+
+def study_heading(title: str, states: dict[str, int], has_best: bool) -> list[str]:
+    """A summary's first lines: ``title``, the trial counts by state, and a line when no trial completed."""
+    counts = ", ".join(f"{n.lower()} {c}" for n, c in states.items() if c)
+    return [title, f"  trials: {counts or 'none'}"] + ([] if has_best else ["  no completed trial yet"])

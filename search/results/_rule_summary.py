@@ -25,6 +25,7 @@ from search.core import (
     baseline_of,
     device_kind,
 )
+from search.results._format import study_heading
 from search.results._rule_answer import answer_rule_study, rule_values
 from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
 from search.scalers import RULES, shortest
@@ -100,11 +101,9 @@ def _cell(value: Any) -> str:
 def format_rule_summary(data: dict[str, Any]) -> str:
     """Renders :func:`summarize_rule_study` output as the text printed at the end of a run."""
     rule = RULES[data["scaler"]]
-    lines = [f"Study {data['study_name']!r} ({rule.title}'s loss-scale rule)"]
-    states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
-    lines.append(f"  trials: {states or 'none'}")
+    title = f"Study {data['study_name']!r} ({rule.title}'s loss-scale rule)"
+    lines = study_heading(title, data["states"], bool(data["best"]))
     if not data["best"]:
-        lines.append("  no completed trial yet")
         return "\n".join(lines)
     names = [k.name for k in rule.knobs]
     widths = [max(len(n), 8) for n in names]

@@ -27,7 +27,7 @@ from search.core import (
     scaler_config,
 )
 from search.results._dominance import dominance_note
-from search.results._format import format_range, offsets_text
+from search.results._format import format_range, offsets_text, study_heading
 from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
@@ -155,11 +155,8 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
     """
     if data.get("scaler", TORCH) != TORCH:
         return format_rule_summary(data)
-    lines = [f"Study {data['study_name']!r}"]
-    states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c)
-    lines.append(f"  trials: {states or 'none'}")
+    lines = study_heading(f"Study {data['study_name']!r}", data["states"], bool(data["best"]))
     if not data["best"]:
-        lines.append("  no completed trial yet")
         return "\n".join(lines)
 
     # The evaluation column is the one the objective reads ([penalty] evaluation).
