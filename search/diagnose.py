@@ -1,25 +1,37 @@
-"""``python -m search.diagnose --log FILE``: what a training log says of its loss scaling, without re-running it.
+"""``python -m search.diagnose``: whether loss scaling is a run's problem at all, and which one, in seconds.
 
-It reads the loss-scaler lines of a DeepSpeed, apex or fairseq log (:mod:`search.diagnosis`): the skipped steps,
-the scale over time, when it settled, whether it reached the framework's minimum, and the verdict a log can
-support (``healthy``, ``chronic-skipping``, ``scale-collapse``). A log cannot show an underflow (gradients
-rounded to zero skip nothing) nor a forward pass that overflows fp16; the command says so with every verdict.
-This command parses the arguments, prints the reading and chooses the exit code; it never imports torch.
+Two ways in:
 
-Exit codes: 0 read, 2 bad input (no such file, no loss-scaler line, no step count; one line on stderr,
-nothing written).
+* **a task** (the same ``--task``, ``--device``, ``--epochs``/``--steps`` and ``--seed`` as ``search.optimize``) and
+  the settings you train with today (``--init-scale`` ... ``--growth-interval``, PyTorch's defaults unless given;
+  or ``--scaler deepspeed|megatron|fairseq`` with ``--knob NAME=VALUE``): it trains those settings in fp16, an
+  fp32 control and a bf16 control (:mod:`search.diagnosis`), and prints the scale trace, every skipped step with
+  what overflowed, each parameter's gradient magnitudes against fp16's range, the forward pass's largest
+  activation against 65504, and a verdict; ``--json`` and ``--html`` write it for a program and for a person;
+* **a log** (``--log FILE``): the loss-scaler lines of a DeepSpeed, apex or fairseq run, read without re-running
+  it: skipped steps, the scale over time, when it settled, whether it reached the minimum, and the verdict a log
+  can support (``healthy``, ``chronic-skipping``, ``scale-collapse``); a log cannot show an underflow nor a
+  forward overflow, and the command says so. This way never imports torch.
+
+This command parses the arguments, prints and chooses the exit code.
+
+Exit codes: 0 diagnosed (whatever the verdict), 2 bad input (one line on stderr, nothing written), 130/143
+interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 from search.cli import OneLineParser, Session, check_output, fail, prog_name, run_command
 from search.core import UsageError
+
+TORCH = "torch"  # GradScaler (search.scalers.TORCH, without importing the scalers for --help).
 
 __all__ = ["build_parser", "format_reading", "main"]
 
@@ -34,22 +46,46 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name(PROG),
-        description="Explain the loss scaling of a DeepSpeed, apex or fairseq training log: skipped steps, the "
-        "scale over time, whether it settled or reached its minimum, and a verdict.",
+        description="Say in seconds whether loss scaling is a run's problem, and which one: train your settings "
+        "in fp16 beside fp32 and bf16 controls on a task, or read a DeepSpeed, apex or fairseq log (--log).",
         allow_abbrev=False,
     )
     add = p.add_argument
-    add("--log", metavar="FILE", required=True, help="the training log to read ('-': standard input)")
+    run = p.add_argument_group("a training diagnosis (the default)")
+    run.add_argument("--task", default=None, metavar="NAME", help="a built-in task or package.module:callable [seed-mlp]")
+    run.add_argument("--config", metavar="PATH", default=None, help="TOML config, as search.optimize reads it")
+    run.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N [auto]")
+    run.add_argument("--epochs", type=int, default=None, metavar="N", help="passes over the data [the task's default]")
+    run.add_argument("--seed", type=int, default=None, metavar="N", help="task seed: data and initial weights [42]")
+    run.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads; 0: 1, or OMP_NUM_THREADS [0]")
+    run.add_argument("--scaler", default=None, metavar="RULE", help="whose loss-scale rule: torch (GradScaler), deepspeed, megatron, fairseq [torch]")
+    for flag, kind, default in _TORCH_FLAGS:
+        run.add_argument(flag, type=kind, default=None, metavar="X", help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]")
+    run.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
+                     help="a framework's setting under --scaler, by its own name (initial_scale_power=12); repeatable")  # fmt: skip
+    run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")
+    add("--log", metavar="FILE", default=None, help="read this training log instead of training ('-': standard input)")
     add(
         "--steps",
         type=int,
         default=None,
         metavar="N",
-        help="the optimizer steps the log covers, for a log that numbers none (apex); a step number in the log "
-        "wins where it is larger",
+        help="a training diagnosis: optimizer steps to train [as the epochs make]; --log: the steps the log covers, "
+        "for a log that numbers none (apex; a step number in the log wins where it is larger)",
     )
-    add("--json", metavar="PATH", default=None, help="write the reading as JSON (verdict, skipped_steps, hit_minimum, ...)")
+    add("--json", metavar="PATH", default=None, help="write the diagnosis as JSON (verdict, skipped_steps, ...)")
     return p
+
+
+# GradScaler's four settings as flags: (flag, type, PyTorch's default).
+_TORCH_FLAGS = (
+    ("--init-scale", float, "65536"),
+    ("--growth-factor", float, "2"),
+    ("--backoff-factor", float, "0.5"),
+    ("--growth-interval", int, "2000"),
+)
+_TRAINING_ONLY = ("task", "config", "device", "epochs", "seed", "threads", "scaler", "init_scale", "growth_factor",
+                  "backoff_factor", "growth_interval", "html")  # fmt: skip
 
 
 def format_reading(reading, source: str) -> list[str]:  # noqa: ANN001 (search.diagnosis.LogReading: lazily imported)
@@ -91,26 +127,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(session: Session, argv: list[str]) -> int:
-    from search.diagnosis import LogError, read_log
-
     try:
         args = build_parser().parse_args(argv)
-        if args.steps is not None and args.steps < 1:
-            raise UsageError(f"--steps must be >= 1, got {args.steps}")
         if args.json:
             check_output("--json", args.json)
-        source = "(standard input)" if args.log == "-" else args.log
-        try:
-            # Lines end at "\n" only: a progress bar's "\r" is not a new line (grep -n numbers them the same way).
-            if args.log == "-":
-                reading = read_log(_lines(sys.stdin.buffer), args.steps)
-            else:
-                with open(args.log, "rb") as f:
-                    reading = read_log(_lines(f), args.steps)
-        except OSError as e:
-            raise UsageError(f"--log {args.log}: {e.strerror or e}") from None
-        except LogError as e:
-            raise UsageError(f"--log {source}: {e}") from None
+        if args.log is None:
+            return _training(session, args)
+        given = [name for name in _TRAINING_ONLY if getattr(args, name) is not None] + (["knob"] if args.knob else [])
+        if given:
+            raise UsageError(f"--{given[0].replace('_', '-')} is for a training diagnosis; --log reads a log without training")
+        if args.steps is not None and args.steps < 1:
+            raise UsageError(f"--steps must be >= 1, got {args.steps}")
+        reading, source = _read(args)
     except UsageError as e:
         return fail(PROG, str(e))
     text = json.dumps({"log": source, **reading.to_dict()}, indent=2, allow_nan=False) if args.json else None
@@ -119,6 +147,129 @@ def _main(session: Session, argv: list[str]) -> int:
         with open(args.json, "w") as f:
             f.write(text + "\n")
     return 0
+
+
+def _read(args: argparse.Namespace):  # noqa: ANN202 (search.diagnosis.LogReading, lazily imported)
+    from search.diagnosis import LogError, read_log
+
+    source = "(standard input)" if args.log == "-" else args.log
+    try:
+        # Lines end at "\n" only: a progress bar's "\r" is not a new line (grep -n numbers them the same way).
+        if args.log == "-":
+            return read_log(_lines(sys.stdin.buffer), args.steps), source
+        with open(args.log, "rb") as f:
+            return read_log(_lines(f), args.steps), source
+    except OSError as e:
+        raise UsageError(f"--log {args.log}: {e.strerror or e}") from None
+    except LogError as e:
+        raise UsageError(f"--log {source}: {e}") from None
+
+
+def _training(session: Session, args: argparse.Namespace) -> int:
+    """A training diagnosis: bad input before torch, then the three runs, then the lines and files."""
+    from search.core import ConfigError, load_settings
+    from search.tasks import TaskError, task_target
+
+    overrides = {"task": args.task, "device": args.device, "epochs": args.epochs, "steps": args.steps,
+                 "seed": args.seed, "threads": args.threads, "scaler": args.scaler}  # fmt: skip
+    try:
+        settings = load_settings(args.config, overrides)
+        task_target(settings.run.task)
+    except (ConfigError, TaskError) as e:
+        raise UsageError(str(e)) from None
+    setting = _setting(args, settings.run.scaler)
+    if args.html:
+        check_output("--html", args.html)
+
+    import torch  # From here on the task is trained.
+
+    from search.core import device_label, resolve_device
+    from search.diagnosis import TrainingDiagnosis, diagnosis_runs, format_training, judge
+    from search.study import threads_per_process
+    from search.tasks import build_problem, resolve_task
+    from search.training import run_steps
+
+    run = settings.run
+    torch.set_num_threads(threads_per_process(run.threads))
+    try:
+        device = resolve_device(run.device)
+    except RuntimeError as e:  # torch.device("tpu")
+        raise UsageError(f"unknown device {run.device!r}: {str(e).splitlines()[0]}") from None
+    try:
+        problem = build_problem(resolve_task(run.task), run.task, run.seed).to(device)
+        epochs = run.epochs or getattr(problem, "epochs", 0)
+        steps = run_steps(problem, epochs, run.steps)
+    except TaskError as e:
+        raise UsageError(str(e)) from None
+    except ValueError as e:  # --epochs for a task that runs steps.
+        raise UsageError(f"--epochs {run.epochs}: {e}") from None
+    session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
+    runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
+    verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
+    values = dict(setting.values) if run.scaler != TORCH else dict(setting.__dict__)
+    diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
+    # Everything written is made before anything is printed: a reader that goes away costs no file.
+    text = json.dumps(diagnosis.to_dict(), indent=2, allow_nan=False) if args.json else None
+    page = None
+    if args.html:
+        from search.publishing import diagnosis_page
+
+        page = diagnosis_page(diagnosis)
+    print("\n".join(format_training(diagnosis)))
+    for path, content in ((args.json, text), (args.html, page)):
+        if path and content is not None:
+            with open(path, "w") as f:
+                f.write(content + "\n")
+    return 0
+
+
+def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)
+    """The settings to diagnose, from the flags; bad values are one line each."""
+    from search.core import ScalerConfig
+    from search.scalers import RULES, RuleSetting
+
+    torch_flags = [flag for flag, _, _ in _TORCH_FLAGS if getattr(args, flag[2:].replace("-", "_")) is not None]
+    if scaler == TORCH:
+        if args.knob:
+            raise UsageError("--knob sets a framework's setting: add --scaler deepspeed, megatron or fairseq")
+        init, growth, backoff, interval = (getattr(args, f[2:].replace("-", "_")) for f, _, _ in _TORCH_FLAGS)
+        config = ScalerConfig(
+            65536.0 if init is None else init,
+            2.0 if growth is None else growth,
+            0.5 if backoff is None else backoff,
+            2000 if interval is None else interval,
+        )
+        if not (math.isfinite(config.init_scale) and config.init_scale > 0):
+            raise UsageError(f"--init-scale must be a finite number > 0, got {config.init_scale:g}")
+        if not (math.isfinite(config.growth_factor) and config.growth_factor > 1):
+            raise UsageError(f"--growth-factor must be > 1 (GradScaler's rule), got {config.growth_factor:g}")
+        if not 0 < config.backoff_factor < 1:
+            raise UsageError(f"--backoff-factor must be in (0, 1) (GradScaler's rule), got {config.backoff_factor:g}")
+        if config.growth_interval < 1:
+            raise UsageError(f"--growth-interval must be >= 1, got {config.growth_interval}")
+        return config
+    rule = RULES[scaler]
+    if torch_flags:
+        raise UsageError(f"{torch_flags[0]} is GradScaler's; {rule.title}'s settings are given as --knob NAME=VALUE")
+    values = dict(rule.default)
+    for item in args.knob:
+        name, sep, text = item.partition("=")
+        names = [knob.name for knob in rule.knobs]
+        if not sep or name not in names:
+            raise UsageError(f"--knob {item}: {rule.title}'s settings are {', '.join(names)} (as NAME=VALUE)")
+        knob = rule.knob(name)
+        try:
+            value = float(text)
+        except ValueError:
+            raise UsageError(f"--knob {item}: not a number") from None
+        if not knob.valid(value):
+            raise UsageError(f"--knob {item}: {name} must be {knob.rule}")
+        values[name] = knob.cast(value)
+    try:
+        RuleSetting(scaler, values).make()
+    except ValueError as e:  # Knobs valid alone but not together (a minimum above the start).
+        raise UsageError(f"{rule.title}'s settings: {e}") from None
+    return RuleSetting(scaler, values)
 
 
 def _lines(binary: BinaryIO) -> Iterator[str]:

@@ -3,6 +3,7 @@
 * ``_figures``: plotly figures of training curves (shared by the dashboard and the report);
 * ``_publish``: curves and notes published to optuna-dashboard (end of every run, and by the dashboard);
 * ``_trial_pictures``: each trial's loss-and-scale SVG, an artifact the dashboard serves;
+* ``_diagnosis_page``: the HTML page of a training diagnosis (``search.diagnose --html``);
 * ``report/``: the HTML/JSON report ``search.report`` writes.
 
 Never imports torch.
@@ -23,5 +24,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "publish",
         ),
         "_trial_pictures": ("FILENAME", "curves_svg", "publish_pictures", "write_pictures"),
+        "_diagnosis_page": ("diagnosis_page",),
     },
 )

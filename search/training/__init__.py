@@ -21,7 +21,7 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_trainer": ("TrainResult", "TrialTimeout", "fp32_zero_fraction", "run_steps", "train"),
+        "_trainer": ("StepObserver", "TrainResult", "TrialTimeout", "fp32_zero_fraction", "run_steps", "train"),
         "_feed": ("batch_plan",),
         "_evaluation": (
             "FINAL_WEIGHTS",

@@ -25,10 +25,12 @@ Where each measurement is taken, so that a plain PyTorch loop can reproduce it:
 from __future__ import annotations
 
 import copy
+import math
 import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -103,6 +105,16 @@ class TrainResult:
     rule: str = ""  # The framework whose rule moved the scale (a RuleSetting's), or "".
 
 
+class StepObserver(Protocol):
+    """Reads a run step by step (the diagnosis's :class:`search.diagnosis.RunObserver`)."""
+
+    def attach(self, model: torch.nn.Module) -> None: ...
+
+    def gradients(self, step: int, scale: torch.Tensor) -> None: ...
+
+    def detach(self) -> None: ...
+
+
 class TrialTimeout(Exception):
     """Raised between steps when a run has trained longer than its timeout."""
 
@@ -132,6 +144,8 @@ def train(
     checkpoints: tuple[int, ...] = (),
     should_stop: Callable[[int, float], bool] | None = None,
     scale_rule: ScaleRule | None = None,
+    observer: StepObserver | None = None,
+    fp32_reference: bool = True,
 ) -> TrainResult:
     """Trains a fresh copy of ``problem.model`` under mixed precision.
 
@@ -165,7 +179,7 @@ def train(
     if isinstance(scaler_config, RuleSetting):
         rule, scale_rule, scaler_config = scaler_config.rule, scaler_config.make(), _RULE_PLACEHOLDER
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
-    fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps)
+    fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps) if fp32_reference else math.nan
     feed = feed_of(problem, epochs, steps)
     initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
     start = time.perf_counter()
@@ -181,6 +195,8 @@ def train(
         growth_interval=scaler_config.growth_interval,
     )
     params = list(model.parameters())
+    if observer is not None:
+        observer.attach(model)
     losses: list[torch.Tensor] = []
     scales: list[torch.Tensor] = []
     found_infs: list[torch.Tensor] = []
@@ -210,6 +226,8 @@ def train(
         grads = [p.grad for p in params if p.grad is not None]
         zero_counts.append(sum(g.numel() for g in grads) - torch.stack([g.count_nonzero() for g in grads]).sum())
         grad_sizes.append(sum(g.numel() for g in grads))
+        if observer is not None:
+            observer.gradients(step, scaler._scale)
         if problem.grad_clip is not None:
             scaler.unscale_(optimizer)  # Clip the true gradients, not the scaled ones.
             torch.nn.utils.clip_grad_norm_(params, problem.grad_clip)
@@ -242,6 +260,8 @@ def train(
                 stopped_early = True
                 break
 
+    if observer is not None:
+        observer.detach()
     final_fp32 = feed.final_loss_fp32(model)
     with torch.no_grad():
         weights_finite = torch.stack([torch.isfinite(p).all() for p in params]).all()

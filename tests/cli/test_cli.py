@@ -155,6 +155,9 @@ def test_only_the_commands_are_guarded_not_a_script_that_imports_search():
 LIGHT_EXITS = [  # diagnose first: it must not import Optuna either, which every case after it does
     ("diagnose", ["--help"], 0),
     ("diagnose", ["--log", "missing.log"], 2),
+    ("diagnose", ["--init-scale", "0"], 2),
+    ("diagnose", ["--scaler", "deepspeed", "--knob", "window=3"], 2),
+    ("diagnose", ["--task", "no-such-task"], 2),
     ("optimize", ["--help"], 0),
     ("optimize", ["--no-such-flag"], 2),
     ("optimize", ["--trials", "-3"], 2),

@@ -171,3 +171,15 @@ def vector_loss(seed: int) -> Problem:
 def raises_in_training(seed: int) -> Problem:
     """Passes the start-up probe; every trial then raises the same error in its loss (a task bug)."""
     return _fails_in_training(seed, _labels_out_of_range)
+
+
+def activation_overflow(seed: int) -> Problem:
+    """The seed task with a first layer whose outputs reach ~10^5 (weights x30000), then a LayerNorm: fp32 and bf16
+    normalise them and learn; fp16 autocast's Linear output is inf above 65504, the LayerNorm makes it NaN, and
+    every step is skipped whatever the loss scale (a forward overflow, as T5's feed-forward layers have in fp16)."""
+    problem = build_seed(seed)
+    first = nn.Linear(16, 64)
+    with torch.no_grad():
+        first.weight.mul_(30000.0)
+    model = nn.Sequential(first, nn.LayerNorm(64), nn.ReLU(), nn.Linear(64, 2))
+    return replace(problem, model=model)

@@ -1,0 +1,160 @@
+"""The three runs of a training diagnosis: the user's settings in fp16, an fp32 control, a bf16 control.
+
+Each is :func:`search.training.train`, the loop every trial runs, watched by a
+:class:`~search.diagnosis._observer.RunObserver`; the fp16 run first, so that the fp32 control can count
+which of its true gradients would round to 0 in fp16 at the scale the fp16 run used at each step.
+The controls train at scale 1 with no growth: fp32 needs no scaling, bf16 has fp32's range.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Sequence
+
+import torch
+
+from search.core import PenaltyConfig, ScalerConfig
+from search.diagnosis._evidence import DiagnosisRuns, LayerForward, ParameterGradients, RunEvidence
+from search.diagnosis._observer import RunObserver
+from search.scalers import RuleSetting
+from search.tasks import LoaderProblem, Problem
+from search.training import TrainResult, assess, train
+
+# The controls' GradScaler: scale 1 and no growth in any run's length, i.e. no scaling at all.
+UNSCALED = ScalerConfig(1.0, 2.0, 0.5, 2**30)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether autocast can run bf16 on ``device`` (every CPU; a GPU from Ampere on)."""
+    return device.type == "cpu" or (device.type == "cuda" and torch.cuda.is_bf16_supported())
+
+
+def diagnosis_runs(
+    problem: Problem | LoaderProblem,
+    setting: ScalerConfig | RuleSetting,
+    *,
+    epochs: int = 0,
+    steps: int | None = None,
+    penalty: PenaltyConfig = PenaltyConfig(),
+    controls: Sequence[str] = ("fp32", "bf16"),
+) -> DiagnosisRuns:
+    """Trains ``setting`` in fp16 and the controls, each watched step by step.
+
+    Args:
+        problem: The task's problem, on its device.
+        setting: The user's GradScaler settings, or a framework's (``--scaler``).
+        epochs: As :func:`search.training.train`.
+        steps: As :func:`search.training.train`.
+        penalty: The thresholds a trial is judged by (its failure code is part of the evidence).
+        controls: ``fp32`` (always trained) and ``bf16`` (trained where the device supports it).
+    """
+    device = next(problem.model.parameters()).device
+    if isinstance(problem, Problem) and not epochs and not steps:
+        epochs = problem.epochs  # The task's own default, as a trial's.
+    fp16_observer = RunObserver()
+    fp16, fp16_seconds = _timed(lambda: train(
+        problem, setting, epochs=epochs, steps=steps, observer=fp16_observer, fp32_reference=False))  # fmt: skip
+    scales = [reading.scale for reading in fp16_observer.readings]
+    planned = fp16.planned_steps
+    reference = scales + [scales[-1] if scales else 1.0] * (planned - len(scales))  # A rule may end the run early.
+    fp32_observer = RunObserver(reference_scales=reference)
+    fp32, fp32_seconds = _timed(lambda: train(
+        problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=None, observer=fp32_observer))  # fmt: skip
+    fp32_zeros = fp32.zero_grad_fraction
+    min_scale = setting.make().min_loss_scale if isinstance(setting, RuleSetting) else None
+    runs = {
+        "fp16": _evidence("fp16", fp16, fp16_observer, fp32_zeros, penalty, fp16_seconds, min_scale),
+        "fp32": _evidence("fp32", fp32, fp32_observer, fp32_zeros, penalty, fp32_seconds, None),
+    }
+    if "bf16" in controls and bf16_supported(device):
+        bf16_observer = RunObserver()
+        bf16, bf16_seconds = _timed(lambda: train(
+            problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=torch.bfloat16, observer=bf16_observer,
+            fp32_reference=False))  # fmt: skip
+        runs["bf16"] = _evidence("bf16", bf16, bf16_observer, fp32_zeros, penalty, bf16_seconds, None)
+    return DiagnosisRuns(runs["fp16"], runs["fp32"], runs.get("bf16"))
+
+
+def start_steps(steps: int) -> int:
+    """The first steps whose gradients ``init_scale`` alone must keep representable: the first tenth of the
+    run, at least one (later a dynamic scaler has had the chance to move the scale)."""
+    return max(1, steps // 10)
+
+
+def _timed(run):  # noqa: ANN001, ANN202
+    start = time.perf_counter()
+    result = run()
+    return result, time.perf_counter() - start
+
+
+def _evidence(
+    label: str,
+    result: TrainResult,
+    observer: RunObserver,
+    fp32_zeros: float,
+    penalty: PenaltyConfig,
+    seconds: float,
+    min_scale: float | None,
+) -> RunEvidence:
+    result = dataclasses.replace(result, fp32_zero_fraction=fp32_zeros)
+    judged = assess(result, penalty)
+    readings = observer.readings
+    skipped = list(result.skipped)
+    kept = [i for i, s in enumerate(skipped) if not s]
+    first = start_steps(result.planned_steps)
+    histograms = observer.histograms()
+    parameters = []
+    for i, (name, size) in enumerate(zip(observer.names, observer.numels)):
+        zeros = [readings[s].zeros[i] for s in kept]
+        # At step 0 only: from then on the fp32 control's weights are no longer the fp16 run's.
+        rounds = sum(r.would_round[i] for r in readings[:1])
+        nonzero = sum(size - r.zeros[i] for r in readings[:1])
+        parameters.append(ParameterGradients(
+            name=name,
+            size=size,
+            zero_share=sum(zeros) / (size * len(kept)) if kept and size else 0.0,
+            would_round_share=(rounds / nonzero if nonzero else math.nan) if observer.reference_scales is not None else None,
+            largest=_largest(readings[s].largest[i] for s in kept),
+            first_median=_smallest(r.median[i] for r in readings[:first]),
+            overflow_steps=tuple(s for s, r in enumerate(readings) if r.nonfinite[i]),
+            histogram=tuple(histograms[i]),
+        ))  # fmt: skip
+    layers = [
+        LayerForward(
+            name=name,
+            largest=_largest(r.forward_largest[j] for r in readings),
+            nonfinite_steps=tuple(s for s, r in enumerate(readings) if r.forward_nonfinite[j]),
+            origin_steps=tuple(s for s, r in enumerate(readings) if r.forward_origin == name),
+        )
+        for j, name in enumerate(observer.layers)
+    ]
+    return RunEvidence(
+        label=label,
+        losses=tuple(result.loss_curve),
+        scales=tuple(r.scale for r in readings),
+        skipped=tuple(skipped),
+        eval_loss=result.eval_loss,
+        initial_eval_loss=result.initial_eval_loss,
+        learned=judged.learned,
+        failure=judged.failure,
+        zero_share=result.zero_grad_fraction,
+        ended_by_rule=result.ended_by_rule,
+        min_scale=min_scale,
+        planned_steps=result.planned_steps,
+        start_steps=first,
+        parameters=tuple(parameters),
+        layers=tuple(layers),
+        seconds=seconds,
+    )
+
+
+def _smallest(values) -> float:  # noqa: ANN001
+    finite = [v for v in values if math.isfinite(v)]
+    return min(finite) if finite else math.nan
+
+
+def _largest(values) -> float:  # noqa: ANN001
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite) if finite else math.nan

@@ -1,0 +1,245 @@
+"""What a training diagnosis concludes: one verdict from the fp16 run and its controls, with its evidence.
+
+The verdicts, the first that holds wins (each names the evidence it rests on):
+
+* ``diverges-in-fp32``: the fp32 control's loss or weights went inf/NaN, or its evaluation ended worse than
+  the initial weights': the run fails without any fp16, so no loss scale is the fix (learning rate, data);
+* ``forward-overflow``: a layer's forward output was inf/NaN in fp16 from finite inputs. The loss scale
+  multiplies the loss *after* the forward pass, so no scale helps: bf16 (fp32's range) or that layer is the fix;
+* ``scale-collapse``: under a framework's rule, the scale reached the rule's minimum (DeepSpeed and fairseq end
+  the run there, Megatron clamps and goes on skipping); under GradScaler, which has no minimum, it fell below 1:
+  some gradients overflow fp16 even unscaled, so scaling down is all a scaler can do;
+* ``underflow``: the fp16 run's gradients were exactly zero where the fp32 control's were not, by at least the
+  objective's ``underflow_threshold`` (the same rule as a trial's ``underflow`` failure code), over the whole
+  model or in one parameter: the scale in use is too small for fp16;
+* ``chronic-skipping``: after the scale first grew (the initial search down from ``init_scale`` is expected),
+  at least :data:`~search.diagnosis.CHRONIC_RATE` of the steps were skipped: it keeps growing into overflows
+  (the growth interval is too short for this run);
+* ``healthy``: none of these.
+
+The scale the gradients need, from the fp32 control's true magnitudes: ``needed_scale`` keeps every
+parameter's median non-zero gradient over the first steps at or above fp16's smallest subnormal 2^-24;
+``largest_safe_scale`` keeps the largest gradient of the run under 65504. ``suggested_init_scale`` is the
+user's own ``init_scale`` when it lies between the two, else the power of two nearest their geometric middle;
+none (nan) where the verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``,
+``scale-collapse``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from search.core import PenaltyConfig, ScalerConfig
+from search.diagnosis._evidence import FP16_MAX, FP16_SMALLEST, RunEvidence
+from search.diagnosis._log_reading import CHRONIC_RATE
+from search.scalers import RuleSetting
+
+VERDICTS = ("healthy", "underflow", "chronic-skipping", "forward-overflow", "diverges-in-fp32", "scale-collapse")
+
+
+@dataclass(frozen=True)
+class TrainingVerdict:
+    """The diagnosis's conclusion and the numbers it rests on.
+
+    Attributes:
+        verdict: One of :data:`VERDICTS`.
+        reason: Why, in a sentence of evidence.
+        advice: What to do about it.
+        needed_scale: The scale that keeps the smallest parameter median over the first steps representable (nan:
+            no non-zero gradient).
+        largest_safe_scale: 65504 over the largest gradient of the fp32 control (nan: none).
+        suggested_init_scale: A starting scale that keeps the measured gradients representable (see the module);
+            nan where no starting scale is the fix.
+        settled_step: The first step at which the scale had grown (the end of the initial search), or None.
+        expected_skip_rate: The skip rate of a scaler that grows into an overflow each window and backs off.
+        measured_skip_rate: Skipped steps per step after settling, or None when it never settled.
+        underflowing: Parameters whose fp16 zeros exceed the fp32 control's by the threshold.
+        forward_layer: The layer where the forward pass first overflowed most often, or None.
+    """
+
+    verdict: str
+    reason: str
+    advice: str
+    needed_scale: float
+    largest_safe_scale: float
+    suggested_init_scale: float
+    settled_step: int | None
+    expected_skip_rate: float
+    measured_skip_rate: float | None
+    underflowing: tuple[str, ...]
+    forward_layer: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; non-finite numbers as None."""
+        out = dict(self.__dict__)
+        for key, value in out.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                out[key] = None
+        out["underflowing"] = list(self.underflowing)
+        return out
+
+
+def init_scale_of(setting: ScalerConfig | RuleSetting, scales: tuple[float, ...]) -> float:
+    """The scale a run starts at: ``init_scale``, or the scale a framework's setting starts from."""
+    if isinstance(setting, ScalerConfig):
+        return setting.init_scale
+    return scales[0] if scales else setting.make().scale
+
+
+def expected_skip_rate(setting: ScalerConfig | RuleSetting) -> float:
+    """Skips per step of a scale that sits at its overflow edge: it grows after a window of clean steps, the
+    next step overflows, and it backs off (``hysteresis`` overflows where the rule has one); with a backoff
+    deeper than one growth, it takes several windows to reach the edge again."""
+    if isinstance(setting, ScalerConfig):
+        window, growth, backoff, overflows = setting.growth_interval, setting.growth_factor, setting.backoff_factor, 1
+    else:
+        rule = setting.make()
+        window = getattr(rule, "loss_scale_window", None) or getattr(rule, "fp16_scale_window", None) or 1
+        growth = getattr(rule, "growth_factor", None) or 2.0  # DeepSpeed and fairseq double and halve.
+        backoff = getattr(rule, "backoff_factor", None) or 1 / growth
+        overflows = int(getattr(rule, "hysteresis", 1) or 1)
+    windows = max(1, math.ceil(math.log(1 / backoff) / math.log(growth) - 1e-9))
+    return overflows / (window * windows + overflows)
+
+
+def settled_step(scales: tuple[float, ...]) -> int | None:
+    """The first step whose scale is above the step before's: the initial search down from the start is over."""
+    return next((i for i in range(1, len(scales)) if scales[i] > scales[i - 1]), None)
+
+
+def judge(
+    fp16: RunEvidence,
+    fp32: RunEvidence,
+    bf16: RunEvidence | None,
+    setting: ScalerConfig | RuleSetting,
+    penalty: PenaltyConfig = PenaltyConfig(),
+) -> TrainingVerdict:
+    """The verdict on ``setting`` from its fp16 run and the controls (module docstring)."""
+    medians = [p.first_median for p in fp32.parameters if math.isfinite(p.first_median) and p.first_median > 0]
+    needed = FP16_SMALLEST / min(medians) if medians else math.nan
+    largest = fp32.largest_gradient()
+    safe = FP16_MAX / largest if math.isfinite(largest) and largest > 0 else math.nan
+    init = init_scale_of(setting, fp16.scales)
+    suggested = _suggested(init, needed, safe)
+    settled = settled_step(fp16.scales)
+    later = None
+    if settled is not None:
+        later = sum(fp16.skipped[settled:]) / max(1, len(fp16.skipped) - settled)
+    fp32_zeros = {p.name: p.zero_share for p in fp32.parameters}
+    underflowing = tuple(
+        p.name for p in fp16.parameters if p.zero_share - fp32_zeros.get(p.name, 0.0) >= penalty.underflow_threshold
+    )
+    origins = fp16.forward_origins()
+    layer = max(origins, key=lambda name: len(origins[name])) if origins else None
+    common = dict(needed_scale=needed, largest_safe_scale=safe, suggested_init_scale=suggested, settled_step=settled,
+                  expected_skip_rate=expected_skip_rate(setting), measured_skip_rate=later,
+                  underflowing=underflowing, forward_layer=layer)  # fmt: skip
+    bf16_line = _bf16_line(bf16)
+
+    if not fp32.finite or fp32.failure == "nonfinite" or fp32.eval_loss > fp32.initial_eval_loss:
+        what = "went inf/NaN" if not fp32.finite or fp32.failure == "nonfinite" else (
+            f"ended at {_g(fp32.eval_loss)}, worse than the initial weights' {_g(fp32.initial_eval_loss)}")  # fmt: skip
+        common["suggested_init_scale"] = math.nan  # No starting scale is the fix.
+        return TrainingVerdict("diverges-in-fp32", f"the fp32 control, with no fp16 and no scaling, {what}",
+                               "this is not a loss-scaling problem: look at the learning rate, the data and the "
+                               "model first (then diagnose again)", **common)  # fmt: skip
+    if layer is not None:
+        steps = len(origins[layer])
+        common["suggested_init_scale"] = math.nan
+        fp32_layer = next((f.largest for f in fp32.layers if f.name == layer), math.nan)
+        return TrainingVerdict(
+            "forward-overflow",
+            f"the forward pass overflowed fp16 in layer {layer!r} at {steps} of {fp16.steps} steps (its outputs "
+            f"reach {_g(fp32_layer)} in the fp32 control; fp16 ends at 65504), before any loss scale acts",
+            f"no loss scale helps: train in bf16{bf16_line}, or keep {layer!r} in fp32 / bound its outputs", **common)
+    collapse = _collapse(fp16)
+    if collapse:
+        common["suggested_init_scale"] = math.nan
+        return TrainingVerdict("scale-collapse", collapse, _collapse_advice(fp16, safe), **common)
+    if fp16.zero_share - fp32.zero_share >= penalty.underflow_threshold or underflowing:
+        where = ", ".join(underflowing) or "the model"
+        return TrainingVerdict(
+            "underflow",
+            f"{fp16.zero_share:.1%} of the fp16 gradients were exactly 0 against {fp32.zero_share:.1%} in the fp32 "
+            f"control (at least {penalty.underflow_threshold:.0%} more in: {where}): the scale "
+            f"{scale_text(min(fp16.scales))} is too small for these gradients (they need {scale_text(needed)})",
+            start_advice(setting, suggested), **common)  # fmt: skip
+    if later is not None and later >= CHRONIC_RATE:
+        after = len(fp16.skipped) - settled
+        return TrainingVerdict(
+            "chronic-skipping",
+            f"after the scale first grew (step {settled}), {sum(fp16.skipped[settled:])} of {after} steps were "
+            f"skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}); a scaler that grows into an overflow once per "
+            f"window skips about {expected_skip_rate(setting):.2%}",
+            "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)", **common)
+    return TrainingVerdict(
+        "healthy",
+        f"no forward overflow, {fp16.skipped_steps} skipped steps, {fp16.zero_share:.1%} zero gradients against "
+        f"{fp32.zero_share:.1%} in fp32; fp16 ends at {_g(fp16.eval_loss)}, the fp32 control at {_g(fp32.eval_loss)}",
+        "keep these settings", **common)  # fmt: skip
+
+
+def _collapse(fp16: RunEvidence) -> str:
+    if fp16.ended_by_rule:
+        return (f"the scale reached the rule's minimum and the framework ended the run at step {fp16.steps - 1} "
+                f"(after {fp16.steps} of {fp16.planned_steps} steps)")
+    if fp16.min_scale is not None:
+        at = [i for i, (s, k) in enumerate(zip(fp16.scales, fp16.skipped)) if s <= fp16.min_scale and k]
+        if at:
+            return (f"the scale reached the rule's minimum {scale_text(fp16.min_scale)} at step {at[0]} and "
+                    f"{len(at)} steps overflowed there")  # fmt: skip
+        return ""
+    low = [i for i, s in enumerate(fp16.scales) if s < 1]
+    if not low:
+        return ""
+    return (f"the scale fell below 1 at step {low[0]} and ended at {scale_text(fp16.scales[-1])}: {fp16.skipped_steps} "
+            "steps had gradients that overflow fp16 even unscaled (GradScaler has no minimum; DeepSpeed's rule, at its "
+            "default minimum 1, ends such a run)")  # fmt: skip
+
+
+def _collapse_advice(fp16: RunEvidence, safe: float) -> str:
+    return (f"gradients above 65504 (fp32 control: the largest needs a scale of {scale_text(safe)} or less) skip at "
+            "every scale: find the batches or layers behind them (a summed loss, corrupted labels) or train in bf16")
+
+
+def _bf16_line(bf16: RunEvidence | None) -> str:
+    if bf16 is None:
+        return " (not measured: this device has no bf16)"
+    outcome = "went inf/NaN" if not bf16.finite else f"ended at {_g(bf16.eval_loss)}"
+    return f" (the bf16 control {outcome}, {bf16.skipped_steps} skipped)"
+
+
+def _suggested(init: float, needed: float, safe: float) -> float:
+    if math.isfinite(needed) and math.isfinite(safe) and needed <= init <= safe:
+        return init
+    ends = [math.log2(v) for v in (needed, safe) if math.isfinite(v) and v > 0]
+    if not ends:
+        return init
+    return 2.0 ** round(sum(ends) / len(ends))
+
+
+def scale_text(value: float) -> str:
+    """A scale as people write it: 2^k when it is a power of two, else 2^k.k (``unknown``: not finite or <= 0)."""
+    if not math.isfinite(value) or value <= 0:
+        return "unknown"
+    k = math.log2(value)
+    return f"2^{int(k)}" if k.is_integer() else f"2^{k:.1f}"
+
+
+def start_advice(setting: ScalerConfig | RuleSetting, scale: float) -> str:
+    """"start at ..." in the setting's own terms: GradScaler's init_scale, or the framework's starting knob."""
+    if isinstance(setting, ScalerConfig):
+        return f"start at init_scale {scale_text(scale)} (search.diagnose --init-scale {_plain(scale)} to check it)"
+    knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
+    value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)
+    return f"start at {scale_text(scale)}: {knob} {value} (search.diagnose --knob {knob}={value} to check it)"
+
+
+def _plain(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 2**53 else repr(float(value))
+
+
+def _g(value: float) -> str:
+    return f"{value:.4g}"

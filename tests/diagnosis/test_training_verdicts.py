@@ -1,0 +1,175 @@
+"""Each verdict of a training diagnosis on a task where it is true, its evidence checked against a plain loop.
+
+Built-in tasks: seed-mlp at PyTorch's default is healthy; deep-mlp at the default underflows (and the suggested
+start learns in a plain loop); seed-mlp with growth_interval 1 churns; sum-outliers collapses, under GradScaler
+(below 1) and under DeepSpeed's default (its own DynamicLossScaler ends the plain loop at the same step). Tasks of
+the tests: a first layer whose outputs pass 65504 (forward-overflow) and a learning rate that diverges in fp32.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from search.core import ScalerConfig
+from search.diagnosis import CHRONIC_RATE, diagnosis_runs, judge
+from search.scalers import RULES, RuleSetting
+from search.tasks.deep_mlp import build as build_deep
+from search.tasks.seed_mlp import build as build_seed
+from search.tasks.sum_outliers import build as build_outliers
+
+from plain_loop import _batches, plain_fp32_zero_fraction, plain_rule_run, plain_run
+
+DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+
+
+def diagnose(problem, setting, steps=None):
+    runs = diagnosis_runs(problem, setting, steps=steps)
+    return runs, judge(runs.fp16, runs.fp32, runs.bf16, setting)
+
+
+def test_seed_mlp_at_pytorchs_default_is_healthy():
+    problem = build_seed(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 30, fp32_zeros=plain_fp32_zero_fraction(problem, 30))
+    assert verdict.verdict == "healthy" and verdict.advice == "keep these settings"
+    assert plain.skipped == runs.fp16.skipped_steps == 0 and plain.failure == runs.fp16.failure == "none"
+    assert runs.fp16.eval_loss == pytest.approx(plain.eval_loss, rel=1e-6)
+    assert verdict.suggested_init_scale == 2.0**16  # inside [needed, largest safe]: the user's own
+    assert verdict.needed_scale < 2.0**16 < verdict.largest_safe_scale
+    assert runs.bf16 is not None and runs.bf16.learned  # a CPU has bf16: the control ran
+
+
+def _plain_fp32_gradients(problem, steps):
+    """Per step, per parameter: (median, largest) of the non-zero |gradient| of a plain fp32 loop."""
+    model = copy.deepcopy(problem.model)
+    named = list(model.named_parameters())
+    optimizer = problem.make_optimizer([p for _, p in named])
+    out = []
+    for micro in _batches(problem, steps):
+        optimizer.zero_grad(set_to_none=True)
+        for index in micro:
+            (problem.loss_fn(model(problem.inputs[index]), problem.targets[index]) / len(micro)).backward()
+        row = {}
+        for name, p in named:
+            nonzero = p.grad[p.grad != 0].abs()
+            row[name] = (float(nonzero.median()), float(nonzero.max())) if nonzero.numel() else (math.nan, math.nan)
+        out.append(row)
+        optimizer.step()
+    return out
+
+
+def test_deep_mlp_at_the_default_underflows_and_the_suggested_start_learns_in_a_plain_loop():
+    problem = build_deep(42)
+    steps = 64
+    runs, verdict = diagnose(problem, DEFAULT, steps=steps)
+    fp32_zeros = plain_fp32_zero_fraction(problem, steps)
+    at_default = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, steps, fp32_zeros=fp32_zeros)
+    assert verdict.verdict == "underflow" and at_default.failure == "underflow" == runs.fp16.failure
+    assert runs.fp16.zero_share == pytest.approx(at_default.zero_fraction)
+    assert "0.weight" in verdict.underflowing
+    # The needed and safe scales from a plain fp32 loop's gradients: the smallest median over the first tenth.
+    grads = _plain_fp32_gradients(problem, steps)
+    first = max(1, steps // 10)
+    medians = [row[name][0] for row in grads[:first] for name in row if math.isfinite(row[name][0])]
+    largest = max(row[name][1] for row in grads for name in row if math.isfinite(row[name][1]))
+    assert verdict.needed_scale == pytest.approx(2.0**-24 / min(medians), rel=1e-5)
+    assert verdict.largest_safe_scale == pytest.approx(65504 / largest, rel=1e-5)
+    expected = 2.0 ** round((math.log2(verdict.needed_scale) + math.log2(verdict.largest_safe_scale)) / 2)
+    assert verdict.suggested_init_scale == expected == 2.0**20  # docs/deep-mlp.md: 2^19..2^20 trains best
+    suggested = plain_run(problem, expected, 2.0, 0.5, 2000, steps, fp32_zeros=fp32_zeros)
+    assert suggested.failure == "none" and suggested.learned and suggested.eval_loss < 0.5 * at_default.eval_loss
+    assert "--init-scale 1048576" in verdict.advice
+
+
+def test_seed_mlp_with_growth_interval_1_churns_at_the_plain_loops_skip_rate():
+    problem = build_seed(42)
+    setting = ScalerConfig(2.0**16, 2.0, 0.5, 1)
+    runs, verdict = diagnose(problem, setting)
+    plain = plain_run(problem, 2.0**16, 2.0, 0.5, 1, 30)
+    assert verdict.verdict == "chronic-skipping"
+    assert runs.fp16.skipped_steps == plain.skipped > 0
+    # Settled at the first step whose scale (before its backward) is above the one before.
+    used = [2.0**16, *plain.scales[:-1]]
+    settled = next(i for i in range(1, 30) if used[i] > used[i - 1])
+    skips = [after < before for before, after in zip(used, plain.scales)]  # a skipped step backs the scale off
+    assert sum(skips) == plain.skipped
+    assert verdict.settled_step == settled
+    assert verdict.measured_skip_rate == pytest.approx(sum(skips[settled:]) / (30 - settled))
+    assert verdict.measured_skip_rate >= CHRONIC_RATE and verdict.expected_skip_rate == pytest.approx(0.5)
+
+
+def test_a_first_layer_past_65504_is_a_forward_overflow_that_bf16_trains():
+    from tasks_for_tests import activation_overflow
+
+    problem = activation_overflow(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    with torch.no_grad():
+        fp32_first = problem.model[0](problem.inputs)
+        with torch.autocast("cpu", dtype=torch.float16):
+            fp16_first = problem.model[0](problem.inputs)
+    assert fp32_first.abs().max() > 65504 and not torch.isfinite(fp16_first).all()
+    assert verdict.verdict == "forward-overflow" and verdict.forward_layer == "0"
+    assert runs.fp16.skipped_steps == runs.fp16.steps  # every step, whatever the scale
+    assert math.isnan(verdict.suggested_init_scale)  # no starting scale is the fix
+    assert runs.bf16.learned and runs.bf16.skipped_steps == 0 and "bf16" in verdict.advice
+
+
+def test_a_learning_rate_that_diverges_in_fp32_is_not_called_a_scaling_problem():
+    from tasks_for_tests import exploding
+
+    problem = exploding(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    model = copy.deepcopy(problem.model)  # a plain fp32 loop: the loss leaves the finite numbers
+    optimizer = problem.make_optimizer(model.parameters())
+    losses = []
+    for _ in range(30):
+        optimizer.zero_grad()
+        loss = problem.loss_fn(model(problem.inputs), problem.targets)
+        losses.append(loss.item())
+        loss.backward()
+        optimizer.step()
+    assert not all(math.isfinite(v) for v in losses) and not runs.fp32.finite
+    assert verdict.verdict == "diverges-in-fp32" and "learning rate" in verdict.advice
+
+
+def test_sum_outliers_collapses_below_1_under_gradscaler():
+    problem = build_outliers(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 192)
+    used = [2.0**16, *plain.scales[:-1]]
+    assert verdict.verdict == "scale-collapse"
+    assert list(runs.fp16.scales) == used and min(used) < 1
+    assert f"fell below 1 at step {next(i for i, s in enumerate(used) if s < 1)}" in verdict.reason
+    assert verdict.largest_safe_scale < 1  # the fp32 control's largest gradient is above 65504
+
+
+def test_sum_outliers_collapses_under_deepspeeds_default_where_its_own_scaler_ends_the_run(monkeypatch):
+    try:  # A missing framework fails, naming the install command; it never skips.
+        from deepspeed.runtime.fp16 import loss_scaler
+    except ImportError as missing:
+        raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
+    monkeypatch.setattr(loss_scaler.dist, "get_rank", lambda *args, **kwargs: 0)
+    problem = build_outliers(42)
+    setting = RuleSetting("deepspeed", RULES["deepspeed"].default)
+    runs, verdict = diagnose(problem, setting)
+    theirs = loss_scaler.DynamicLossScaler(init_scale=2.0**16, scale_window=1000, min_scale=1, delayed_shift=2,
+                                             consecutive_hysteresis=False)
+    stopped = []
+
+    def deepspeed_next(overflow):
+        try:
+            theirs.update_scale(overflow)
+        except Exception as error:  # DeepSpeed raises a bare Exception at the minimum.
+            stopped.append(str(error))
+            return None
+        return theirs.cur_scale
+
+    scales, skipped, ended = plain_rule_run(problem, 2.0**16, deepspeed_next, 192)
+    assert ended and "already at minimum" in stopped[0]
+    assert list(runs.fp16.skipped) == skipped and runs.fp16.steps == len(scales)
+    assert verdict.verdict == "scale-collapse" and f"at step {len(scales) - 1}" in verdict.reason
+    assert runs.fp16.failure == "ended_at_minimum"
