@@ -145,7 +145,7 @@ def _forward_lines(fp16: RunEvidence, fp32: RunEvidence) -> list[str]:
 def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdict) -> list[str]:
     lines = [
         f"  gradients (fp32 control, unscaled): needed scale {scale_text(verdict.needed_scale)} (keeps every "
-        f"parameter's median over the first {fp32.start_steps} steps at or above 2^-24), largest safe scale "
+        f"parameter's median over {_first(fp32.start_steps)} at or above 2^-24), largest safe scale "
         f"{scale_text(verdict.largest_safe_scale)} (keeps the largest under 65504)",
         f"    {'parameter':<24} {'size':>9} {'largest':>9} {'safe up to':>10} {'median':>8} {'zero fp16':>9} "
         f"{'zero fp32':>9} {'rounds to 0':>11}",
@@ -158,10 +158,14 @@ def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdi
             f"    {_cut(p.name, 24):<24} {p.size:>9} {_octave(p.largest):>9} {scale_text(safe):>10} "
             f"{_octave(p.first_median):>8} {zeros16.get(p.name, math.nan):>9.1%} {p.zero_share:>9.1%} {rounds:>11}"
         )
-    lines.append(f"    (largest: over the run; median: the smallest per-step median of its non-zero gradients over the first "
-                 f"{fp32.start_steps} steps; rounds to 0: its non-zero gradients at step 0, where both runs have the same "
+    lines.append(f"    (largest: over the run; median: the smallest per-step median of its non-zero gradients over "
+                 f"{_first(fp32.start_steps)}; rounds to 0: its non-zero gradients at step 0, where both runs have the same "
                  f"weights, that are 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)")  # fmt: skip
     return lines
+
+
+def _first(steps: int) -> str:
+    return "the first step" if steps == 1 else f"the first {steps} steps"
 
 
 def _octave(value: float) -> str:

@@ -15,6 +15,11 @@ The verdicts, the first that holds wins (each names the evidence it rests on):
 * ``chronic-skipping``: after the scale first grew (the initial search down from ``init_scale`` is expected),
   at least :data:`~search.diagnosis.CHRONIC_RATE` of the steps were skipped: it keeps growing into overflows
   (the growth interval is too short for this run);
+* the same two where the fp16 run ends more than the objective's ``learn_threshold`` behind the bf16 control
+  (the fp32 control where the device has no bf16) and nothing above explains it: bf16 has fp32's range and less
+  precision than fp16, so what fp16 loses beyond it is range; ``underflow`` when its scale was below the scale the gradients need,
+  ``chronic-skipping`` when at least ``CHRONIC_RATE`` of its steps were skipped in the initial search (a run too
+  short to spend them: start lower);
 * ``healthy``: none of these.
 
 The scale the gradients need, from the fp32 control's true magnitudes: ``needed_scale`` keeps every
@@ -174,11 +179,37 @@ def judge(
             f"skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}); a scaler that grows into an overflow once per "
             f"window skips about {expected_skip_rate(setting):.2%}",
             "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)", **common)
+    # bf16 has fp32's range and less precision than fp16: what fp16 loses beyond bf16 is range, not precision.
+    control = bf16 if bf16 is not None and bf16.finite else fp32
+    best = control.eval_loss
+    behind = fp16.eval_loss > (1 + penalty.learn_threshold) * best
+    start = min(fp16.scales[: fp16.start_steps]) if fp16.scales else math.nan  # The scale while `needed` is measured.
+    if behind and math.isfinite(needed) and start < needed:
+        return TrainingVerdict(
+            "underflow",
+            f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
+            f"{_g(best)}, with its scale over {_first(fp16.start_steps)} at {scale_text(start)}, below the "
+            f"{scale_text(needed)} the gradients need there ({fp16.zero_share:.1%} of its gradients were 0 against {fp32.zero_share:.1%} in fp32)",
+            start_advice(setting, suggested), **common)  # fmt: skip
+    share = fp16.skipped_steps / max(1, fp16.steps)
+    if behind and share >= CHRONIC_RATE:
+        return TrainingVerdict(
+            "chronic-skipping",
+            f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
+            f"{_g(best)}, and {fp16.skipped_steps} of {fp16.steps} steps ({share:.1%}) were skipped while the scale "
+            f"searched down from {scale_text(fp16.scales[0])}" + ("" if settled is not None else " (it never grew)"),
+            f"the run is too short to spend them: {start_advice(setting, suggested)}", **common)  # fmt: skip
+    if suggested != init and math.isfinite(suggested):
+        advice = (f"keep these settings (no loss-scaling failure); a search can centre init_scale on "
+                  f"{scale_text(suggested)}, between the {scale_text(needed)} the smallest gradients need and the "
+                  f"{scale_text(safe)} the largest allow (search.optimize --from-diagnosis)")  # fmt: skip
+    else:
+        advice = "keep these settings"
     return TrainingVerdict(
         "healthy",
         f"no forward overflow, {fp16.skipped_steps} skipped steps, {fp16.zero_share:.1%} zero gradients against "
-        f"{fp32.zero_share:.1%} in fp32; fp16 ends at {_g(fp16.eval_loss)}, the fp32 control at {_g(fp32.eval_loss)}",
-        "keep these settings", **common)  # fmt: skip
+        f"{fp32.zero_share:.1%} in fp32; fp16 ends at {_g(fp16.eval_loss)}, the {control.label} control at {_g(best)}",
+        advice, **common)  # fmt: skip
 
 
 def _collapse(fp16: RunEvidence) -> str:
@@ -226,6 +257,10 @@ def scale_text(value: float) -> str:
         return "unknown"
     k = math.log2(value)
     return f"2^{int(k)}" if k.is_integer() else f"2^{k:.1f}"
+
+
+def _first(steps: int) -> str:
+    return "the first step" if steps == 1 else f"the first {steps} steps"
 
 
 def start_advice(setting: ScalerConfig | RuleSetting, scale: float) -> str:

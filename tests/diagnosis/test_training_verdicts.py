@@ -173,3 +173,33 @@ def test_sum_outliers_collapses_under_deepspeeds_default_where_its_own_scaler_en
     assert list(runs.fp16.skipped) == skipped and runs.fp16.steps == len(scales)
     assert verdict.verdict == "scale-collapse" and f"at step {len(scales) - 1}" in verdict.reason
     assert runs.fp16.failure == "ended_at_minimum"
+
+
+def test_deep_mlp_sums_initial_search_costs_a_short_run_and_the_suggested_start_wins_it_back():
+    """deep-mlp-sum at the default: 8 of 64 steps skipped while the scale halves down from 2^16, and fp16 ends more
+    than 10% behind bf16 (fp32's range): too high a start for so short a run. The plain loop skips the same steps,
+    and started where the diagnosis suggests it skips none and ends ahead of the default."""
+    from search.tasks.deep_mlp import build_sum
+
+    problem = build_sum(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 64)
+    assert verdict.verdict == "chronic-skipping" and verdict.settled_step is None
+    assert runs.fp16.skipped_steps == plain.skipped == 8 and runs.fp16.eval_loss == pytest.approx(plain.eval_loss, rel=1e-5)
+    assert runs.fp16.eval_loss > 1.1 * runs.bf16.eval_loss
+    assert verdict.suggested_init_scale == 2.0**8 and "start at init_scale 2^8" in verdict.advice
+    lower = plain_run(problem, 2.0**8, 2.0, 0.5, 2000, 64)
+    assert lower.skipped == 0 and lower.eval_loss < plain.eval_loss
+
+
+def test_deep_mlp_spikes_at_the_default_is_healthy_and_names_where_a_search_can_centre():
+    """fp16 ends within 10% of the bf16 control (its lag behind fp32 is precision bf16 shares, not range), nothing
+    is skipped and the excess zeros are 1%: no scaling failure. The gradients' window is still said, as a centre."""
+    from search.tasks.deep_mlp import build_spikes
+
+    problem = build_spikes(42)
+    runs, verdict = diagnose(problem, DEFAULT)
+    plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 256)
+    assert verdict.verdict == "healthy" and runs.fp16.skipped_steps == plain.skipped == 0
+    assert runs.fp16.eval_loss <= 1.1 * runs.bf16.eval_loss
+    assert verdict.suggested_init_scale == 2.0**18 and "centre init_scale on 2^18" in verdict.advice
