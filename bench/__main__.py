@@ -38,7 +38,8 @@ from bench.p1_overhead import (
 from bench.p2_trainer import loader_ratio, trainer_ratio
 from bench.p3_workers import workers_throughput
 from bench.p4_search import (
-    SAMPLERS,
+    ARMS,
+    DIAGNOSED,
     TARGETS,
     TASKS,
     TIE,
@@ -78,6 +79,8 @@ def main() -> None:
         help="P4's figures from a --p4-save file, without running a trial")
     add("--p4-save", default=argparse.SUPPRESS, metavar="PATH", help="write every P4 run's objective values to PATH, as JSON")
     add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
+    add("--p4-arms", default=",".join(ARMS), metavar="ARMS",
+        help="P4's arms: samplers, and tpe+diagnosis (TPE from the task's diagnosis, search.optimize --from-diagnosis)")
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
@@ -220,25 +223,35 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         print(f"bench: error: --p4-from: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     for task in [r.task for r in saved] if saved else tasks:
-        r = next(x for x in saved if x.task == task) if saved else search_efficiency(task, args.p4_budget, args.p4_seeds)
+        arms = tuple(a.strip() for a in args.p4_arms.split(",") if a.strip())
+        r = (next(x for x in saved if x.task == task) if saved
+             else search_efficiency(task, args.p4_budget, args.p4_seeds, arms))  # fmt: skip
         results.append(r)
         seeds = len({x.seed for x in r.runs})
         print(f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {seeds} sampler seeds; "
               f"best-known {r.best:.4f}, seed default {r.default:.4f}):", flush=True)
         for target, words in TARGETS.items():
             print(f"  {words} (<= {r.targets[target]:.4f}):")
-            for sampler in SAMPLERS:
+            for sampler in r.arms:
                 _, label = median_label(r.reach[target][sampler], args.p4_budget)
                 print(f"    {sampler:16} median {label:>5}   per seed {r.reach[target][sampler]}")
         print(f"  share of the gap left after {args.p4_budget} trials (median of seeds), time a trial outside training:")
-        for sampler in SAMPLERS:
+        for sampler in r.arms:
             print(f"    {sampler:16} {r.regret[sampler]:7.1%}   {r.overhead[sampler] * 1000:6.1f} ms")
+        if DIAGNOSED in r.arms:
+            print(f"  {DIAGNOSED}: the diagnosis cost {r.diagnosis_trials:.1f} trials' time (its three runs against a "
+                  "random trial, start to finish), counted in the '+ diagnosis' figures")
         for target in ("gap10", "gap"):
             random = statistics.median(r.reach[target]["random"])
             bound = "<=" if random > args.p4_budget else ""  # Random censored: the ratio is a bound.
             level = "90%" if target == "gap10" else "99%"
-            rows += [(f"P4 {task} {level}: trials {s} / random",
-                      f"{bound}{statistics.median(r.reach[target][s]) / random:.2f}x", "") for s in SAMPLERS[1:]]
+            for s in r.arms[1:]:
+                mine = statistics.median(r.reach[target][s])
+                target_note = "target <= 0.5x" if s == DIAGNOSED and target == "gap10" else ""
+                rows.append((f"P4 {task} {level}: trials {s} / random", f"{bound}{mine / random:.2f}x", target_note))
+                if s == DIAGNOSED:
+                    rows.append((f"P4 {task} {level}: trials {s} + diagnosis / random",
+                                 f"{bound}{(mine + r.diagnosis_trials) / random:.2f}x", target_note))
     if getattr(args, "p4_save", None):
         save_runs(results, args.p4_save)
         print(f"\n  every run's values: {args.p4_save}")
@@ -247,7 +260,7 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     print(f"\nP4 the default sampler, by measurement over {', '.join(tasks)} (median task; ranked by the share of "
           f"the gap left after {args.p4_budget} trials; within {TIE:.0%} of the gap of the lowest is a tie, won by the "
           "cheapest trial):")
-    for sampler in SAMPLERS:
+    for sampler in scores:
         regret, ninety, ninety_nine, cost = scores[sampler]
         mark = "   <- chosen" if sampler == chosen else ""
         print(f"  {sampler:16} gap left {regret:6.1%}   90%: {median_label([ninety], args.p4_budget)[1]:>4} trials   "

@@ -14,7 +14,10 @@ run reached. Three targets:
 * gap10: within 10% of that distance, 90% of the possible improvement.
 
 And the *regret*: the share of that distance still left after the budget, what a run of that
-many trials delivers. The default sampler is chosen by :func:`choose_default`, on the regret at the
+many trials delivers. One more arm, ``tpe+diagnosis``, is what ``search.diagnose --json d.json`` then
+``search.optimize --from-diagnosis d.json`` does: TPE on the space the task's diagnosis at PyTorch's default
+narrows (:mod:`search.diagnosis._narrowing`); the diagnosis itself costs about three trials' training, counted
+as ``diagnosis_trials`` (its seconds over a trial's) and printed beside its trial counts. The default sampler is chosen by :func:`choose_default`, on the regret at the
 default run's budget (100). ``--p4-from`` recomputes every figure from a ``--p4-save`` file.
 A run "reaches" a target at its first trial at or below it; a run that never does counts as
 ``budget + 1`` (censored: the median is then a lower bound, printed with ">").
@@ -23,17 +26,21 @@ A run "reaches" a target at its first trial at or below it; a run that never doe
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 
 import optuna
 import torch
 
-from search.core import DEFAULT_BASELINE, DEFAULTS, TRAIN_SECONDS, baseline_of, with_run
+from search.core import DEFAULT_BASELINE, DEFAULTS, TRAIN_SECONDS, ScalerConfig, baseline_of, with_run
+from search.diagnosis import DiagnosisStart, diagnosis_runs, judge, narrowed_space
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks import build_problem, resolve_task
 from search.training import run_steps
 
 SAMPLERS = ("random", "tpe", "gp", "cmaes")
+DIAGNOSED = "tpe+diagnosis"  # TPE (the default sampler) on the space a diagnosis narrowed: --from-diagnosis
+ARMS = (*SAMPLERS, DIAGNOSED)
 TASKS = ("deep-mlp", "deep-mlp-spikes", "deep-mlp-sum")
 
 
@@ -46,15 +53,41 @@ class SearchRun:
     values: list[float]
     default: float
     overhead: float  # median seconds per sampled trial outside training: mostly the sampler's suggest
+    seconds: float = 0.0  # median seconds per sampled trial, start to finish
 
 
-def run_search(task: str, sampler: str, seed: int, budget: int) -> SearchRun:
-    """``budget`` trials of ``task`` with ``sampler`` seeded ``seed``, in memory."""
-    settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=sampler, storage="")
+@dataclass(frozen=True)
+class TaskDiagnosis:
+    """The diagnosis the ``tpe+diagnosis`` arm starts from, and its cost."""
+
+    start: DiagnosisStart
+    seconds: float  # the diagnosis's three runs
+
+
+def diagnose_task(task: str) -> TaskDiagnosis:
+    """``search.diagnose --task TASK`` at PyTorch's default, as the narrowing reads it."""
+    settings = with_run(DEFAULTS, task=task)
+    problem = build_problem(resolve_task(task), task, settings.run.seed)
+    default = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+    began = time.perf_counter()
+    runs = diagnosis_runs(problem, default, epochs=problem.epochs)
+    verdict = judge(runs.fp16, runs.fp32, runs.bf16, default)
+    seconds = time.perf_counter() - began
+    start = DiagnosisStart("(bench)", verdict.verdict, verdict.suggested_init_scale, 2.0**16, task, settings.run.seed, "torch")
+    return TaskDiagnosis(start, seconds)
+
+
+def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskDiagnosis | None = None) -> SearchRun:
+    """``budget`` trials of ``task`` with ``sampler`` (an arm) seeded ``seed``, in memory."""
+    chosen_name = "tpe" if sampler == DIAGNOSED else sampler
+    settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=chosen_name, storage="")
+    if sampler == DIAGNOSED:
+        assert diagnosis is not None
+        settings = replace(settings, space=narrowed_space(settings.space, diagnosis.start))
     problem = build_problem(resolve_task(task), task, settings.run.seed)
     settings = with_run(settings, epochs=problem.epochs)
     storage = optuna.storages.InMemoryStorage()
-    chosen = make_sampler(sampler, seed)
+    chosen = make_sampler(chosen_name, seed)
     handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner())
     Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None, steps=run_steps(problem, 0, 0)).run()
     trials = handle.study.get_trials(deepcopy=False)
@@ -71,7 +104,12 @@ def run_search(task: str, sampler: str, seed: int, budget: int) -> SearchRun:
     # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
     # counted; the budget is of sampled trials.
     sampled = [t.value for t in trials if t.value is not None and baseline_of(t) is None]
-    return SearchRun(sampler, seed, sampled, default, overhead)
+    seconds = statistics.median(
+        (t.datetime_complete - t.datetime_start).total_seconds()
+        for t in trials
+        if baseline_of(t) is None and t.datetime_complete is not None
+    )
+    return SearchRun(sampler, seed, sampled, default, overhead, seconds)
 
 
 def trials_to_reach(values: list[float], target: float, budget: int) -> int:
@@ -91,6 +129,12 @@ class TaskEfficiency:
     reach: dict[str, dict[str, list[int]]]  # target -> sampler -> trials per seed (budget + 1: never)
     regret: dict[str, float]  # sampler -> median over seeds of the share of the gap left after the budget
     overhead: dict[str, float]  # sampler -> median seconds per sampled trial outside training
+    diagnosis_trials: float = 0.0  # the diagnosis's seconds over a random trial's (start to finish), when one ran
+
+    @property
+    def arms(self) -> list[str]:
+        """The arms that ran, in :data:`ARMS` order."""
+        return [a for a in ARMS if a in self.overhead]
 
 
 TARGETS = {
@@ -100,26 +144,34 @@ TARGETS = {
 }
 
 
-def search_efficiency(task: str, budget: int, seeds: int = 5) -> TaskEfficiency:
-    """Runs every sampler ``seeds`` times on ``task`` and measures the trials each needs."""
-    return efficiency_of(task, [run_search(task, s, seed, budget) for seed in range(seeds) for s in SAMPLERS], budget)
+def search_efficiency(task: str, budget: int, seeds: int = 5, arms: tuple[str, ...] = ARMS) -> TaskEfficiency:
+    """Runs every arm ``seeds`` times on ``task`` (the diagnosis first, once, for ``tpe+diagnosis``) and measures
+    the trials each needs."""
+    diagnosis = diagnose_task(task) if DIAGNOSED in arms else None
+    runs = [run_search(task, a, seed, budget, diagnosis) for seed in range(seeds) for a in arms]
+    result = efficiency_of(task, runs, budget)
+    if diagnosis is None:
+        return result
+    trial = statistics.median(r.seconds for r in runs if r.sampler == arms[0])
+    return replace(result, diagnosis_trials=diagnosis.seconds / trial)
 
 
 def efficiency_of(task: str, runs: list[SearchRun], budget: int) -> TaskEfficiency:
-    """The targets, trials to reach them, regret and cost of ``runs`` (all samplers' runs on ``task``)."""
+    """The targets, trials to reach them, regret and cost of ``runs`` (all arms' runs on ``task``)."""
+    arms = [a for a in ARMS if any(r.sampler == a for r in runs)]
     best = min(min(r.values[:budget]) for r in runs)  # The best-known within the budget, as a run of it sees.
     default = runs[0].default  # The same in every run: same data, weights and settings.
     gap = default - best
     targets = {"strict": best + 0.01 * abs(best), "gap": best + 0.01 * gap, "gap10": best + 0.1 * gap}
     reach = {
-        name: {s: [trials_to_reach(r.values, t, budget) for r in runs if r.sampler == s] for s in SAMPLERS}
+        name: {s: [trials_to_reach(r.values, t, budget) for r in runs if r.sampler == s] for s in arms}
         for name, t in targets.items()
     }
     regret = {
         s: statistics.median((min(r.values[:budget]) - best) / gap if gap > 0 else 0.0 for r in runs if r.sampler == s)
-        for s in SAMPLERS
+        for s in arms
     }
-    overhead = {s: statistics.median(r.overhead for r in runs if r.sampler == s) for s in SAMPLERS}
+    overhead = {s: statistics.median(r.overhead for r in runs if r.sampler == s) for s in arms}
     return TaskEfficiency(task, best, default, runs, targets, reach, regret, overhead)
 
 
@@ -145,13 +197,13 @@ def choose_default(
         (the chosen sampler, sampler -> (regret, trials to 90%, trials to 99%, seconds a trial)).
     """
     scores = {}
-    for s in SAMPLERS:
+    for s in [a for a in SAMPLERS if all(a in r.regret for r in results)]:
         regret = statistics.median(r.regret[s] for r in results)
         ninety = statistics.median(statistics.median(r.reach["gap10"][s]) for r in results)
         ninety_nine = statistics.median(statistics.median(r.reach["gap"][s]) for r in results)
         scores[s] = (regret, ninety, ninety_nine, statistics.median(r.overhead[s] for r in results))
     lowest = min(score[0] for score in scores.values())
-    tied = [s for s in SAMPLERS if scores[s][0] <= lowest + TIE]
+    tied = [s for s in scores if scores[s][0] <= lowest + TIE]
     return min(tied, key=lambda s: scores[s][3]), scores
 
 
@@ -164,14 +216,14 @@ def load_runs(path: str, budget: int) -> list[TaskEfficiency]:
     results = []
     for task, saved in data.items():
         runs = [
-            SearchRun(x["sampler"], x["seed"], x["values"], saved["default"], x["overhead"])
+            SearchRun(x["sampler"], x["seed"], x["values"], saved["default"], x["overhead"], x.get("seconds", 0.0))
             for x in saved["runs"]
-            if x["sampler"] in SAMPLERS  # e.g. "tpe-multivariate" in older files: no longer an option
+            if x["sampler"] in ARMS  # e.g. "tpe-multivariate" in older files: no longer an option
         ]
         shortest = min(len(r.values) for r in runs)
         if shortest < budget:
             raise ValueError(f"{path}: {task}'s runs hold {shortest} trials, fewer than --p4-budget {budget}")
-        results.append(efficiency_of(task, runs, budget))
+        results.append(replace(efficiency_of(task, runs, budget), diagnosis_trials=saved.get("diagnosis_trials", 0.0)))
     return results
 
 
@@ -180,9 +232,9 @@ def save_runs(results: list[TaskEfficiency], path: str) -> None:
     import json
 
     data = {
-        r.task: {"best": r.best, "default": r.default,
-                 "runs": [{"sampler": x.sampler, "seed": x.seed, "values": x.values, "overhead": x.overhead}
-                          for x in r.runs]}
+        r.task: {"best": r.best, "default": r.default, "diagnosis_trials": r.diagnosis_trials,
+                 "runs": [{"sampler": x.sampler, "seed": x.seed, "values": x.values, "overhead": x.overhead,
+                           "seconds": x.seconds} for x in r.runs]}
         for r in results
     }
     with open(path, "w") as f:

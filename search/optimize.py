@@ -16,6 +16,7 @@ import shlex
 import signal
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 import optuna
 import sqlalchemy.exc
@@ -24,6 +25,7 @@ from search.cli import OneLineParser, Session, check_output, prog_name, run_comm
 from search.core import (
     DEFAULTS,
     SAMPLERS,
+    STUDY_DIAGNOSIS,
     ConfigError,
     Settings,
     UsageError,
@@ -31,6 +33,7 @@ from search.core import (
     load_settings,
     raise_pending,
 )
+from search.diagnosis import DiagnosisFileError, DiagnosisStart, narrowed_space, read_diagnosis
 from search.results import FRAMEWORKS, format_summary, write_best_json
 from search.storage import StorageError, StorageUnreachable, first_line, mask_url, redact
 from search.study import (
@@ -165,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resume a study even if its recorded settings differ",
     )
+    add(
+        "--from-diagnosis",
+        metavar="PATH",
+        default=None,
+        help="start from a diagnosis (search.diagnose --json PATH): the starting scale is searched within 4 octaves "
+        "of the scale it suggests, and the study records it",
+    )
     add("--best-out", metavar="PATH", default=None, help="write the summary, the verdict and every framework's line as JSON")
     add(
         "--paste",
@@ -198,7 +208,22 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 # Bad input found while the run is checked: one line, exit 2, nothing written.
-_BAD_INPUT = (ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError)
+_BAD_INPUT = (
+    ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError, DiagnosisFileError
+)  # fmt: skip
+
+
+def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | None:
+    """``--from-diagnosis``'s file, checked against this run: the same task, seed and scaler."""
+    if path is None:
+        return None
+    start = read_diagnosis(path)
+    run = settings.run
+    for what, theirs, ours in (("task", start.task, run.task), ("seed", start.seed, run.seed),
+                               ("scaler", start.scaler, run.scaler)):  # fmt: skip
+        if theirs != ours:
+            raise UsageError(f"--from-diagnosis {path}: it diagnosed {what} {theirs}, this run has {what} {ours}")
+    return start
 
 
 def _main(session: Session, argv: list[str]) -> int:
@@ -210,7 +235,13 @@ def _main(session: Session, argv: list[str]) -> int:
         session.urls.append(settings.run.storage)  # Also from --config: every message masks its password.
         if args.best_out:
             check_output("--best-out", args.best_out)
+        start = _diagnosis_start(args.from_diagnosis, settings)
+        if start is not None:
+            settings = replace(settings, space=narrowed_space(settings.space, start))
         plan = plan_run(settings, args.allow_changed_settings, keep=session.keep)
+        if start is not None:
+            plan = replace(plan, study_attrs={STUDY_DIAGNOSIS: start.attrs(settings.space)})
+            session.note(f"note: {start.note(settings.space)}")
     except NothingToRun as e:
         session.note(str(e))
         return 0

@@ -55,6 +55,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "CORNER",
             "DATA_SEED",
             "DEFAULT_BASELINE",
+            "STUDY_DIAGNOSIS",
             "DEVICE",
             "ENDED_BY_RULE",
             "EVAL_LOSS",

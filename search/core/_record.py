@@ -103,6 +103,7 @@ SILENT_FAILURES = ("overflow_churn", "underflow", "frozen")
 RULE_FAILURES = ("ended_at_minimum", "pinned_at_minimum")
 # search.confirm's sibling study: part of its study, not one to pick.
 CONFIRM_SUFFIX = ".confirm"
+STUDY_DIAGNOSIS = "diagnosis"  # study user attr: the diagnosis a search started from (--from-diagnosis)
 DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
 DEFAULT_TAGS = (DEFAULT_BASELINE, *(rule.default_tag for rule in RULES.values()))  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials

@@ -11,7 +11,8 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
 * ``_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
-* ``_training``: a whole diagnosis, its printed lines and its JSON (no torch).
+* ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
+* ``_narrowing``: a diagnosis's JSON as the start of a search: the starting scale's range around its suggestion.
 """
 
 from search._exports import lazy_exports
@@ -28,6 +29,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_training_verdict": (
             "VERDICTS", "TrainingVerdict", "expected_skip_rate", "judge", "scale_text", "settled_step"
         ),
+        "_narrowing": ("OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis"),
         "_training": ("SkipCause", "TrainingDiagnosis", "format_training"),
         "_runs": ("bf16_supported", "diagnosis_runs", "start_steps"),
     },

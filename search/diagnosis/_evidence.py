@@ -32,7 +32,8 @@ class ParameterGradients:
         first_median: The smallest per-step median of its non-zero magnitudes over the first steps of the
             run (``start_steps``): what ``init_scale`` alone must keep representable.
         overflow_steps: The steps at which one of its gradient entries was inf or NaN.
-        histogram: Its non-zero finite magnitudes per octave, from ``2^LOWEST_OCTAVE``.
+        histogram: Its non-zero finite magnitudes per octave, from ``2^LOWEST_OCTAVE``, counted at about 32 steps
+            spread over the run (the fp32 control's; empty counts in the other runs).
     """
 
     name: str
@@ -51,7 +52,7 @@ class LayerForward:
 
     Attributes:
         name: The module's name in the model.
-        largest: The largest finite magnitude of its outputs (nan: never called in training).
+        largest: The largest magnitude of its outputs over the steps they were all finite (nan: none such).
         nonfinite_steps: Steps at which an output entry was inf or NaN.
         origin_steps: Steps at which it was the first module whose output was not finite from finite inputs.
     """

@@ -10,8 +10,8 @@ run a trial trains, with GradScaler's (or a framework's) scale, not a copy of th
   octave histogram of the unscaled magnitudes, and, given the scales another run used step by step, how
   many non-zero entries would round to 0 in fp16 at that scale (scaled magnitude <= 2^-25: fp16's smallest
   subnormal is 2^-24, and round-to-nearest-even sends half of it to 0);
-* **forward outputs** of every leaf module, per step: the largest finite magnitude, whether any entry is
-  inf/NaN, and the first module (in call order) whose output was not finite while its inputs were: where
+* **forward outputs** of every leaf module, per step: the largest magnitude (read where every entry is finite),
+  whether any entry is inf/NaN, and the first module (in call order) whose output was not finite while its inputs were: where
   the forward pass overflowed.
 
 Every step costs one host read (a diagnosis is three runs, not a search).
@@ -50,12 +50,20 @@ class StepReading:
 class RunObserver:
     """Reads every step of one run for the diagnosis (see the module docstring).
 
+    What every step costs is kept small (the diagnosis should take about three trials' time): the exact medians
+    only over the first ``median_steps`` steps (where the verdict reads them), the rounding count only at step 0,
+    the histograms only every ``histogram_every`` steps, and each step's numbers in one host read.
+
     Args:
         reference_scales: Per step, the scale another run (the fp16 run) used: the fp32 control then counts
-            how many of its non-zero gradients would round to 0 in fp16 at that scale. None: not counted.
+            how many of its non-zero gradients at step 0 would round to 0 in fp16 at that scale. None: not counted.
+        median_steps: The first steps whose per-parameter median non-zero magnitude is read (nan after).
+        histogram_every: Steps between two histogram counts (0: none).
     """
 
     reference_scales: Sequence[float] | None = None
+    median_steps: int = 0
+    histogram_every: int = 0
     names: list[str] = field(default_factory=list)
     numels: list[int] = field(default_factory=list)
     layers: list[str] = field(default_factory=list)
@@ -63,7 +71,8 @@ class RunObserver:
     _params: list[nn.Parameter] = field(default_factory=list)
     _histograms: torch.Tensor | None = None
     _handles: list = field(default_factory=list)
-    _calls: list[tuple[str, torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    # Per forward call in this step: (layer, largest finite |output|, output all finite, the inputs).
+    _calls: list[tuple[str, torch.Tensor, torch.Tensor, tuple]] = field(default_factory=list)
 
     def attach(self, model: nn.Module) -> None:
         """Called once the run's model exists: hooks every leaf module's forward."""
@@ -82,37 +91,40 @@ class RunObserver:
         def hook(module: nn.Module, inputs: tuple, output: object) -> None:
             if module.training:  # The final evaluation (eval mode) is not a training step.
                 largest, finite = _magnitude(output)
-                self._calls.append((name, largest, _magnitude(inputs)[1], finite))
+                self._calls.append((name, largest, finite, inputs))  # Inputs are checked only if needed.
 
         return hook
 
     def gradients(self, step: int, scale: torch.Tensor) -> None:
         """Called after a step's backward, before unscaling: reads the gradients at ``scale``."""
         assert self._histograms is not None
-        reference = None if self.reference_scales is None else float(self.reference_scales[step])
-        columns: list[torch.Tensor] = [scale]  # Then five per parameter, read in one transfer with the forward's.
+        device = scale.device
+        unscale = scale.double()
+        detailed = step < self.median_steps
+        reference = None if self.reference_scales is None or step else float(self.reference_scales[step])
+        histogram = self.histogram_every and step % self.histogram_every == 0
+        nan = torch.full((), math.nan, dtype=torch.float64, device=device)
+        columns: list[torch.Tensor] = [unscale]  # Then five per parameter, read in one transfer with the forward's.
         for index, p in enumerate(self._params):
-            g = p.grad if p.grad is not None else torch.zeros_like(p)
-            magnitude = (g.detach().float().abs() / scale.float()).flatten()
-            finite = torch.isfinite(magnitude)
-            nonzero = magnitude[finite & (magnitude > 0)]
-            none = torch.full((), math.nan, device=g.device)
-            rounds = torch.zeros((), device=g.device)
-            if reference is not None and nonzero.numel():
-                rounds = (torch.log2(nonzero) + math.log2(reference) <= _LOG2_ZERO).sum()
-            columns += [
-                g.numel() - g.count_nonzero(),
-                ~finite.all(),
-                nonzero.max() if nonzero.numel() else none,
-                nonzero.median() if nonzero.numel() else none,
-                rounds,
-            ]
-            if nonzero.numel():
-                octave = torch.log2(nonzero).floor().clamp(LOWEST_OCTAVE, LOWEST_OCTAVE + OCTAVES - 1) - LOWEST_OCTAVE
-                self._histograms[index] += torch.bincount(octave.long(), minlength=OCTAVES).double()
-        for _, largest, inputs_finite, finite in self._calls:
-            columns += [largest, inputs_finite, finite]
-        values = torch.stack([torch.as_tensor(c).double().cpu().reshape(()) for c in columns]).tolist()
+            g = (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
+            magnitude = g.abs()
+            top = magnitude.amax().double()  # inf or NaN when any entry is: then the step is skipped
+            columns += [float(g.numel()) - g.count_nonzero().double(), (~torch.isfinite(top)).double(), top / unscale]
+            if detailed or reference is not None or histogram:
+                nonzero = magnitude[(magnitude > 0) & torch.isfinite(magnitude)].double() / unscale
+                columns.append(nonzero.median() if detailed and nonzero.numel() else nan)
+                if reference is not None and nonzero.numel():
+                    columns.append((torch.log2(nonzero) + math.log2(reference) <= _LOG2_ZERO).sum().double())
+                else:
+                    columns.append(torch.zeros((), dtype=torch.float64, device=device))
+                if histogram and nonzero.numel():
+                    octave = torch.log2(nonzero).floor().clamp(LOWEST_OCTAVE, LOWEST_OCTAVE + OCTAVES - 1) - LOWEST_OCTAVE
+                    self._histograms[index] += torch.bincount(octave.long(), minlength=OCTAVES).double()
+            else:
+                columns += [nan, torch.zeros((), dtype=torch.float64, device=device)]
+        for _, largest, finite, _inputs in self._calls:
+            columns += [largest.to(device), finite.double().to(device)]
+        values = torch.stack(columns).tolist()
         self.readings.append(self._reading(values))
 
     def _reading(self, values: list[float]) -> StepReading:
@@ -120,18 +132,23 @@ class RunObserver:
         scale, grads, calls = values[0], values[1 : 5 * n + 1], values[5 * n + 1 :]
         forward: dict[str, tuple[float, bool]] = {}
         origin = None
-        for i, (name, *_rest) in enumerate(self._calls):
-            largest, inputs_finite, finite = calls[3 * i : 3 * i + 3]
-            if origin is None and inputs_finite and not finite:
-                origin = name
+        for i, (name, _largest, _finite, inputs) in enumerate(self._calls):
+            largest, finite = calls[2 * i], bool(calls[2 * i + 1])
+            largest = largest if finite else math.nan  # Its largest finite entry is not read on such a step.
+            if origin is None and not finite and bool(_magnitude(inputs)[1]):
+                origin = name  # The first non-finite output whose inputs were finite: where it overflowed.
             before = forward.get(name)  # A module called twice in a step (accumulation, a shared module).
-            forward[name] = (largest, not finite) if before is None else (max(before[0], largest), before[1] or not finite)
+            if before is not None:
+                largest = max((v for v in (before[0], largest) if not math.isnan(v)), default=math.nan)
+            forward[name] = (largest, not finite or (before is not None and before[1]))
         self._calls.clear()
+        # 0: every entry zero; inf/NaN: a skipped step, whose largest finite entry is not read.
+        largest = [v if 0 < v < math.inf else math.nan for v in grads[2::5]]
         return StepReading(
             scale=scale,
             zeros=[int(v) for v in grads[0::5]],
             nonfinite=[bool(v) for v in grads[1::5]],
-            largest=grads[2::5],
+            largest=largest,
             median=grads[3::5],
             would_round=[int(v) for v in grads[4::5]],
             forward_largest=[forward.get(name, (math.nan, False))[0] for name in self.layers],
@@ -164,14 +181,10 @@ def _tensors(value: object) -> Iterator[torch.Tensor]:
 
 
 def _magnitude(value: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """(largest finite magnitude, all finite) of the floating-point tensors in ``value``, on their device."""
-    largest, finite = None, None
-    for t in _tensors(value):
-        t = t.detach()
-        ok = torch.isfinite(t)
-        top = torch.where(ok, t.abs(), torch.zeros((), dtype=t.dtype, device=t.device)).amax().double() if t.numel() else torch.zeros((), dtype=torch.float64, device=t.device)
-        largest = top if largest is None else torch.maximum(largest, top.to(largest.device))
-        finite = ok.all() if finite is None else finite & ok.all().to(finite.device)
-    if largest is None:
+    """(largest magnitude, all finite) of the floating-point tensors in ``value``, on their device; the largest
+    is inf or NaN when an entry is (two kernels a tensor: this runs on every layer's output every step)."""
+    tops = [t.detach().abs().amax().double() for t in _tensors(value) if t.numel()]
+    if not tops:
         return torch.zeros((), dtype=torch.float64), torch.tensor(True)
-    return largest, finite
+    top = tops[0] if len(tops) == 1 else torch.stack([t.to(tops[0].device) for t in tops]).amax()
+    return top, torch.isfinite(top)

@@ -22,6 +22,7 @@ from search.scalers import RuleSetting
 from search.tasks import LoaderProblem, Problem
 from search.training import TrainResult, assess, train
 
+HISTOGRAM_STEPS = 32  # The gradient histograms count about this many steps, spread over the run.
 # The controls' GradScaler: scale 1 and no growth in any run's length, i.e. no scaling at all.
 UNSCALED = ScalerConfig(1.0, 2.0, 0.5, 2**30)
 
@@ -59,7 +60,8 @@ def diagnosis_runs(
     scales = [reading.scale for reading in fp16_observer.readings]
     planned = fp16.planned_steps
     reference = scales + [scales[-1] if scales else 1.0] * (planned - len(scales))  # A rule may end the run early.
-    fp32_observer = RunObserver(reference_scales=reference)
+    fp32_observer = RunObserver(reference_scales=reference, median_steps=start_steps(planned),
+                                histogram_every=max(1, planned // HISTOGRAM_STEPS))  # fmt: skip
     fp32, fp32_seconds = _timed(lambda: train(
         problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=None, observer=fp32_observer))  # fmt: skip
     fp32_zeros = fp32.zero_grad_fraction
@@ -68,12 +70,10 @@ def diagnosis_runs(
         "fp16": _evidence("fp16", fp16, fp16_observer, fp32_zeros, penalty, fp16_seconds, min_scale),
         "fp32": _evidence("fp32", fp32, fp32_observer, fp32_zeros, penalty, fp32_seconds, None),
     }
-    if "bf16" in controls and bf16_supported(device):
-        bf16_observer = RunObserver()
+    if "bf16" in controls and bf16_supported(device):  # Its outcome is what the verdict reads: not watched.
         bf16, bf16_seconds = _timed(lambda: train(
-            problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=torch.bfloat16, observer=bf16_observer,
-            fp32_reference=False))  # fmt: skip
-        runs["bf16"] = _evidence("bf16", bf16, bf16_observer, fp32_zeros, penalty, bf16_seconds, None)
+            problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=torch.bfloat16, fp32_reference=False))  # fmt: skip
+        runs["bf16"] = _evidence("bf16", bf16, None, fp32_zeros, penalty, bf16_seconds, None)
     return DiagnosisRuns(runs["fp16"], runs["fp32"], runs.get("bf16"))
 
 
@@ -92,7 +92,7 @@ def _timed(run):  # noqa: ANN001, ANN202
 def _evidence(
     label: str,
     result: TrainResult,
-    observer: RunObserver,
+    observer: RunObserver | None,
     fp32_zeros: float,
     penalty: PenaltyConfig,
     seconds: float,
@@ -100,6 +100,11 @@ def _evidence(
 ) -> RunEvidence:
     result = dataclasses.replace(result, fp32_zero_fraction=fp32_zeros)
     judged = assess(result, penalty)
+    if observer is None:  # An unwatched control: its outcome and curves only.
+        observer = RunObserver()
+        scales = (1.0,) * len(result.loss_curve)
+    else:
+        scales = tuple(r.scale for r in observer.readings)
     readings = observer.readings
     skipped = list(result.skipped)
     kept = [i for i, s in enumerate(skipped) if not s]
@@ -133,7 +138,7 @@ def _evidence(
     return RunEvidence(
         label=label,
         losses=tuple(result.loss_curve),
-        scales=tuple(r.scale for r in readings),
+        scales=scales,
         skipped=tuple(skipped),
         eval_loss=result.eval_loss,
         initial_eval_loss=result.initial_eval_loss,

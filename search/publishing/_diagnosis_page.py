@@ -44,7 +44,7 @@ def diagnosis_page(diagnosis: TrainingDiagnosis) -> str:
         _curves_svg(diagnosis),
         "<h2>Gradients against fp16's range</h2>",
         "<p>Each parameter's gradient magnitudes in the fp32 control, unscaled, over the run (grey: how many "
-        "entries per octave; black tick: the smallest median over the first steps; red tick: the largest). The "
+        "entries per octave, counted at about 32 steps spread over it; black tick: the smallest median over the first steps; red tick: the largest). The "
         f"green band is what fp16 holds at the scale the fp16 run started with ({e(scale_text(fp16.scales[0]) if fp16.scales else '?')}): "
         "from 2^-24 (below: rounded to 0 or to one bit) to 65504 (above: inf). A gradient left of the band "
         "underflows, right of it overflows.</p>",

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from search.core import Settings, UsageError, resolve_device, with_run
 from search.storage import check_storage, is_read_only, open_storage, sqlite_path
@@ -42,6 +42,7 @@ class RunPlan:
     specs: list[WorkerSpec]
     steps_per_trial: int  # Optimizer steps of every trial: --steps, or what the epochs make.
     read_only: bool = False  # A SQLite file on read-only media: only a finished study can be shown.
+    study_attrs: dict[str, Any] = field(default_factory=dict)  # Recorded when the study is created (a diagnosis).
 
 
 def plan_run(

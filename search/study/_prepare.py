@@ -206,8 +206,9 @@ def prepare_study(
     fingerprint: str,
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
+    attrs: dict[str, Any] | None = None,
 ) -> StudyHandle:
-    """Creates the study (recording settings, enqueuing the baselines once) or loads it."""
+    """Creates the study (recording settings and ``attrs``, enqueuing the baselines once) or loads it."""
     name = settings.study_name
     try:
         study = optuna.create_study(
@@ -217,8 +218,8 @@ def prepare_study(
         study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
     notes: list[str] = []
     if "task" not in study.user_attrs:
-        for key, value in recorded_settings(settings, fingerprint).items():
-            study.set_user_attr(key, value)
+        for key, value in {**(attrs or {}), **recorded_settings(settings, fingerprint)}.items():
+            study.set_user_attr(key, value)  # The extras first: a study that has "task" has them too.
     notes += _enqueue_missing_baselines(study, settings)
     return StudyHandle(study, tuple(notes))
 

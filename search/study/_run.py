@@ -140,7 +140,9 @@ def warn_mixed_devices(existing: list[FrozenTrial], device_type: str, note: Note
 def start_study(plan: RunPlan, sampler: optuna.samplers.BaseSampler, pruner: Any, note: Note | None) -> StudyHandle:
     """Creates or resumes the study for writing (WAL on: the run is valid); ``note`` gets its notes."""
     enable_wal(plan.storage)
-    handle = prepare_study(plan.storage, plan.settings, plan.fingerprint, sampler, pruner or optuna.pruners.NopPruner())
+    handle = prepare_study(
+        plan.storage, plan.settings, plan.fingerprint, sampler, pruner or optuna.pruners.NopPruner(), plan.study_attrs
+    )
     if note is not None:
         for line in handle.notes:
             note(f"note: {line}")

@@ -44,7 +44,7 @@ def plain_watch(problem, init, growth, backoff, interval, steps, amp=torch.float
                     finite_in = bool(torch.isfinite(h).all())
                     h = module(h)
                     finite = bool(torch.isfinite(h).all())
-                    top = float(torch.where(torch.isfinite(h), h.detach().abs(), torch.zeros_like(h)).max())
+                    top = float(h.detach().abs().max()) if finite else 0.0  # read where every entry is finite
                     old = layers.get(name, (0.0, True))
                     layers[name] = (max(old[0], top), old[1] and finite)
                     if origin is None and finite_in and not finite:
