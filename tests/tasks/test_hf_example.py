@@ -99,3 +99,24 @@ def test_a_batch_the_model_cannot_compute_a_loss_for_fails_at_build_in_one_line(
     assert "\n" not in line and "Traceback" not in line
     assert "without a loss" in line and "LoaderProblem(loss=...)" in line
     assert not (tmp_path / "study.db").exists()
+
+
+def test_a_diagnosis_reads_the_hf_model_step_by_step_as_the_plain_loop_trains_it(problem):
+    """search.diagnose on dict batches and a ModelOutput: the fp16 run's scales and skips are the plain loop's on a
+    setting that overflows at first, each skip names the parameters whose gradients overflowed, and every
+    leaf module's forward output (embeddings, attention, LayerNorm) is read."""
+    from search.diagnosis import diagnosis_runs, judge
+
+    config = ScalerConfig(1.37 * 2**27, 1.7, 0.31, 7)
+    runs = diagnosis_runs(problem, config, steps=STEPS)
+    plain = plain_loader_run(problem, *config.__dict__.values(), STEPS)
+    fp16 = runs.fp16
+    assert fp16.skipped_steps == plain.skipped > 0
+    assert [*fp16.scales[1:], plain.scales[-1]] == plain.scales  # the scale each backward used, then after
+    assert all(any(step in p.overflow_steps for p in fp16.parameters) for step, s in enumerate(fp16.skipped) if s)
+    names = {layer.name for layer in runs.fp32.layers}
+    assert "transformer.wte" in names and "transformer.h.0.ln_1" in names
+    unread = {layer.name for layer in runs.fp32.layers if not math.isfinite(layer.largest)}
+    assert unread == {f"transformer.h.{i}.attn.attn_dropout" for i in (0, 1)}  # SDPA attention never calls them
+    verdict = judge(fp16, runs.fp32, runs.bf16, config)
+    assert verdict.verdict in ("healthy", "chronic-skipping") and verdict.forward_layer is None

@@ -1,0 +1,96 @@
+"""``search.optimize --from-diagnosis``: a search that starts where a diagnosis says the gradients fit."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import optuna
+import pytest
+
+from search.core import DEFAULTS
+from search.diagnosis import DiagnosisStart, narrowed_space, read_diagnosis
+
+from conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def deep_mlp_diagnosis(tmp_path_factory):
+    """A real diagnosis of deep-mlp at PyTorch's default, 32 steps: underflow, suggesting 2^20."""
+    folder = tmp_path_factory.mktemp("diagnosis")
+    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--json", "d.json"], folder, module="search.diagnose")
+    assert proc.returncode == 0, proc.stderr
+    return folder / "d.json"
+
+
+def test_the_search_samples_init_scale_around_the_suggestion_and_records_the_diagnosis(tmp_path, deep_mlp_diagnosis):
+    data = json.loads(deep_mlp_diagnosis.read_text())
+    suggested = data["suggested_init_scale"]
+    assert data["verdict"] == "underflow" and suggested == 2.0**20
+    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "12", "--quiet", "--from-diagnosis",
+                    str(deep_mlp_diagnosis)], tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert f"note: init_scale searched over 2^16..2^24, around the 2^20 the diagnosis in {deep_mlp_diagnosis}" in proc.stderr
+    study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    recorded = study.user_attrs["diagnosis"]
+    assert recorded["verdict"] == "underflow" and recorded["suggested_init_scale"] == suggested
+    assert (recorded["low"], recorded["high"]) == (2.0**16, 2.0**24) == tuple(
+        study.user_attrs["space"]["init_scale"][k] for k in ("low", "high"))  # fmt: skip
+    sampled = [t.params["init_scale"] for t in study.trials if "baseline" not in t.user_attrs and t.params]
+    assert sampled and all(2.0**16 <= v <= 2.0**24 for v in sampled)
+    default = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
+    assert len(default) == 1 and default[0].params["init_scale"] == 2.0**16  # PyTorch's default stays measured
+
+
+def test_resuming_without_the_diagnosis_names_the_narrowed_range(tmp_path, deep_mlp_diagnosis):
+    args = ["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet"]
+    assert run_cli([*args, "--from-diagnosis", str(deep_mlp_diagnosis)], tmp_path).returncode == 0
+    proc = run_cli(args, tmp_path)
+    assert proc.returncode == 2 and "space.init_scale.high: study has 16777216.0, this run 4294967296.0" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"verdict": "forward-overflow", "suggested_init_scale": None, "advice": "no loss scale helps: train in bf16"},
+         "the diagnosis found forward-overflow, which no starting scale fixes (no loss scale helps: train in bf16)"),
+        ({"task": "seed-mlp"}, "it diagnosed task seed-mlp, this run has task deep-mlp"),
+        ({"seed": 7}, "it diagnosed seed 7, this run has seed 42"),
+        ({"suggested_init_scale": None}, "it suggests no starting scale"),
+        ({"runs": None, "settings": None, "verdict": None}, None),
+    ],
+)
+def test_a_diagnosis_that_cannot_start_this_search_is_one_line_and_writes_nothing(
+    tmp_path, deep_mlp_diagnosis, change, message
+):
+    data = {**json.loads(deep_mlp_diagnosis.read_text()), **change}
+    data = {k: v for k, v in data.items() if not (v is None and k in ("runs", "settings", "verdict"))}
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    before = sorted(tmp_path.iterdir())
+    proc = run_cli(["--task", "deep-mlp", "--trials", "3", "--from-diagnosis", "d.json"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert (message or "not a diagnosis of a task") in proc.stderr
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_an_unreadable_file_is_one_line():
+    with pytest.raises(ValueError, match="--from-diagnosis missing.json: No such file"):
+        read_diagnosis("missing.json")
+
+
+@pytest.mark.parametrize(
+    "scaler, knob, diagnosed, suggested, low, high",
+    [
+        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**20, 16, 24),  # whole powers, within DeepSpeed's 0..
+        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**2, 0, 16),  # never below 2^0
+        ("megatron", "initial_loss_scale", 2.0**32, 2.0**20, 2.0**16, 2.0**32),  # the default start kept inside
+        ("fairseq", "fp16_init_scale", 128.0, 0.3, 1, 128),  # whole scales of at least 1
+    ],
+)
+def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, diagnosed, suggested, low, high):
+    start = DiagnosisStart("d.json", "underflow", suggested, diagnosed, "deep-mlp", 42, scaler)
+    space = narrowed_space(DEFAULTS.space, start)
+    narrowed = getattr(space, scaler)[knob]
+    assert (narrowed.low, narrowed.high) == (low, high) and narrowed.fixed is None
+    assert space.init_scale == DEFAULTS.space.init_scale  # GradScaler's range is another rule's: untouched
+    assert math.isclose(start.attrs(space)["suggested_init_scale"], suggested)
