@@ -31,8 +31,6 @@ from typing import BinaryIO
 from search.cli import OneLineParser, Session, check_output, fail, prog_name, run_command
 from search.core import UsageError
 
-TORCH = "torch"  # GradScaler (search.scalers.TORCH, without importing the scalers for --help).
-
 __all__ = ["build_parser", "format_reading", "main"]
 
 PROG = "search.diagnose"
@@ -168,6 +166,7 @@ def _read(args: argparse.Namespace):  # noqa: ANN202 (search.diagnosis.LogReadin
 def _training(session: Session, args: argparse.Namespace) -> int:
     """A training diagnosis: bad input before torch, then the three runs, then the lines and files."""
     from search.core import ConfigError, load_settings
+    from search.scalers import TORCH
     from search.tasks import TaskError, task_target
 
     overrides = {"task": args.task, "device": args.device, "epochs": args.epochs, "steps": args.steps,
@@ -226,7 +225,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)
     """The settings to diagnose, from the flags; bad values are one line each."""
     from search.core import ScalerConfig
-    from search.scalers import RULES, RuleSetting
+    from search.scalers import RULES, TORCH, RuleSetting
 
     torch_flags = [flag for flag, _, _ in _TORCH_FLAGS if getattr(args, flag[2:].replace("-", "_")) is not None]
     if scaler == TORCH:

@@ -176,3 +176,15 @@ def test_population_members_on_cuda_equal_ordinary_trials(cuda):
     assert worst_seed < 1e-3 and worst_deep < 1e-3
     print(f"\npopulation on {torch.cuda.get_device_name(cuda)}: worst relative loss difference against the "
           f"trainer: seed-mlp {worst_seed:.2e}, deep-mlp {worst_deep:.2e}")
+
+
+def test_diagnose_on_cuda_calls_deep_mlps_default_an_underflow_with_a_bf16_control(cuda, tmp_path):
+    """The diagnosis's three runs on the GPU: its observer reads every step there (one host read a step), the
+    bf16 control runs where the GPU has bf16, and the verdict is the CPU's: underflow, start at 2^20."""
+    proc = run_cli(["--task", "deep-mlp", "--device", "cuda", "--json", "d.json"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["device"].startswith("cuda:0") and data["verdict"] == "underflow"
+    assert data["runs"]["fp16"]["failure"] == "underflow" and data["skipped_steps"] == 0
+    assert ("bf16" in data["runs"]) == torch.cuda.is_bf16_supported()
+    assert 2.0**19 <= data["suggested_init_scale"] <= 2.0**21

@@ -85,8 +85,9 @@ def _curves_svg(diagnosis: TrainingDiagnosis) -> str:
         for k, run in enumerate(diagnosis.runs.all()):
             pts = [(_x(i, steps), _y(math.log10(v), lo, hi, y2, panel)) for i, v in enumerate(run.losses) if math.isfinite(v) and v > 0]
             out.append(_line(pts, _COLOURS[run.label]))
+            label = run.label if len(pts) > 1 else f"{run.label}: no finite loss"
             out.append(f'<text x="{_W - _RIGHT - 4}" y="{y2 + 14 + 14 * k}" font-size="12" text-anchor="end" '
-                       f'fill="{_COLOURS[run.label]}">{run.label}</text>')  # fmt: skip
+                       f'fill="{_COLOURS[run.label]}">{label}</text>')  # fmt: skip
     bottom = y2 + panel
     out.append(f'<text x="{_LEFT}" y="{bottom + 16}" font-size="11">step 0</text>')
     out.append(f'<text x="{_W - _RIGHT}" y="{bottom + 16}" font-size="11" text-anchor="end">{steps - 1}</text>')
@@ -162,7 +163,7 @@ def _forward_table(diagnosis: TrainingDiagnosis) -> str:
             f"<td class='n'>{_num(mine.largest) if mine else '-'}</td>"
             f"<td class='n'>{len(mine.nonfinite_steps) if mine else '-'}</td></tr>"
         )
-    return ("<table><tr><th>layer</th><th>largest |output|, fp32</th><th>of 65504</th><th>largest finite, fp16</th>"
+    return ("<table><tr><th>layer</th><th>largest |output|, fp32</th><th>of 65504</th><th>largest, fp16 (steps all finite)</th>"
             "<th>steps with inf/NaN, fp16</th></tr>" + "".join(rows) + "</table>")  # fmt: skip
 
 

@@ -147,29 +147,14 @@ def test_sum_outliers_collapses_below_1_under_gradscaler():
     assert verdict.largest_safe_scale < 1  # the fp32 control's largest gradient is above 65504
 
 
-def test_sum_outliers_collapses_under_deepspeeds_default_where_its_own_scaler_ends_the_run(monkeypatch):
-    try:  # A missing framework fails, naming the install command; it never skips.
-        from deepspeed.runtime.fp16 import loss_scaler
-    except ImportError as missing:
-        raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
-    monkeypatch.setattr(loss_scaler.dist, "get_rank", lambda *args, **kwargs: 0)
+def test_sum_outliers_collapses_under_deepspeeds_default_where_its_own_scaler_ends_the_run():
+    from test_optimize_scalers import deepspeed_next  # DeepSpeed's own DynamicLossScaler, as ZeRO builds it
+
     problem = build_outliers(42)
     setting = RuleSetting("deepspeed", RULES["deepspeed"].default)
     runs, verdict = diagnose(problem, setting)
-    theirs = loss_scaler.DynamicLossScaler(init_scale=2.0**16, scale_window=1000, min_scale=1, delayed_shift=2,
-                                             consecutive_hysteresis=False)
-    stopped = []
-
-    def deepspeed_next(overflow):
-        try:
-            theirs.update_scale(overflow)
-        except Exception as error:  # DeepSpeed raises a bare Exception at the minimum.
-            stopped.append(str(error))
-            return None
-        return theirs.cur_scale
-
-    scales, skipped, ended = plain_rule_run(problem, 2.0**16, deepspeed_next, 192)
-    assert ended and "already at minimum" in stopped[0]
+    scales, skipped, ended = plain_rule_run(problem, *deepspeed_next(RULES["deepspeed"].default), 192)
+    assert ended and len(scales) < 192
     assert list(runs.fp16.skipped) == skipped and runs.fp16.steps == len(scales)
     assert verdict.verdict == "scale-collapse" and f"at step {len(scales) - 1}" in verdict.reason
     assert runs.fp16.failure == "ended_at_minimum"
