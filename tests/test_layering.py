@@ -195,6 +195,17 @@ def test_a_log_diagnosis_imports_neither_torch_nor_optuna_nor_a_storage():
         assert not bad, f"{top} imports {bad[0]}: {_path_to(top, bad[0], via)}"
 
 
+def test_a_diagnosis_is_judged_and_narrows_a_search_without_torch():
+    """The evidence, the verdict, the printed diagnosis and the narrowing of a search read plain numbers: the
+    commands print and start from a diagnosis, and a test builds one by hand, without torch (only the observer and
+    the runs train). Neither do they reach Optuna or a storage."""
+    for top in ("search.diagnosis._evidence", "search.diagnosis._training_verdict", "search.diagnosis._training",
+                "search.diagnosis._narrowing"):  # fmt: skip
+        via = reach(top)
+        bad = sorted(m for m in via if m.split(".")[0] in ("torch", "optuna", "sqlalchemy") or _in(m, "storage"))
+        assert not bad, f"{top} imports {bad[0]}: {_path_to(top, bad[0], via)}"
+
+
 def test_training_imports_neither_optuna_nor_storage():
     offenders = []
     for module in [m for m in MODULES if _in(m, "training")]:

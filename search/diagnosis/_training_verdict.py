@@ -269,7 +269,8 @@ def start_advice(setting: ScalerConfig | RuleSetting, scale: float) -> str:
         return f"start at init_scale {scale_text(scale)} (search.diagnose --init-scale {_plain(scale)} to check it)"
     knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
     value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)
-    return f"start at {scale_text(scale)}: {knob} {value} (search.diagnose --knob {knob}={value} to check it)"
+    return (f"start at {scale_text(scale)}: {knob} {value} (search.diagnose --scaler {setting.rule} --knob {knob}={value} "
+            "to check it)")
 
 
 def _plain(value: float) -> str:
