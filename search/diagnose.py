@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads; 0: 1, or OMP_NUM_THREADS [0]")
     run.add_argument("--scaler", default=None, metavar="RULE", help="whose loss-scale rule: torch (GradScaler), deepspeed, megatron, fairseq [torch]")
     for flag, kind, default in _TORCH_FLAGS:
-        run.add_argument(flag, type=kind, default=None, metavar="X", help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]")
+        run.add_argument(flag, type=kind, default=None, metavar="N" if kind is int else "X",
+                         help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]")  # fmt: skip
     run.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                      help="a framework's setting under --scaler, by its own name (initial_scale_power=12); repeatable")  # fmt: skip
     run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")

@@ -6,15 +6,16 @@ run a trial trains, with GradScaler's (or a framework's) scale, not a copy of th
 
 * **gradients**, as backward produced them (still scaled, before ``unscale_`` and clipping, the same place
   the trainer counts zeros), per parameter: exact zeros, whether any entry is inf/NaN (the step's overflow
-  cause), the largest and the median non-zero magnitude *unscaled* (divided by the scale in use), an
-  octave histogram of the unscaled magnitudes, and, given the scales another run used step by step, how
-  many non-zero entries would round to 0 in fp16 at that scale (scaled magnitude <= 2^-25: fp16's smallest
-  subnormal is 2^-24, and round-to-nearest-even sends half of it to 0);
+  cause), the largest magnitude *unscaled* (divided by the scale in use; read where every entry is finite), the
+  median non-zero one over the first steps, an octave histogram of the unscaled magnitudes every few steps,
+  and, given the scale another run used at step 0, how many non-zero entries would round to 0 in fp16 at that
+  scale (scaled magnitude <= 2^-25: fp16's smallest subnormal is 2^-24, and round-to-nearest-even sends half of
+  it to 0);
 * **forward outputs** of every leaf module, per step: the largest magnitude (read where every entry is finite),
-  whether any entry is inf/NaN, and the first module (in call order) whose output was not finite while its inputs were: where
-  the forward pass overflowed.
+  whether any entry is inf/NaN, and the first module (in call order) whose output was not finite while its
+  inputs were: where the forward pass overflowed.
 
-Every step costs one host read (a diagnosis is three runs, not a search).
+Every step costs one host read, and one more on a step whose forward pass went non-finite (its inputs checked).
 """
 
 from __future__ import annotations
@@ -38,8 +39,8 @@ class StepReading:
     scale: float  # The scale the step's backward used.
     zeros: list[int]
     nonfinite: list[bool]
-    largest: list[float]  # Unscaled; nan where a parameter has no finite non-zero entry.
-    median: list[float]
+    largest: list[float]  # Unscaled; nan where every entry is 0 or one is inf/NaN.
+    median: list[float]  # Unscaled, of the non-zero entries; nan after the first steps.
     would_round: list[int]  # Non-zero entries that round to 0 at the reference scale (0 without one).
     forward_largest: list[float]
     forward_nonfinite: list[bool]

@@ -1,9 +1,10 @@
 """The three runs of a training diagnosis: the user's settings in fp16, an fp32 control, a bf16 control.
 
-Each is :func:`search.training.train`, the loop every trial runs, watched by a
-:class:`~search.diagnosis._observer.RunObserver`; the fp16 run first, so that the fp32 control can count
-which of its true gradients would round to 0 in fp16 at the scale the fp16 run used at each step.
-The controls train at scale 1 with no growth: fp32 needs no scaling, bf16 has fp32's range.
+Each is :func:`search.training.train`, the loop every trial runs; the fp16 run and the fp32 control are watched
+by a :class:`~search.diagnosis._observer.RunObserver` (the bf16 control's outcome is all the verdict reads). The
+fp16 run goes first, so that the fp32 control can count which of its true gradients at step 0 would round to 0
+in fp16 at the scale the fp16 run started with. The controls train at scale 1 with no growth: fp32 needs no
+scaling, bf16 has fp32's range.
 """
 
 from __future__ import annotations
@@ -41,7 +42,18 @@ def diagnosis_runs(
     penalty: PenaltyConfig = PenaltyConfig(),
     controls: Sequence[str] = ("fp32", "bf16"),
 ) -> DiagnosisRuns:
-    """Trains ``setting`` in fp16 and the controls, each watched step by step.
+    """Trains ``setting`` in fp16 and the controls (module docstring).
+
+    Example:
+        ::
+
+            from search.core import ScalerConfig
+            from search.diagnosis import diagnosis_runs, judge
+            from search.tasks.deep_mlp import build
+
+            default = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+            runs = diagnosis_runs(build(42), default)
+            print(judge(runs.fp16, runs.fp32, runs.bf16, default).verdict)  # underflow
 
     Args:
         problem: The task's problem, on its device.
