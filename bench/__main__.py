@@ -44,6 +44,7 @@ from bench.p4_search import (
     TASKS,
     TIE,
     choose_default,
+    diagnosed,
     load_runs,
     median_label,
     save_runs,
@@ -238,8 +239,8 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         print(f"  share of the gap left after {args.p4_budget} trials (median of seeds), time a trial outside training:")
         for sampler in r.arms:
             print(f"    {sampler:16} {r.regret[sampler]:7.1%}   {r.overhead[sampler] * 1000:6.1f} ms")
-        if DIAGNOSED in r.arms:
-            print(f"  {DIAGNOSED}: the diagnosis cost {r.diagnosis_trials:.1f} trials' time (its three runs against a "
+        if any(diagnosed(a) for a in r.arms):
+            print(f"  +diagnosis: the diagnosis cost {r.diagnosis_trials:.1f} trials' time (its three runs against a "
                   "random trial, start to finish), counted in the '+ diagnosis' figures")
         for target in ("gap10", "gap"):
             random = statistics.median(r.reach[target]["random"])
@@ -247,9 +248,9 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             level = "90%" if target == "gap10" else "99%"
             for s in r.arms[1:]:
                 mine = statistics.median(r.reach[target][s])
-                target_note = "target <= 0.5x" if s == DIAGNOSED and target == "gap10" else ""
+                target_note = "target <= 0.5x" if s == DIAGNOSED and target == "gap10" else ""  # the default sampler
                 rows.append((f"P4 {task} {level}: trials {s} / random", f"{bound}{mine / random:.2f}x", target_note))
-                if s == DIAGNOSED:
+                if diagnosed(s):
                     rows.append((f"P4 {task} {level}: trials {s} + diagnosis / random",
                                  f"{bound}{(mine + r.diagnosis_trials) / random:.2f}x", target_note))
     if getattr(args, "p4_save", None):

@@ -40,7 +40,13 @@ from search.training import run_steps
 
 SAMPLERS = ("random", "tpe", "gp", "cmaes")
 DIAGNOSED = "tpe+diagnosis"  # TPE (the default sampler) on the space a diagnosis narrowed: --from-diagnosis
-ARMS = (*SAMPLERS, DIAGNOSED)
+# random+diagnosis: the narrowing's own effect, the same sampler on the narrowed space and on the whole one.
+ARMS = (*SAMPLERS, DIAGNOSED, "random+diagnosis")
+
+
+def diagnosed(arm: str) -> bool:
+    """Whether an arm starts from the task's diagnosis (``SAMPLER+diagnosis``)."""
+    return arm.endswith("+diagnosis")
 TASKS = ("deep-mlp", "deep-mlp-spikes", "deep-mlp-sum")
 
 
@@ -79,9 +85,9 @@ def diagnose_task(task: str) -> TaskDiagnosis:
 
 def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskDiagnosis | None = None) -> SearchRun:
     """``budget`` trials of ``task`` with ``sampler`` (an arm) seeded ``seed``, in memory."""
-    chosen_name = "tpe" if sampler == DIAGNOSED else sampler
+    chosen_name = sampler.removesuffix("+diagnosis")
     settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=chosen_name, storage="")
-    if sampler == DIAGNOSED:
+    if diagnosed(sampler):
         assert diagnosis is not None
         settings = replace(settings, space=narrowed_space(settings.space, diagnosis.start))
     problem = build_problem(resolve_task(task), task, settings.run.seed)
@@ -147,7 +153,7 @@ TARGETS = {
 def search_efficiency(task: str, budget: int, seeds: int = 5, arms: tuple[str, ...] = ARMS) -> TaskEfficiency:
     """Runs every arm ``seeds`` times on ``task`` (the diagnosis first, once, for ``tpe+diagnosis``) and measures
     the trials each needs."""
-    diagnosis = diagnose_task(task) if DIAGNOSED in arms else None
+    diagnosis = diagnose_task(task) if any(diagnosed(a) for a in arms) else None
     runs = [run_search(task, a, seed, budget, diagnosis) for seed in range(seeds) for a in arms]
     result = efficiency_of(task, runs, budget)
     if diagnosis is None:

@@ -37,3 +37,19 @@ def test_a_tie_goes_to_the_cheapest_trial_and_a_clear_win_to_the_winner():
     assert choose_default([tied], 1)[0] == "tpe"
     clear = _task({"random": 0.5, "tpe": 0.05, "gp": 0.0, "cmaes": 0.3}, costs)
     assert choose_default([clear], 1)[0] == "gp"
+
+
+def test_the_diagnosed_arms_and_their_cost_survive_a_saved_file(tmp_path):
+    """An arm that starts from the task's diagnosis is counted like a sampler, its reach read against the same
+    best-known, and the diagnosis's cost in trials kept with the task (bench prints it beside the counts)."""
+    from dataclasses import replace
+
+    from bench.p4_search import DIAGNOSED, diagnosed, save_runs
+
+    runs = [SearchRun("random", 0, [0.9, 0.5, 0.0], 1.0, 0.001, 0.3), SearchRun(DIAGNOSED, 0, [0.05, 0.4], 1.0, 0.005, 0.3)]
+    result = replace(efficiency_of("t", runs, 2), diagnosis_trials=3.4)
+    assert result.arms == ["random", DIAGNOSED] and diagnosed(DIAGNOSED) and not diagnosed("tpe")
+    assert result.reach["gap10"] == {"random": [3], DIAGNOSED: [1]}  # best-known 0.05: 90% is <= 0.145; 3: never
+    save_runs([result], str(tmp_path / "v.json"))
+    again = load_runs(str(tmp_path / "v.json"), 2)[0]
+    assert again.arms == result.arms and again.reach == result.reach and again.diagnosis_trials == 3.4
