@@ -25,6 +25,7 @@ A run "reaches" a target at its first trial at or below it; a run that never doe
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -79,7 +80,8 @@ def diagnose_task(task: str) -> TaskDiagnosis:
     runs = diagnosis_runs(problem, default, epochs=problem.epochs)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, default)
     seconds = time.perf_counter() - began
-    start = DiagnosisStart("(bench)", verdict.verdict, verdict.suggested_init_scale, 2.0**16, task, settings.run.seed, "torch")
+    start = DiagnosisStart("(bench)", verdict.verdict, verdict.suggested_init_scale, 2.0**16, task, settings.run.seed,
+                           "torch", verdict.growth_window)
     return TaskDiagnosis(start, seconds)
 
 
@@ -105,7 +107,8 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
         for t in trials
         if baseline_of(t) is None and t.datetime_complete is not None
     )
-    default = next(t.value for t in trials if baseline_of(t) == DEFAULT_BASELINE)
+    # nan where a diagnosis narrowed the default out of the space (its baseline is then left out).
+    default = next((t.value for t in trials if baseline_of(t) == DEFAULT_BASELINE), math.nan)
     # The five seed baselines run first in every study, whatever the sampler: they are not the
     # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
     # counted; the budget is of sampled trials.
@@ -166,7 +169,8 @@ def efficiency_of(task: str, runs: list[SearchRun], budget: int) -> TaskEfficien
     """The targets, trials to reach them, regret and cost of ``runs`` (all arms' runs on ``task``)."""
     arms = [a for a in ARMS if any(r.sampler == a for r in runs)]
     best = min(min(r.values[:budget]) for r in runs)  # The best-known within the budget, as a run of it sees.
-    default = runs[0].default  # The same in every run: same data, weights and settings.
+    # The same in every run that ran it: same data, weights and settings.
+    default = next(r.default for r in runs if math.isfinite(r.default))
     gap = default - best
     targets = {"strict": best + 0.01 * abs(best), "gap": best + 0.01 * gap, "gap10": best + 0.1 * gap}
     reach = {

@@ -83,6 +83,8 @@ class RunEvidence:
         start_steps: The first steps ``first_median`` looks at.
         parameters: Per parameter, its gradients.
         layers: Per leaf module, its forward outputs.
+        step_largest: Per step, the largest finite unscaled gradient magnitude of any parameter (nan: every
+            entry zero, or the step skipped): how far each step's gradients reach, spike by spike.
         seconds: The run's wall time.
     """
 
@@ -101,6 +103,7 @@ class RunEvidence:
     start_steps: int
     parameters: tuple[ParameterGradients, ...] = field(default=())
     layers: tuple[LayerForward, ...] = field(default=())
+    step_largest: tuple[float, ...] = field(default=())
     seconds: float = 0.0
 
     @property

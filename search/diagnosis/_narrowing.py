@@ -1,11 +1,19 @@
-"""A diagnosis as the start of a search: ``search.optimize --from-diagnosis FILE`` narrows the starting scale.
+"""A diagnosis as the start of a search: ``search.optimize --from-diagnosis FILE`` narrows two settings.
 
-The JSON ``search.diagnose --json`` writes holds ``suggested_init_scale``: the scale that keeps the measured
-gradients representable (:mod:`search.diagnosis._training_verdict`). A search from it samples the starting
-scale within :data:`OCTAVES` octaves either side of it instead of fp16's whole 52-octave range (2^-20..2^32),
-and always keeps the diagnosed setting's own start inside (so PyTorch's or the framework's default stays a
-point of the space, measured and compared). Only the starting scale is narrowed: the diagnosis measures the
-gradients' magnitudes, not how often the scale should grow.
+The JSON ``search.diagnose --json`` writes holds ``suggested_init_scale``, the scale that keeps the measured
+gradients representable, and ``growth_window``, the growth intervals the run's gradients call for
+(:mod:`search.diagnosis._training_verdict`). A search from it samples
+
+* the starting scale within :data:`OCTAVES` octaves either side of the suggested one, instead of fp16's whole
+  52-octave range (2^-20..2^32);
+* the growth interval (GradScaler's ``growth_interval``, a framework's ``loss_scale_window`` or
+  ``fp16_scale_window``) within the window: at least the run's steps where one steady scale serves it, at most
+  the mean gap between overflowing steps where the scale must move.
+
+Each is intersected with the space's own range (a window beyond it keeps the nearest end); a setting the
+config fixes is left as it is. The diagnosed setting (PyTorch's or the framework's default) may fall outside
+the narrowed space: its seed baseline is then left out with a note, and the diagnosis's own fp16 run is its
+measurement.
 
 A diagnosis whose verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``,
 ``scale-collapse``) is refused: a search would be the wrong next step. No torch here.
@@ -18,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from search.core import ParamRange, SpaceConfig
+from search.core import SpaceConfig
 from search.diagnosis._training_verdict import scale_text
 
 OCTAVES = 4  # Either side of the suggested start: 8 octaves where the default space spans 52.
@@ -26,6 +34,9 @@ NO_START = ("diverges-in-fp32", "forward-overflow", "scale-collapse")
 # Each framework's knob that sets the starting scale, and whether it holds the power of two.
 START_KNOBS = {"deepspeed": ("initial_scale_power", True), "megatron": ("initial_loss_scale", False),
                "fairseq": ("fp16_init_scale", False)}  # fmt: skip
+# Each scaler's knob that sets how many clean steps come before a growth.
+GROWTH_KNOBS = {"torch": "growth_interval", "deepspeed": "loss_scale_window", "megatron": "loss_scale_window",
+                "fairseq": "fp16_scale_window"}  # fmt: skip
 
 
 class DiagnosisFileError(ValueError):
@@ -44,6 +55,7 @@ class DiagnosisStart:
         task: The task it trained.
         seed: The task's seed.
         scaler: ``torch`` or the framework whose rule it ran.
+        growth: Its ``growth_window`` (low, high; high None: no bound), or None (not in the file: no narrowing).
     """
 
     path: str
@@ -53,22 +65,36 @@ class DiagnosisStart:
     task: str
     seed: int
     scaler: str
+    growth: tuple[int, int | None] | None = None
 
     def attrs(self, space: SpaceConfig) -> dict[str, Any]:
-        """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the range searched."""
-        name, power = START_KNOBS.get(self.scaler, ("init_scale", False))
-        searched = space.ranges(self.scaler)[name]
+        """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges searched."""
+        name, _power = START_KNOBS.get(self.scaler, ("init_scale", False))
+        ranges = space.ranges(self.scaler)
+        growth = GROWTH_KNOBS.get(self.scaler, "growth_interval")
+        window = ranges[growth]
         return {"file": self.path, "verdict": self.verdict, "suggested_init_scale": self.suggested,
-                "diagnosed_start": self.diagnosed, "param": name, "low": searched.low, "high": searched.high}  # fmt: skip
+                "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
+                "growth_window": None if self.growth is None else list(self.growth), "growth_param": growth,
+                "growth_low": window.fixed if window.fixed is not None else window.low,
+                "growth_high": window.fixed if window.fixed is not None else window.high}  # fmt: skip
 
     def note(self, space: SpaceConfig) -> str:
         """The line the search prints about it."""
         name, power = START_KNOBS.get(self.scaler, ("init_scale", False))
-        searched = space.ranges(self.scaler)[name]
+        ranges = space.ranges(self.scaler)
+        searched = ranges[name]
         low, high = (2.0**searched.low, 2.0**searched.high) if power else (searched.low, searched.high)
-        return (f"{name} searched over {scale_text(low)}..{scale_text(high)}, around the {scale_text(self.suggested)} "
-                f"the diagnosis in {self.path} suggests ({self.verdict}; the diagnosed start {scale_text(self.diagnosed)} "
-                "kept inside)")  # fmt: skip
+        line = (f"from the diagnosis in {self.path} ({self.verdict}): {name} searched over {scale_text(low)}.."
+                f"{scale_text(high)}, around the {scale_text(self.suggested)} it suggests")  # fmt: skip
+        growth = GROWTH_KNOBS.get(self.scaler, "growth_interval")
+        window = ranges[growth]
+        if self.growth is None:
+            return line + f"; {growth} not narrowed (the file has no growth window)"
+        if window.fixed is not None:
+            return line + f"; {growth} stays at the config's {window.fixed:g}"
+        wanted = f">= {self.growth[0]}" if self.growth[1] is None else f"<= {self.growth[1]}"
+        return line + f"; {growth} over {window.low:g}..{window.high:g} (the diagnosis: {wanted})"
 
 
 def read_diagnosis(path: str) -> DiagnosisStart:
@@ -96,31 +122,46 @@ def read_diagnosis(path: str) -> DiagnosisStart:
         diagnosed = 2.0 ** settings[name] if power else float(settings[name])
     else:
         diagnosed = float(settings["init_scale"])
-    return DiagnosisStart(path, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler)
+    window = data.get("growth_window")
+    growth = None
+    if isinstance(window, list) and len(window) == 2 and isinstance(window[0], int) and window[0] >= 1:
+        growth = (window[0], window[1] if isinstance(window[1], int) and window[1] >= window[0] else None)
+    return DiagnosisStart(path, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler, growth)
 
 
 def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
-    """``space`` with its starting scale searched around ``start.suggested`` (module docstring).
+    """``space`` with its starting scale searched around ``start.suggested`` and its growth interval within
+    ``start.growth`` (module docstring).
 
     Raises:
-        DiagnosisFileError: The config fixes the starting scale (nothing to narrow).
+        DiagnosisFileError: The config fixes the starting scale, or its range lies outside the narrowed one.
     """
-    low = min(start.suggested / 2.0**OCTAVES, start.diagnosed)
-    high = max(start.suggested * 2.0**OCTAVES, start.diagnosed)
-    if start.scaler not in START_KNOBS:
-        old = space.init_scale
-        if old.fixed is not None:
-            raise DiagnosisFileError("--from-diagnosis narrows init_scale, which the config fixes")
-        return replace(space, init_scale=replace(old, low=low, high=high, log=True))
-    name, power = START_KNOBS[start.scaler]
-    knobs = dict(getattr(space, start.scaler))
-    old = knobs[name]
+    low, high = start.suggested / 2.0**OCTAVES, start.suggested * 2.0**OCTAVES
+    ranges = space.ranges(start.scaler)
+    name, power = START_KNOBS.get(start.scaler, ("init_scale", False))
+    old = ranges[name]
     if old.fixed is not None:
         raise DiagnosisFileError(f"--from-diagnosis narrows {name}, which the config fixes")
-    if power:  # DeepSpeed's whole powers of two, within what it accepts.
-        knobs[name] = replace(old, low=max(0, math.floor(math.log2(low))), high=math.ceil(math.log2(high)))
-    elif start.scaler == "megatron":
-        knobs[name] = ParamRange(low, high, True)
-    else:  # fairseq's whole scales of at least 1.
-        knobs[name] = ParamRange(max(1, math.floor(low)), math.ceil(high), True)
-    return replace(space, **{start.scaler: knobs})
+    if power:  # DeepSpeed's whole powers of two.
+        wanted = (math.floor(math.log2(low)), math.ceil(math.log2(high)))
+    elif start.scaler == "fairseq":  # Whole scales.
+        wanted = (math.floor(low), math.ceil(high))
+    else:
+        wanted = (low, high)
+    lo, hi = max(old.low, wanted[0]), min(old.high, wanted[1])
+    if lo > hi:
+        shown = (2.0**old.low, 2.0**old.high) if power else (old.low, old.high)
+        raise DiagnosisFileError(f"--from-diagnosis: the config searches {name} over {scale_text(shown[0])}.."
+                                 f"{scale_text(shown[1])}, outside the {scale_text(low)}..{scale_text(high)} around "
+                                 f"the {scale_text(start.suggested)} the diagnosis suggests")  # fmt: skip
+    ranges[name] = replace(old, low=lo, high=hi, log=True)
+    growth = GROWTH_KNOBS.get(start.scaler, "growth_interval")
+    window = ranges[growth]
+    if start.growth is not None and window.fixed is None:
+        first, last = start.growth
+        lo = min(max(window.low, first), window.high)
+        hi = max(min(window.high, last if last is not None else window.high), lo)
+        ranges[growth] = replace(window, low=lo, high=hi)
+    if start.scaler not in START_KNOBS:
+        return replace(space, **ranges)
+    return replace(space, **{start.scaler: ranges})

@@ -163,6 +163,8 @@ def _evidence(
         start_steps=first,
         parameters=tuple(parameters),
         layers=tuple(layers),
+        # A skipped step's overflowing parameter has no finite largest: the others' would understate the step.
+        step_largest=tuple(math.nan if skip else _largest(r.largest) for r, skip in zip(readings, skipped)),
         seconds=seconds,
     )
 

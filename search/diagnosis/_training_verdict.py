@@ -28,6 +28,13 @@ parameter's median non-zero gradient over the first steps at or above fp16's sma
 user's own ``init_scale`` when it lies between the two, else the power of two nearest their geometric middle;
 none (nan) where the verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``,
 ``scale-collapse``).
+
+How often the scale should grow, from the same control's per-step largest gradient (:func:`growth_window`):
+where the needed scale is within an octave of the largest safe one (or below it), one steady scale serves the
+run and growth only walks it into overflows, so growth need not act within the run (``growth_interval`` at
+least its steps); where it is further above, the steps whose gradients overflow at the needed scale must each
+back the scale off, and it must regrow before the next such step (``growth_interval`` at most the mean gap
+between them).
 """
 
 from __future__ import annotations
@@ -62,6 +69,10 @@ class TrainingVerdict:
         measured_skip_rate: Skipped steps per step after settling, or None when it never settled.
         underflowing: Parameters whose fp16 zeros exceed the fp32 control's by the threshold.
         forward_layer: The layer where the forward pass first overflowed most often, or None.
+        overflow_steps_at_needed: The fp32 control's steps whose largest gradient overflows fp16 at
+            ``needed_scale``.
+        growth_window: The ``growth_interval`` range the gradients call for, (low, high), high None for no
+            bound (:func:`growth_window`); None where no starting scale is the fix or nothing was measured.
     """
 
     verdict: str
@@ -75,6 +86,26 @@ class TrainingVerdict:
     measured_skip_rate: float | None
     underflowing: tuple[str, ...]
     forward_layer: str | None
+    overflow_steps_at_needed: int = 0
+    growth_window: tuple[int, int | None] | None = None
+
+    def growth_sentence(self, steps: int) -> str:
+        """The growth window in words, with its evidence ("": none)."""
+        if self.growth_window is None:
+            return ""
+        low, high = self.growth_window
+        needed, safe = scale_text(self.needed_scale), scale_text(self.largest_safe_scale)
+        if high is None and self.needed_scale <= self.largest_safe_scale:
+            return (f"the first steps need {needed} and the largest gradient allows {safe}: a steady scale between "
+                    f"them keeps every gradient representable, so growth need not act: growth_interval >= {low}")
+        if high is None:
+            return (f"the first steps need {needed} and the largest gradient allows {safe}, within an octave: one "
+                    f"steady scale serves this run about as well as any, and growing walks it into overflows "
+                    f"({self.overflow_steps_at_needed} of {steps} steps overflow at {needed}), so growth need not "
+                    f"act: growth_interval >= {low}")  # fmt: skip
+        return (f"{self.overflow_steps_at_needed} of {steps} steps overflow at the {needed} the first steps need "
+                f"(the largest gradient allows {safe}): the scale backs off at each and must regrow before the next, "
+                f"{steps / max(1, self.overflow_steps_at_needed):.1f} steps apart on average: growth_interval <= {high}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; non-finite numbers as None."""
@@ -83,6 +114,7 @@ class TrainingVerdict:
             if isinstance(value, float) and not math.isfinite(value):
                 out[key] = None
         out["underflowing"] = list(self.underflowing)
+        out["growth_window"] = None if self.growth_window is None else list(self.growth_window)
         return out
 
 
@@ -114,6 +146,25 @@ def settled_step(scales: tuple[float, ...]) -> int | None:
     return next((i for i in range(1, len(scales)) if scales[i] > scales[i - 1]), None)
 
 
+def growth_window(
+    needed: float, safe: float, step_largest: tuple[float, ...], steps: int
+) -> tuple[tuple[int, int | None] | None, int]:
+    """The growth intervals a run's gradients call for, and how many steps overflow at the needed scale.
+
+    ``step_largest`` is the fp32 control's per-step largest gradient. Where ``needed <= 2 * safe``, a scale held
+    steady serves every step about as well as one scale can, and growing only overflows: ``(steps, None)``,
+    growth need not act within the run. Further above, the scale that keeps the first steps' gradients must back
+    off at every step overflowing it and be regrown before the next one: at most the mean gap between them, a
+    whole window per regrowth since a scaler grows only after a window of clean steps.
+    """
+    overflowing = sum(1 for v in step_largest if math.isfinite(v) and v * needed > FP16_MAX) if math.isfinite(needed) else 0
+    if not (math.isfinite(needed) and math.isfinite(safe)) or not step_largest or steps < 1:
+        return None, overflowing
+    if needed <= 2 * safe:
+        return (steps, None), overflowing
+    return (1, max(1, math.ceil(steps / max(1, overflowing)))), overflowing
+
+
 def judge(
     fp16: RunEvidence,
     fp32: RunEvidence,
@@ -138,21 +189,23 @@ def judge(
     )
     origins = fp16.forward_origins()
     layer = max(origins, key=lambda name: len(origins[name])) if origins else None
+    window, overflowing = growth_window(needed, safe, fp32.step_largest, fp32.steps)
     common = dict(needed_scale=needed, largest_safe_scale=safe, suggested_init_scale=suggested, settled_step=settled,
                   expected_skip_rate=expected_skip_rate(setting), measured_skip_rate=later,
-                  underflowing=underflowing, forward_layer=layer)  # fmt: skip
+                  underflowing=underflowing, forward_layer=layer, overflow_steps_at_needed=overflowing,
+                  growth_window=window)  # fmt: skip
     bf16_line = _bf16_line(bf16)
 
     if not fp32.finite or fp32.failure == "nonfinite" or fp32.eval_loss > fp32.initial_eval_loss:
         what = "went inf/NaN" if not fp32.finite or fp32.failure == "nonfinite" else (
             f"ended at {_g(fp32.eval_loss)}, worse than the initial weights' {_g(fp32.initial_eval_loss)}")  # fmt: skip
-        common["suggested_init_scale"] = math.nan  # No starting scale is the fix.
+        common.update(suggested_init_scale=math.nan, growth_window=None)  # No setting is the fix.
         return TrainingVerdict("diverges-in-fp32", f"the fp32 control, with no fp16 and no scaling, {what}",
                                "this is not a loss-scaling problem: look at the learning rate, the data and the "
                                "model first (then diagnose again)", **common)  # fmt: skip
     if layer is not None:
         steps = len(origins[layer])
-        common["suggested_init_scale"] = math.nan
+        common.update(suggested_init_scale=math.nan, growth_window=None)
         fp32_layer = next((f.largest for f in fp32.layers if f.name == layer), math.nan)
         return TrainingVerdict(
             "forward-overflow",
@@ -161,7 +214,7 @@ def judge(
             f"no loss scale helps: train in bf16{bf16_line}, or keep {layer!r} in fp32 / bound its outputs", **common)
     collapse = _collapse(fp16)
     if collapse:
-        common["suggested_init_scale"] = math.nan
+        common.update(suggested_init_scale=math.nan, growth_window=None)
         return TrainingVerdict("scale-collapse", collapse, _collapse_advice(fp16, safe), **common)
     if fp16.zero_share - fp32.zero_share >= penalty.underflow_threshold or underflowing:
         where = ", ".join(underflowing) or "the model"

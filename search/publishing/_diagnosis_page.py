@@ -37,7 +37,7 @@ def diagnosis_page(diagnosis: TrainingDiagnosis) -> str:
         f"<title>Diagnosis of {e(diagnosis.task)}: {e(verdict.verdict)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>Diagnosis of {e(diagnosis.task)}</h1>",
         f"<div class='verdict {kind}'><h2>{e(verdict.verdict)}</h2><p>{e(verdict.reason)}.</p>"
-        f"<p><b>{e(verdict.advice[:1].upper() + verdict.advice[1:])}.</b></p></div>",
+        f"<p><b>{e(verdict.advice[:1].upper() + verdict.advice[1:])}.</b></p>{_growth(diagnosis)}</div>",
         "<h2>Scale and loss</h2>",
         f"<p>The fp16 run's scale at each step's backward (log2), {fp16.skipped_steps} skipped steps marked in red; "
         "below, each run's training loss.</p>",
@@ -58,6 +58,11 @@ def diagnosis_page(diagnosis: TrainingDiagnosis) -> str:
         "</body></html>",
     ]
     return "\n".join(parts)
+
+
+def _growth(diagnosis: TrainingDiagnosis) -> str:
+    growth = diagnosis.verdict.growth_sentence(diagnosis.runs.fp32.steps)
+    return f"<p>Growth: {html.escape(growth)}.</p>" if growth else ""
 
 
 def _curves_svg(diagnosis: TrainingDiagnosis) -> str:

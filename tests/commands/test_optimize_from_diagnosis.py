@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import optuna
 import pytest
 
-from search.core import DEFAULTS
+from search.core import DEFAULTS, ParamRange
 from search.diagnosis import DiagnosisStart, narrowed_space, read_diagnosis
 
 from conftest import run_cli
@@ -23,23 +24,42 @@ def deep_mlp_diagnosis(tmp_path_factory):
     return folder / "d.json"
 
 
-def test_the_search_samples_init_scale_around_the_suggestion_and_records_the_diagnosis(tmp_path, deep_mlp_diagnosis):
+def test_the_search_samples_around_the_suggestion_within_the_growth_window_and_records_the_diagnosis(
+    tmp_path, deep_mlp_diagnosis
+):
     data = json.loads(deep_mlp_diagnosis.read_text())
     suggested = data["suggested_init_scale"]
-    assert data["verdict"] == "underflow" and suggested == 2.0**20
+    # 32 steps: the needed scale is within an octave of the largest safe one, so growth need not act.
+    assert data["verdict"] == "underflow" and suggested == 2.0**20 and data["growth_window"] == [32, None]
     proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "12", "--quiet", "--from-diagnosis",
                     str(deep_mlp_diagnosis)], tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert f"note: init_scale searched over 2^16..2^24, around the 2^20 the diagnosis in {deep_mlp_diagnosis}" in proc.stderr
+    assert (f"note: from the diagnosis in {deep_mlp_diagnosis} (underflow): init_scale searched over 2^16..2^24, "
+            "around the 2^20 it suggests; growth_interval over 32..2000 (the diagnosis: >= 32)") in proc.stderr
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     recorded = study.user_attrs["diagnosis"]
     assert recorded["verdict"] == "underflow" and recorded["suggested_init_scale"] == suggested
     assert (recorded["low"], recorded["high"]) == (2.0**16, 2.0**24) == tuple(
         study.user_attrs["space"]["init_scale"][k] for k in ("low", "high"))  # fmt: skip
-    sampled = [t.params["init_scale"] for t in study.trials if "baseline" not in t.user_attrs and t.params]
-    assert sampled and all(2.0**16 <= v <= 2.0**24 for v in sampled)
+    assert (recorded["growth_low"], recorded["growth_high"], recorded["growth_window"]) == (32, 2000, [32, None])
+    sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
+    assert sampled and all(2.0**16 <= p["init_scale"] <= 2.0**24 and 32 <= p["growth_interval"] for p in sampled)
     default = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
-    assert len(default) == 1 and default[0].params["init_scale"] == 2.0**16  # PyTorch's default stays measured
+    assert len(default) == 1 and default[0].params["init_scale"] == 2.0**16  # inside here, so measured
+
+
+def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, deep_mlp_diagnosis):
+    """A moving window (growth_interval <= 4) leaves PyTorch's 2000 out: its baseline is not run, and said so."""
+    data = {**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": [1, 4]}
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "8", "--quiet", "--from-diagnosis", "d.json"],
+                   tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "growth_interval over 1..4 (the diagnosis: <= 4)" in proc.stderr
+    assert "baseline seed-1 left out: growth_interval outside the search space" in proc.stderr
+    study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert all(t.params["growth_interval"] <= 4 for t in study.trials if t.params)
+    assert not [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
 
 
 def test_resuming_without_the_diagnosis_names_the_narrowed_range(tmp_path, deep_mlp_diagnosis):
@@ -81,10 +101,10 @@ def test_an_unreadable_file_is_one_line():
 @pytest.mark.parametrize(
     "scaler, knob, diagnosed, suggested, low, high",
     [
-        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**20, 16, 24),  # whole powers, within DeepSpeed's 0..
-        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**2, 0, 16),  # never below 2^0
-        ("megatron", "initial_loss_scale", 2.0**32, 2.0**20, 2.0**16, 2.0**32),  # the default start kept inside
-        ("fairseq", "fp16_init_scale", 128.0, 0.3, 1, 128),  # whole scales of at least 1
+        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**20, 16, 24),  # whole powers of two
+        ("deepspeed", "initial_scale_power", 2.0**16, 2.0**2, 0, 6),  # never below 2^0
+        ("megatron", "initial_loss_scale", 2.0**32, 2.0**20, 2.0**16, 2.0**24),  # the default start left outside
+        ("fairseq", "fp16_init_scale", 128.0, 0.3, 1, 5),  # whole scales of at least 1
     ],
 )
 def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, diagnosed, suggested, low, high):
@@ -94,3 +114,34 @@ def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, d
     assert (narrowed.low, narrowed.high) == (low, high) and narrowed.fixed is None
     assert space.init_scale == DEFAULTS.space.init_scale  # GradScaler's range is another rule's: untouched
     assert math.isclose(start.attrs(space)["suggested_init_scale"], suggested)
+
+
+@pytest.mark.parametrize(
+    "scaler, knob, window, low, high",
+    [
+        ("torch", "growth_interval", (1, 4), 1, 4),  # moving: regrow between the overflowing steps
+        ("torch", "growth_interval", (64, None), 64, 2000),  # steady: growth need not act within the run
+        ("torch", "growth_interval", (5000, None), 2000, 2000),  # beyond the space: its nearest end
+        ("deepspeed", "loss_scale_window", (1, 4), 1, 4),
+        ("megatron", "loss_scale_window", (256, None), 256, 1000),
+        ("fairseq", "fp16_scale_window", (64, None), 64, 2**14),
+    ],
+)
+def test_the_growth_window_narrows_each_rules_growth_knob(scaler, knob, window, low, high):
+    start = DiagnosisStart("d.json", "underflow", 2.0**20, 2.0**16, "deep-mlp", 42, scaler, window)
+    space = narrowed_space(DEFAULTS.space, start)
+    narrowed = space.ranges(scaler)[knob]
+    assert (narrowed.low, narrowed.high) == (low, high) and narrowed.fixed is None
+    assert (start.attrs(space)["growth_low"], start.attrs(space)["growth_high"]) == (low, high)
+    bound = f">= {window[0]}" if window[1] is None else f"<= {window[1]}"
+    assert f"{knob} over {low}..{high} (the diagnosis: {bound})" in start.note(space)
+
+
+def test_a_growth_interval_the_config_fixes_stays_and_a_file_without_a_window_narrows_none():
+    fixed = replace(DEFAULTS.space, growth_interval=ParamRange(1, 2000, True, fixed=100))
+    start = DiagnosisStart("d.json", "underflow", 2.0**20, 2.0**16, "deep-mlp", 42, "torch", (1, 4))
+    assert narrowed_space(fixed, start).growth_interval == fixed.growth_interval
+    assert "growth_interval stays at the config's 100" in start.note(narrowed_space(fixed, start))
+    older = replace(start, growth=None)  # a diagnosis written before growth windows
+    assert narrowed_space(DEFAULTS.space, older).growth_interval == DEFAULTS.space.growth_interval
+    assert "growth_interval not narrowed" in older.note(DEFAULTS.space)

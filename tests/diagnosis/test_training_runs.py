@@ -85,6 +85,9 @@ def test_the_fp16_runs_evidence_is_a_plain_loops(build, setting, steps):
         assert p.zero_share == pytest.approx(sum(s["grads"][p.name][0] for s in kept) / (p.size * len(kept)))
         largest = [s["grads"][p.name][2] for s in kept if math.isfinite(s["grads"][p.name][2])]
         assert p.largest == pytest.approx(max(largest), rel=1e-6) if largest else math.isnan(p.largest)
+    for step, s in zip(fp16.step_largest, plain, strict=True):  # Per step, over parameters: spike by spike.
+        finite = [g[2] for g in s["grads"].values() if math.isfinite(g[2])]
+        assert step == pytest.approx(max(finite), rel=1e-6) if finite and not s["skipped"] else math.isnan(step)
     for layer in fp16.layers:
         assert layer.largest == pytest.approx(max(s["layers"][layer.name][0] for s in plain), rel=1e-6)
         assert layer.nonfinite_steps == tuple(i for i, s in enumerate(plain) if not s["layers"][layer.name][1])
