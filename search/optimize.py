@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         default=None,
         help="start from a diagnosis (search.diagnose --json PATH): the starting scale is searched within 4 octaves "
-        "of the scale it suggests, and the study records it",
+        "of the scale it suggests and the growth interval within the window it measured; the study records it",
     )
     add("--best-out", metavar="PATH", default=None, help="write the summary, the verdict and every framework's line as JSON")
     add(

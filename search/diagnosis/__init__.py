@@ -12,7 +12,8 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
-* ``_narrowing``: a diagnosis's JSON as the start of a search: the starting scale's range around its suggestion.
+* ``_narrowing``: a diagnosis's JSON as the start of a search: the starting scale around its suggestion, the growth
+  interval within its window.
 """
 
 from search._exports import lazy_exports

@@ -104,7 +104,7 @@ class TrainingVerdict:
                     f"({self.overflow_steps_at_needed} of {steps} steps overflow at {needed}), so growth need not "
                     f"act: growth_interval >= {low}")  # fmt: skip
         return (f"{self.overflow_steps_at_needed} of {steps} steps overflow at the {needed} the first steps need "
-                f"(the largest gradient allows {safe}): the scale backs off at each and must regrow before the next, "
+                f"(the largest gradient allows {safe}): a scale there backs off at each and must regrow before the next, "
                 f"{steps / max(1, self.overflow_steps_at_needed):.1f} steps apart on average: growth_interval <= {high}")
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,8 +24,13 @@ def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
     assert set(data["runs"]) == {"fp16", "fp32", "bf16"} and data["skipped_steps"] == 0 and data["skips"] == []
     fp16 = data["runs"]["fp16"]
     assert fp16["failure"] == "underflow" and len(fp16["scales"]) == 48
+    # The growth window, as printed, in the JSON and on the page: one and the same claim.
+    window = data["growth_window"]
+    assert window[1] is None and window[0] == 48 and "growth_interval >= 48" in out
+    assert len(data["runs"]["fp32"]["step_largest"]) == 48
     page = (tmp_path / "d.html").read_text()
     assert "<h2>underflow</h2>" in page and page.count("<svg") == 2 and "0.weight" in page
+    assert "<p>Growth: " in page and "growth_interval &gt;= 48." in page
     # Two outputs of one diagnosis agree: the page holds the printed lines as they were printed.
     assert "verdict: underflow" in page and proc.stderr.count("\n") == 1  # one progress line
 
