@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from search.diagnose import main as diagnose_main
+
 from conftest import run_cli
 
 
@@ -78,9 +80,11 @@ def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
         (["--device", "cuda"], "CUDA is not available"),
     ],
 )
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, args, message):
-    proc = run_cli([*args, "--json", "d.json"], tmp_path, module="search.diagnose")
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("search.diagnose: error: ") and proc.stderr.count("\n") == 1, proc.stderr
-    assert message in proc.stderr, proc.stderr
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
+    # In this process: a process's start is what tests/cli/test_cli.py checks (no torch, no traceback).
+    monkeypatch.chdir(tmp_path)
+    assert diagnose_main([*args, "--json", "d.json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("search.diagnose: error: ") and err.count("\n") == 1, err
+    assert message in err, err
     assert list(tmp_path.iterdir()) == []

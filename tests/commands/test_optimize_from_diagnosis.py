@@ -11,6 +11,7 @@ import pytest
 
 from search.core import DEFAULTS, ParamRange
 from search.diagnosis import DiagnosisStart, narrowed_space, read_diagnosis
+from search.optimize import main as optimize_main
 
 from conftest import run_cli
 
@@ -81,15 +82,17 @@ def test_resuming_without_the_diagnosis_names_the_narrowed_range(tmp_path, deep_
     ],
 )
 def test_a_diagnosis_that_cannot_start_this_search_is_one_line_and_writes_nothing(
-    tmp_path, deep_mlp_diagnosis, change, message
+    tmp_path, monkeypatch, capsys, deep_mlp_diagnosis, change, message
 ):
     data = {**json.loads(deep_mlp_diagnosis.read_text()), **change}
     data = {k: v for k, v in data.items() if not (v is None and k in ("runs", "settings", "verdict"))}
     (tmp_path / "d.json").write_text(json.dumps(data))
     before = sorted(tmp_path.iterdir())
-    proc = run_cli(["--task", "deep-mlp", "--trials", "3", "--from-diagnosis", "d.json"], tmp_path)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert (message or "not a diagnosis of a task") in proc.stderr
+    monkeypatch.chdir(tmp_path)  # In this process: tests/cli/test_cli.py checks a process's bad-input exit.
+    assert optimize_main(["--task", "deep-mlp", "--trials", "3", "--from-diagnosis", "d.json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert (message or "not a diagnosis of a task") in err
     assert sorted(tmp_path.iterdir()) == before
 
 

@@ -12,6 +12,7 @@ import logging
 
 import pytest
 
+from search.diagnose import main as diagnose_main
 from search.diagnosis import CHRONIC_RATE, HYSTERESIS, OVERFLOW, LogError, read_log
 
 from conftest import run_cli
@@ -188,14 +189,16 @@ def test_the_command_prints_the_reading_and_writes_its_json(tmp_path):
         ("epoch 1\n", ["--json", "no/such/dir/d.json"], "--json no/such/dir/d.json"),
     ],
 )  # fmt: skip
-def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, content, args, message):
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, content, args, message):
     name = "missing.log" if content is None else "train.log"
     if content is not None:
         (tmp_path / name).write_text(content)
     before = sorted(p.name for p in tmp_path.iterdir())
-    proc = run_cli(["--log", name, *args], tmp_path, module="search.diagnose")
-    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc.stderr
-    assert proc.stderr.startswith("search.diagnose: error: ") and message in proc.stderr
+    monkeypatch.chdir(tmp_path)  # In this process: tests/cli/test_cli.py checks a process's bad-input exit.
+    assert diagnose_main(["--log", name, *args]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("search.diagnose: error: ") and message in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

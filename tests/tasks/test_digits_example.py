@@ -68,14 +68,16 @@ def test_the_seed_baselines_do_not_skip_and_scales_inside_fp16s_range_tie(
     problem: LoaderProblem, default: TrainResult
 ) -> None:
     """2^8 and 2^16 skip no step. Power-of-two scales that keep the scaled gradients normal fp16
-    numbers (neither subnormal nor overflowing) scale and unscale exactly, so 2^12 and 2^16 tie bit
-    for bit. 2^8 does not tie on this task: some of its scaled fp16 gradients are subnormal and lose
-    bits (measured: its curve leaves 2^16's at step 14, eval loss 1.4959 against 1.4943), so it is
-    only checked to be close."""
+    numbers (neither subnormal nor overflowing) scale and unscale exactly, so 2^14 and 2^16 tie bit
+    for bit (so do 2^15 and 2^17; 2^18 skips a step). 2^8 does not tie on this task: some of its scaled
+    fp16 gradients are subnormal and lose bits (measured: its curve leaves 2^16's at step 14, eval loss
+    1.4959 against 1.4943), so it is only checked to be close. Where subnormals begin depends on the
+    CPU's fp16 kernels: 2^12 tied on one machine and parts at step 12 on an AMD EPYC (zero share
+    0.03363 against 0.03354), so the tie is checked two octaves below the default, not four."""
     low, high = train(problem, LOW), default
     assert low.skipped_steps == 0 and high.skipped_steps == 0
     assert low.eval_loss == pytest.approx(high.eval_loss, rel=1e-2)
-    mid = train(problem, ScalerConfig(2.0**12, 2.0, 0.5, 2000))
+    mid = train(problem, ScalerConfig(2.0**14, 2.0, 0.5, 2000))
     assert mid.skipped_steps == 0
     assert curves(mid)[0] == curves(high)[0] and mid.eval_loss == high.eval_loss
     assert mid.zero_grad_fraction == high.zero_grad_fraction
