@@ -81,7 +81,8 @@ def main() -> None:
     add("--p4-save", default=argparse.SUPPRESS, metavar="PATH", help="write every P4 run's objective values to PATH, as JSON")
     add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
     add("--p4-arms", default=",".join(ARMS), metavar="ARMS",
-        help="P4's arms: samplers, and tpe+diagnosis (TPE from the task's diagnosis, search.optimize --from-diagnosis)")
+        help="P4's arms: samplers, tpe+diagnosis (TPE from the task's diagnosis, search.optimize --from-diagnosis) "
+        "and random+diagnosis (random search on the same narrowed space)")
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
@@ -223,8 +224,12 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     except (OSError, ValueError, KeyError) as e:
         print(f"bench: error: --p4-from: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    arms = tuple(a.strip() for a in args.p4_arms.split(",") if a.strip())
+    if not saved and all(diagnosed(a) for a in arms):  # Before 30 minutes of runs, not after.
+        print("bench: error: --p4-arms: add an arm on the whole space (e.g. random): a diagnosis can narrow "
+              "PyTorch's default out of the others, and P4 measures from the default", file=sys.stderr)
+        raise SystemExit(2)
     for task in [r.task for r in saved] if saved else tasks:
-        arms = tuple(a.strip() for a in args.p4_arms.split(",") if a.strip())
         r = (next(x for x in saved if x.task == task) if saved
              else search_efficiency(task, args.p4_budget, args.p4_seeds, arms))  # fmt: skip
         results.append(r)

@@ -14,10 +14,12 @@ run reached. Three targets:
 * gap10: within 10% of that distance, 90% of the possible improvement.
 
 And the *regret*: the share of that distance still left after the budget, what a run of that
-many trials delivers. One more arm, ``tpe+diagnosis``, is what ``search.diagnose --json d.json`` then
+many trials delivers. Two more arms: ``tpe+diagnosis`` is what ``search.diagnose --json d.json`` then
 ``search.optimize --from-diagnosis d.json`` does: TPE on the space the task's diagnosis at PyTorch's default
 narrows (:mod:`search.diagnosis._narrowing`); the diagnosis itself costs about three trials' training, counted
-as ``diagnosis_trials`` (its seconds over a trial's) and printed beside its trial counts. The default sampler is chosen by :func:`choose_default`, on the regret at the
+as ``diagnosis_trials`` (its seconds over a trial's) and printed beside its trial counts; ``random+diagnosis`` is
+random search on the same narrowed space, the narrowing's own effect. A narrowed space may leave PyTorch's default
+out (its baseline is then not run): the default's value comes from an arm on the whole space. The default sampler is chosen by :func:`choose_default`, on the regret at the
 default run's budget (100). ``--p4-from`` recomputes every figure from a ``--p4-save`` file.
 A run "reaches" a target at its first trial at or below it; a run that never does counts as
 ``budget + 1`` (censored: the median is then a lower bound, printed with ">").
@@ -170,7 +172,10 @@ def efficiency_of(task: str, runs: list[SearchRun], budget: int) -> TaskEfficien
     arms = [a for a in ARMS if any(r.sampler == a for r in runs)]
     best = min(min(r.values[:budget]) for r in runs)  # The best-known within the budget, as a run of it sees.
     # The same in every run that ran it: same data, weights and settings.
-    default = next(r.default for r in runs if math.isfinite(r.default))
+    default = next((r.default for r in runs if math.isfinite(r.default)), math.nan)
+    if not math.isfinite(default):
+        raise ValueError(f"P4 {task}: no arm ran PyTorch's default (a diagnosis narrowed it out of every arm's space): "
+                         "add an arm on the whole space, e.g. random")
     gap = default - best
     targets = {"strict": best + 0.01 * abs(best), "gap": best + 0.01 * gap, "gap10": best + 0.1 * gap}
     reach = {

@@ -28,7 +28,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "_observer": ("RunObserver", "StepReading"),
         "_training_verdict": (
-            "VERDICTS", "TrainingVerdict", "expected_skip_rate", "judge", "scale_text", "settled_step"
+            "VERDICTS", "TrainingVerdict", "expected_skip_rate", "growth_window", "judge", "scale_text", "settled_step"
         ),
         "_narrowing": ("OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis"),
         "_training": ("SkipCause", "TrainingDiagnosis", "format_training"),

@@ -8,12 +8,14 @@ gradients representable, and ``growth_window``, the growth intervals the run's g
   52-octave range (2^-20..2^32);
 * the growth interval (GradScaler's ``growth_interval``, a framework's ``loss_scale_window`` or
   ``fp16_scale_window``) within the window: at least the run's steps where one steady scale serves it, at most
-  the mean gap between overflowing steps where the scale must move.
+  the steps per overflowing step (rounded up) where the scale must move.
 
-Each is intersected with the space's own range (a window beyond it keeps the nearest end); a setting the
-config fixes is left as it is. The diagnosed setting (PyTorch's or the framework's default) may fall outside
-the narrowed space: its seed baseline is then left out with a note, and the diagnosis's own fp16 run is its
-measurement.
+Each is intersected with the space's own range: a starting scale outside it is refused, a growth window beyond it
+keeps the range's nearest end (a run longer than the default range's 2000 steps: 2000), with a note; a growth knob
+the config fixes is left as it is. The window is about the diagnosed run's length, so a search of other steps is
+refused. The diagnosed setting (PyTorch's or the framework's default) and the other seed baselines may fall
+outside the narrowed space (all five use growth_interval 2000): each is then left out with a note, and the
+diagnosis's own fp16 run measures the default.
 
 A diagnosis whose verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``,
 ``scale-collapse``) is refused: a search would be the wrong next step. No torch here.
@@ -56,6 +58,7 @@ class DiagnosisStart:
         seed: The task's seed.
         scaler: ``torch`` or the framework whose rule it ran.
         growth: Its ``growth_window`` (low, high; high None: no bound), or None (not in the file: no narrowing).
+        steps: The steps it trained (a search of other steps is refused: the window is about that length).
     """
 
     path: str
@@ -66,6 +69,7 @@ class DiagnosisStart:
     seed: int
     scaler: str
     growth: tuple[int, int | None] | None = None
+    steps: int | None = None
 
     def attrs(self, space: SpaceConfig) -> dict[str, Any]:
         """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges searched."""
@@ -94,7 +98,12 @@ class DiagnosisStart:
         if window.fixed is not None:
             return line + f"; {growth} stays at the config's {window.fixed:g}"
         wanted = f">= {self.growth[0]}" if self.growth[1] is None else f"<= {self.growth[1]}"
-        return line + f"; {growth} over {window.low:g}..{window.high:g} (the diagnosis: {wanted})"
+        first, last = self.growth
+        honoured = window.low >= first and (last is None or window.high <= last)
+        if honoured:
+            return line + f"; {growth} over {window.low:g}..{window.high:g} (the diagnosis: {wanted})"
+        return line + (f"; {growth} at {window.low:g}..{window.high:g}, the end of the config's range nearest the "
+                       f"diagnosis's {wanted}, which lies outside it")  # fmt: skip
 
 
 def read_diagnosis(path: str) -> DiagnosisStart:
@@ -122,11 +131,33 @@ def read_diagnosis(path: str) -> DiagnosisStart:
         diagnosed = 2.0 ** settings[name] if power else float(settings[name])
     else:
         diagnosed = float(settings["init_scale"])
-    window = data.get("growth_window")
-    growth = None
-    if isinstance(window, list) and len(window) == 2 and isinstance(window[0], int) and window[0] >= 1:
-        growth = (window[0], window[1] if isinstance(window[1], int) and window[1] >= window[0] else None)
-    return DiagnosisStart(path, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler, growth)
+    steps = data.get("steps")
+    return DiagnosisStart(path, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler,
+                          _growth_window(path, data.get("growth_window")),
+                          steps if _whole(steps) else None)  # fmt: skip
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _growth_window(path: str, window: object) -> tuple[int, int | None] | None:
+    """The file's ``growth_window``: absent or null (a diagnosis of no window, or one written before windows
+    existed) is None; anything but ``[low, high]`` of whole numbers, high null or at least low, is refused."""
+    if window is None:
+        return None
+    if isinstance(window, list) and len(window) == 2 and _whole(window[0]):
+        if window[1] is None or (_whole(window[1]) and window[1] >= window[0]):
+            return window[0], window[1]
+    raise DiagnosisFileError(f"--from-diagnosis {path}: growth_window {json.dumps(window)} is not [low, high] of "
+                             "whole numbers (high null: no bound)")
+
+
+def _octaves(scale: float) -> str:
+    """2^k to two decimals, so that 2^13.97 does not read as the power of two 2^14.0 (search.core's format_scale
+    says the same, but comes with Optuna)."""
+    k = math.log2(scale)
+    return f"2^{int(k)}" if k.is_integer() else f"2^{k:.2f}"
 
 
 def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
@@ -134,7 +165,8 @@ def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
     ``start.growth`` (module docstring).
 
     Raises:
-        DiagnosisFileError: The config fixes the starting scale, or its range lies outside the narrowed one.
+        DiagnosisFileError: The config fixes the starting scale, its range lies outside the narrowed one, or it
+            samples powers of two and none lies in the narrowed range.
     """
     low, high = start.suggested / 2.0**OCTAVES, start.suggested * 2.0**OCTAVES
     ranges = space.ranges(start.scaler)
@@ -154,12 +186,17 @@ def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
         raise DiagnosisFileError(f"--from-diagnosis: the config searches {name} over {scale_text(shown[0])}.."
                                  f"{scale_text(shown[1])}, outside the {scale_text(low)}..{scale_text(high)} around "
                                  f"the {scale_text(start.suggested)} the diagnosis suggests")  # fmt: skip
-    ranges[name] = replace(old, low=lo, high=hi, log=True)
+    if old.powers_of_two and math.ceil(math.log2(lo)) > math.floor(math.log2(hi)):
+        raise DiagnosisFileError(f"--from-diagnosis: the config samples powers of two of init_scale, and none lies in "
+                                 f"{_octaves(lo)}..{_octaves(hi)} around the {_octaves(start.suggested)} "
+                                 "the diagnosis suggests")  # fmt: skip
+    # GradScaler's init_scale is searched on a log scale; a framework's knob keeps its own (DeepSpeed's is an exponent).
+    ranges[name] = replace(old, low=lo, high=hi, log=True if start.scaler not in START_KNOBS else old.log)
     growth = GROWTH_KNOBS.get(start.scaler, "growth_interval")
     window = ranges[growth]
     if start.growth is not None and window.fixed is None:
         first, last = start.growth
-        lo = min(max(window.low, first), window.high)
+        lo = min(max(window.low, first), window.high)  # A window beyond the space: its nearest end (the note says).
         hi = max(min(window.high, last if last is not None else window.high), lo)
         ranges[growth] = replace(window, low=lo, high=hi)
     if start.scaler not in START_KNOBS:

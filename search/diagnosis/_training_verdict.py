@@ -33,8 +33,8 @@ How often the scale should grow, from the same control's per-step largest gradie
 where the needed scale is within an octave of the largest safe one (or below it), one steady scale serves the
 run and growth only walks it into overflows, so growth need not act within the run (``growth_interval`` at
 least its steps); where it is further above, the steps whose gradients overflow at the needed scale must each
-back the scale off, and it must regrow before the next such step (``growth_interval`` at most the mean gap
-between them).
+back the scale off, and it must regrow before the next such step (``growth_interval`` at most their mean
+period: the run's steps per such step, rounded up).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class TrainingVerdict:
                     f"act: growth_interval >= {low}")  # fmt: skip
         return (f"{self.overflow_steps_at_needed} of {steps} steps overflow at the {needed} the first steps need "
                 f"(the largest gradient allows {safe}): a scale there backs off at each and must regrow before the next, "
-                f"{steps / max(1, self.overflow_steps_at_needed):.1f} steps apart on average: growth_interval <= {high}")
+                f"one every {steps / max(1, self.overflow_steps_at_needed):.1f} steps on average: growth_interval <= {high}")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; non-finite numbers as None."""
@@ -154,8 +154,9 @@ def growth_window(
     ``step_largest`` is the fp32 control's per-step largest gradient. Where ``needed <= 2 * safe``, a scale held
     steady serves every step about as well as one scale can, and growing only overflows: ``(steps, None)``,
     growth need not act within the run. Further above, the scale that keeps the first steps' gradients must back
-    off at every step overflowing it and be regrown before the next one: at most the mean gap between them, a
-    whole window per regrowth since a scaler grows only after a window of clean steps.
+    off at every step overflowing it and be regrown before the next one: at most their mean period (the run's
+    steps per such step, rounded up), a whole window per regrowth since a scaler grows only after a window of
+    clean steps.
     """
     overflowing = sum(1 for v in step_largest if math.isfinite(v) and v * needed > FP16_MAX) if math.isfinite(needed) else 0
     if not (math.isfinite(needed) and math.isfinite(safe)) or not step_largest or steps < 1:

@@ -50,6 +50,7 @@ def plan_run(
     allow_changed_settings: bool = False,
     worker: WorkerSpec | None = None,
     keep: Callable[[optuna.storages.RDBStorage], object] = lambda storage: storage,
+    diagnosed_steps: int | None = None,
 ) -> RunPlan:
     """Checks a run of ``settings`` and opens its storage; ``keep`` is handed the opened storage.
 
@@ -58,6 +59,8 @@ def plan_run(
         allow_changed_settings: Resume a study even if its recorded settings differ.
         worker: In a ``--workers`` process: its device, and no workers of its own.
         keep: Called with the storage once opened, so that the caller closes it on every path.
+        diagnosed_steps: The steps a ``--from-diagnosis`` file trained: a run of other steps per trial is refused
+            before anything is written (the diagnosis's growth window is about that length).
 
     Raises:
         NothingToRun: ``--trials 0`` and the SQLite file does not exist.
@@ -88,6 +91,10 @@ def plan_run(
         steps_per_trial = run_steps(problem, run.epochs, run.steps)
     except ValueError as e:  # --epochs for a task that runs steps.
         raise UsageError(f"--epochs {run.epochs}: {e}") from e
+    if diagnosed_steps is not None and diagnosed_steps != steps_per_trial:
+        raise UsageError(f"--from-diagnosis: it diagnosed {diagnosed_steps} steps and this run trains {steps_per_trial} "
+                         "a trial (its growth window is about the run's length): diagnose with --steps "
+                         f"{steps_per_trial}, or search with --steps {diagnosed_steps}")  # fmt: skip
     if run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
         _check_population(settings, problem)
     _check_batch_memory(problem, steps_per_trial, run.batch_memory, run.task)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import replace
 
 import optuna
 import pytest
 
-from search.core import DEFAULTS, ParamRange
-from search.diagnosis import DiagnosisStart, narrowed_space, read_diagnosis
+from search.core import DEFAULTS, ParamRange, distributions
+from search.diagnosis import DiagnosisFileError, DiagnosisStart, narrowed_space, read_diagnosis
 from search.optimize import main as optimize_main
 
 from conftest import run_cli
@@ -114,30 +113,34 @@ def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, d
     start = DiagnosisStart("d.json", "underflow", suggested, diagnosed, "deep-mlp", 42, scaler)
     space = narrowed_space(DEFAULTS.space, start)
     narrowed = getattr(space, scaler)[knob]
+    default = getattr(DEFAULTS.space, scaler)[knob]
     assert (narrowed.low, narrowed.high) == (low, high) and narrowed.fixed is None
+    assert narrowed.log == default.log  # DeepSpeed's exponent stays linear: a log range cannot start at 0
+    dist = distributions(space, scaler)[knob]  # what Optuna samples: it must accept the range
+    assert (dist.low, dist.high, dist.log) == (low, high, default.log)
     assert space.init_scale == DEFAULTS.space.init_scale  # GradScaler's range is another rule's: untouched
-    assert math.isclose(start.attrs(space)["suggested_init_scale"], suggested)
 
 
 @pytest.mark.parametrize(
-    "scaler, knob, window, low, high",
+    "scaler, knob, window, low, high, said",
     [
-        ("torch", "growth_interval", (1, 4), 1, 4),  # moving: regrow between the overflowing steps
-        ("torch", "growth_interval", (64, None), 64, 2000),  # steady: growth need not act within the run
-        ("torch", "growth_interval", (5000, None), 2000, 2000),  # beyond the space: its nearest end
-        ("deepspeed", "loss_scale_window", (1, 4), 1, 4),
-        ("megatron", "loss_scale_window", (256, None), 256, 1000),
-        ("fairseq", "fp16_scale_window", (64, None), 64, 2**14),
+        ("torch", "growth_interval", (1, 4), 1, 4, "growth_interval over 1..4 (the diagnosis: <= 4)"),
+        ("torch", "growth_interval", (64, None), 64, 2000, "growth_interval over 64..2000 (the diagnosis: >= 64)"),
+        ("torch", "growth_interval", (5000, None), 2000, 2000,  # a run longer than the space: its nearest end
+         "growth_interval at 2000..2000, the end of the config's range nearest the diagnosis's >= 5000, which lies outside it"),
+        ("deepspeed", "loss_scale_window", (1, 4), 1, 4, "loss_scale_window over 1..4 (the diagnosis: <= 4)"),
+        ("megatron", "loss_scale_window", (256, None), 256, 1000, "loss_scale_window over 256..1000 (the diagnosis: >= 256)"),
+        ("fairseq", "fp16_scale_window", (64, None), 64, 2**14, "fp16_scale_window over 64..16384 (the diagnosis: >= 64)"),
     ],
-)
-def test_the_growth_window_narrows_each_rules_growth_knob(scaler, knob, window, low, high):
+)  # fmt: skip
+def test_the_growth_window_narrows_each_rules_growth_knob(scaler, knob, window, low, high, said):
     start = DiagnosisStart("d.json", "underflow", 2.0**20, 2.0**16, "deep-mlp", 42, scaler, window)
     space = narrowed_space(DEFAULTS.space, start)
     narrowed = space.ranges(scaler)[knob]
     assert (narrowed.low, narrowed.high) == (low, high) and narrowed.fixed is None
+    assert (distributions(space, scaler)[knob].low, distributions(space, scaler)[knob].high) == (low, high)
     assert (start.attrs(space)["growth_low"], start.attrs(space)["growth_high"]) == (low, high)
-    bound = f">= {window[0]}" if window[1] is None else f"<= {window[1]}"
-    assert f"{knob} over {low}..{high} (the diagnosis: {bound})" in start.note(space)
+    assert said in start.note(space)
 
 
 def test_a_growth_interval_the_config_fixes_stays_and_a_file_without_a_window_narrows_none():
@@ -148,3 +151,41 @@ def test_a_growth_interval_the_config_fixes_stays_and_a_file_without_a_window_na
     older = replace(start, growth=None)  # a diagnosis written before growth windows
     assert narrowed_space(DEFAULTS.space, older).growth_interval == DEFAULTS.space.growth_interval
     assert "growth_interval not narrowed" in older.note(DEFAULTS.space)
+
+
+@pytest.mark.parametrize(
+    "space, suggested, message",
+    [
+        (replace(DEFAULTS.space, init_scale=ParamRange(1.0, 2.0**10, True)), 2.0**20,
+         "the config searches init_scale over 2^0..2^10, outside the 2^16..2^24 around the 2^20"),
+        # Powers of two only, and the suggestion (a user's own start, 1000) leaves none in 2^13.5..2^13.97.
+        (replace(DEFAULTS.space, init_scale=ParamRange(2.0**13.5, 2.0**20, True, powers_of_two=True)), 1000.0,
+         "samples powers of two of init_scale, and none lies in 2^13.50..2^13.97 around the 2^9.97"),
+    ],
+)  # fmt: skip
+def test_a_config_range_the_narrowing_misses_is_refused(space, suggested, message):
+    start = DiagnosisStart("d.json", "healthy", suggested, suggested, "deep-mlp", 42, "torch")
+    with pytest.raises(DiagnosisFileError, match=message.replace("^", r"\^").replace(".", r"\.")):
+        narrowed_space(space, start)
+
+
+@pytest.mark.parametrize(
+    "window", [[1, 4.0], [1, "4"], [5, 3], [48.0, None], "x", [True, None], [0, 4], [1]],
+)
+def test_a_malformed_growth_window_is_refused_in_one_line(tmp_path, deep_mlp_diagnosis, window):
+    (tmp_path / "d.json").write_text(json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": window}))
+    with pytest.raises(DiagnosisFileError, match=r"growth_window .* is not \[low, high\] of whole numbers") as e:
+        read_diagnosis(str(tmp_path / "d.json"))
+    assert "\n" not in str(e.value)
+
+
+def test_a_search_of_other_steps_than_the_diagnosis_is_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, deep_mlp_diagnosis
+):
+    monkeypatch.chdir(tmp_path)
+    args = ["--task", "deep-mlp", "--steps", "64", "--trials", "3", "--from-diagnosis", str(deep_mlp_diagnosis)]
+    assert optimize_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "it diagnosed 32 steps and this run trains 64 a trial" in err, err
+    assert "diagnose with --steps 64, or search with --steps 32" in err
+    assert list(tmp_path.iterdir()) == []

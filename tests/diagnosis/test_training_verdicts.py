@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from search.core import ScalerConfig
-from search.diagnosis import CHRONIC_RATE, diagnosis_runs, judge
+from search.diagnosis import CHRONIC_RATE, diagnosis_runs, growth_window, judge
 from search.scalers import RULES, RuleSetting
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
@@ -206,3 +206,17 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     inside = plain_run(problem, 2.0**18, 2.0, 0.5, verdict.growth_window[1], 256)
     outside = plain_run(problem, 2.0**18, 2.0, 0.5, 2000, 256)
     assert inside.failure == "none" and inside.eval_loss < 0.8 * outside.eval_loss  # 0.379 against 0.611 here
+
+
+@pytest.mark.parametrize(
+    "needed, safe, largest, expect",
+    [
+        (math.nan, 2.0**10, (1.0,), (None, 0)),  # no non-zero gradient: nothing to say
+        (2.0**10, 2.0**12, (), (None, 0)),  # no per-step reading
+        (2.0**10, 2.0**12, (1.0, 2.0, math.nan), ((3, None), 0)),  # below the safe scale: steady
+        (2.0**11.5, 2.0**11, (64.0, 1.0, 1.0, 1.0), ((4, None), 1)),  # within an octave: steady, 64 * 2^11.5 > 65504
+        (2.0**14, 2.0**10, (64.0, 1.0, 64.0, 1.0, math.nan, 1.0, 64.0), ((1, 3), 3)),  # moving: 3 of 7, ceil(7/3)
+    ],
+)
+def test_the_growth_window_on_hand_counted_steps(needed, safe, largest, expect):
+    assert growth_window(needed, safe, largest, len(largest)) == expect
