@@ -80,6 +80,8 @@ def test_deep_mlp_at_the_default_underflows_and_the_suggested_start_learns_in_a_
     assert verdict.largest_safe_scale == pytest.approx(65504 / largest, rel=1e-5)
     expected = 2.0 ** round((math.log2(verdict.needed_scale) + math.log2(verdict.largest_safe_scale)) / 2)
     assert verdict.suggested_init_scale == expected == 2.0**20  # docs/deep-mlp.md: 2^19..2^20 trains best
+    # Within an octave of each other (the plain loop's numbers): one steady scale, growth need not act.
+    assert 2.0**-24 / min(medians) <= 2 * 65504 / largest and verdict.growth_window == (steps, None)
     suggested = plain_run(problem, expected, 2.0, 0.5, 2000, steps, fp32_zeros=fp32_zeros)
     assert suggested.failure == "none" and suggested.learned and suggested.eval_loss < 0.5 * at_default.eval_loss
     assert "--init-scale 1048576" in verdict.advice
