@@ -75,7 +75,7 @@ class DiagnosisStart:
         """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges searched."""
         name, _power = START_KNOBS.get(self.scaler, ("init_scale", False))
         ranges = space.ranges(self.scaler)
-        growth = GROWTH_KNOBS.get(self.scaler, "growth_interval")
+        growth = GROWTH_KNOBS[self.scaler]
         window = ranges[growth]
         return {"file": self.path, "verdict": self.verdict, "suggested_init_scale": self.suggested,
                 "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
@@ -91,7 +91,7 @@ class DiagnosisStart:
         low, high = (2.0**searched.low, 2.0**searched.high) if power else (searched.low, searched.high)
         line = (f"from the diagnosis in {self.path} ({self.verdict}): {name} searched over {scale_text(low)}.."
                 f"{scale_text(high)}, around the {scale_text(self.suggested)} it suggests")  # fmt: skip
-        growth = GROWTH_KNOBS.get(self.scaler, "growth_interval")
+        growth = GROWTH_KNOBS[self.scaler]
         window = ranges[growth]
         if self.growth is None:
             return line + f"; {growth} not narrowed (the file has no growth window)"
@@ -153,13 +153,6 @@ def _growth_window(path: str, window: object) -> tuple[int, int | None] | None:
                              "whole numbers (high null: no bound)")
 
 
-def _octaves(scale: float) -> str:
-    """2^k to two decimals, so that 2^13.97 does not read as the power of two 2^14.0 (search.core's format_scale
-    says the same, but comes with Optuna)."""
-    k = math.log2(scale)
-    return f"2^{int(k)}" if k.is_integer() else f"2^{k:.2f}"
-
-
 def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
     """``space`` with its starting scale searched around ``start.suggested`` and its growth interval within
     ``start.growth`` (module docstring).
@@ -187,12 +180,13 @@ def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
                                  f"{scale_text(shown[1])}, outside the {scale_text(low)}..{scale_text(high)} around "
                                  f"the {scale_text(start.suggested)} the diagnosis suggests")  # fmt: skip
     if old.powers_of_two and math.ceil(math.log2(lo)) > math.floor(math.log2(hi)):
+        # Two decimals: 2^13.97 must not read as the power of two 2^14.0.
         raise DiagnosisFileError(f"--from-diagnosis: the config samples powers of two of init_scale, and none lies in "
-                                 f"{_octaves(lo)}..{_octaves(hi)} around the {_octaves(start.suggested)} "
+                                 f"{scale_text(lo, 2)}..{scale_text(hi, 2)} around the {scale_text(start.suggested, 2)} "
                                  "the diagnosis suggests")  # fmt: skip
     # GradScaler's init_scale is searched on a log scale; a framework's knob keeps its own (DeepSpeed's is an exponent).
     ranges[name] = replace(old, low=lo, high=hi, log=True if start.scaler not in START_KNOBS else old.log)
-    growth = GROWTH_KNOBS.get(start.scaler, "growth_interval")
+    growth = GROWTH_KNOBS[start.scaler]
     window = ranges[growth]
     if start.growth is not None and window.fixed is None:
         first, last = start.growth

@@ -305,12 +305,13 @@ def _suggested(init: float, needed: float, safe: float) -> float:
     return 2.0 ** round(sum(ends) / len(ends))
 
 
-def scale_text(value: float) -> str:
-    """A scale as people write it: 2^k when it is a power of two, else 2^k.k (``unknown``: not finite or <= 0)."""
+def scale_text(value: float, digits: int = 1) -> str:
+    """A scale as people write it: 2^k when it is a power of two, else 2^k.k to ``digits`` decimals (``unknown``:
+    not finite or <= 0)."""
     if not math.isfinite(value) or value <= 0:
         return "unknown"
     k = math.log2(value)
-    return f"2^{int(k)}" if k.is_integer() else f"2^{k:.1f}"
+    return f"2^{int(k)}" if k.is_integer() else f"2^{k:.{digits}f}"
 
 
 def _first(steps: int) -> str:
