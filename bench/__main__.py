@@ -36,7 +36,7 @@ from bench.p1_overhead import (
     user_side_per_trial,
 )
 from bench.p2_trainer import loader_ratio, trainer_ratio
-from bench.p3_workers import workers_throughput
+from bench.p3_workers import workers_start_cost, workers_throughput
 from bench.p4_search import (
     ARMS,
     DIAGNOSED,
@@ -74,6 +74,7 @@ def main() -> None:
     add("--device", default="cpu", help="device of P2 and P5 (cpu, cuda, cuda:N)")
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
     add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
+    add("--p3-start-workers", type=int, default=4, metavar="K", help="workers of P3's start-up measurement")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")
     add("--p4-budget", type=int, default=100, metavar="N", help="sampled trials per P4 run (a default run's)")
     add("--p4-from", default=argparse.SUPPRESS, metavar="PATH",
@@ -212,7 +213,25 @@ def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     ceiling = min(2, cores)  # each worker trains on one thread (--threads), so 2 workers can use 2 cores
     print(f"  ceiling on this machine: {ceiling:.2f}x ({cores} cores, 1 torch thread per worker); "
           f"reached {two / one / ceiling:.0%} of it")
-    return [("P3 throughput, --workers 2 / --workers 1", f"{two / one:.2f}x", f"target >= 1.8x; ceiling {ceiling:.2f}x")]
+    start = p3_start(args, tmp)
+    return [("P3 throughput, --workers 2 / --workers 1", f"{two / one:.2f}x", f"target >= 1.8x; ceiling {ceiling:.2f}x"),
+            start]  # fmt: skip
+
+
+def p3_start(args: argparse.Namespace, tmp: str) -> tuple[str, str, str]:
+    """CPU of a whole --workers run: workers forked from the fork server against fresh interpreters."""
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for r in range(args.p3_rounds):
+        for fresh in (False, True) if r % 2 == 0 else (True, False):
+            directory = os.path.join(tmp, f"p3-start-{r}")
+            os.makedirs(directory, exist_ok=True)
+            runs[fresh].append(workers_start_cost(args.p3_start_workers, 20, directory, fresh))
+    (forked, forked_wall), (fresh, fresh_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (False, True))
+    k = args.p3_start_workers
+    print(f"\nP3 start-up, --workers {k}, 20 seed-mlp trials on SQLite, CPU of every process (median of {args.p3_rounds} rounds):")
+    print(f"  workers forked from the fork server    {forked:6.1f} s CPU   1.00x   (wall {forked_wall:.1f} s)")
+    print(f"  each worker a fresh interpreter        {fresh:6.1f} s CPU   {fresh / forked:.2f}x   (wall {fresh_wall:.1f} s)")
+    return (f"P3 start-up CPU, --workers {k}: fresh interpreters / fork server", f"{fresh / forked:.2f}x", "higher is better")
 
 
 def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:

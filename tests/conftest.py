@@ -100,8 +100,11 @@ def real_study(factory: pytest.TempPathFactory, name: str, trials: int) -> pathl
     return directory
 
 
-def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
-    """Starts ``python -m search.optimize ARGS`` in ``cwd`` in the background, output piped."""
+def start_cli(args: list[str], cwd: pathlib.Path, new_session: bool = False) -> subprocess.Popen:
+    """Starts ``python -m search.optimize ARGS`` in ``cwd`` in the background, output piped.
+
+    ``new_session``: in a process group of its own, as a terminal's foreground job, for a signal to the group.
+    """
     return subprocess.Popen(
         [sys.executable, "-m", "search.optimize", *args],
         cwd=cwd,
@@ -109,6 +112,7 @@ def start_cli(args: list[str], cwd: pathlib.Path) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=new_session,
     )
 
 

@@ -10,7 +10,8 @@ that imports ``search`` as a library keeps its own handlers), SIGINT and SIGTERM
 (130, 143), like every other interrupt. The command's ``main`` calls :func:`started` first thing:
 from then on a signal is recorded (:func:`search.core._interrupts.record_interrupts`) and the command
 raises it where it can stop cleanly, until its own handlers take over. A ``--workers`` process
-(:mod:`search.study._workers` marks its spawn environment) is guarded too, and ends quietly.
+(:mod:`search.study._workers` marks the environment of the fork server it starts them from) is guarded too,
+and ends quietly.
 
 Nothing is written before ``main`` runs, so the handler ends the process with :func:`os._exit`:
 there is nothing to save, and unwinding a half-finished ``import torch`` could only add noise.
@@ -62,12 +63,12 @@ def command_being_started(orig_argv: list[str] | None = None, argv0: str | None 
     return next((module for module, name in COMMANDS.items() if name == script), None)
 
 
-# Set by search.study._workers in the environment a --workers process is spawned with (multiprocessing
-# names the process only once its imports are done, too late for this guard).
+# Set by search.study._workers in the environment its fork server starts with: the server, and each
+# --workers process forked from it, inherits this guard's quiet handlers (search.study._fork_server).
 
 
 def _is_worker_process() -> bool:
-    """Whether this is a ``--workers`` process being spawned; its own children will not be."""
+    """Whether this is the fork server of ``--workers`` processes; its children inherit the guard, not this mark."""
     return os.environ.pop(WORKER_ENV, None) == "1"
 
 

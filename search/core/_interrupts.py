@@ -20,8 +20,8 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
-# Set in a --workers process's spawn environment (search.study._workers): a signal while it still
-# imports ends it quietly (search.cli._startup), the parent says so in one line.
+# Set in the environment of the --workers fork server (search.study._workers): a signal before a worker
+# installs its handlers ends it quietly (search.cli._startup), the parent says so in one line.
 WORKER_ENV = "SEARCH_WORKER_PROCESS"
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM)

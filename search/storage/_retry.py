@@ -32,7 +32,7 @@ class _OutageFlag:
     """Whether an outage has been announced: per process, or shared by ``--workers``' processes."""
 
     def __init__(self) -> None:
-        self.shared: Any = None  # A multiprocessing Value("b") of the spawn context, or None.
+        self.shared: Any = None  # A multiprocessing Value("b") of the workers' context, or None.
         self.local = False
 
     def claim(self) -> bool:

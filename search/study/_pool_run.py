@@ -8,7 +8,6 @@ for the whole study, says what became of the workers, and prints the summary onc
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 import sys
 import time
@@ -53,7 +52,7 @@ from search.study._run import (
     study_is_done,
     warn_mixed_devices,
 )
-from search.study._workers import WorkerSpec, run_pool
+from search.study._workers import WorkerSpec, run_pool, worker_context
 
 # A worker's exit code for "gave up on the storage after --storage-retry" (sysexits' EX_TEMPFAIL):
 # the worker prints nothing, so that the user reads the one line the parent prints, once.
@@ -86,7 +85,7 @@ def run_workers(
         bar.set_postfix({"best": f"{best:.4f}" if best is not None else "-"}, refresh=True)
 
     start = time.perf_counter()
-    outage_flag = multiprocessing.get_context("spawn").Value("b", 0)
+    outage_flag = worker_context(worker_process).Value("b", 0)
     share_outage_warning(outage_flag)
     result = run_pool(worker_process, plan.specs, (prog, settings, outage_flag), poll)
     seconds = time.perf_counter() - start

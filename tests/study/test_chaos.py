@@ -82,17 +82,22 @@ def assert_sound(trials: list[FrozenTrial], n: int, most: int, kept: set[int] = 
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The --workers processes of ``parent`` (multiprocessing's spawned children, not its helpers)."""
-    children = pathlib.Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
-    pids = []
-    for pid in map(int, children):
+    """The --workers processes of ``parent``: the children of its fork server (search.study._workers)."""
+
+    def children(pid: int) -> list[int]:
         try:
-            cmdline = pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+            return [int(p) for p in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
         except FileNotFoundError:
-            continue
-        if b"--multiprocessing-fork" in cmdline:
-            pids.append(pid)
-    return pids
+            return []
+
+    def cmdline(pid: int) -> bytes:
+        try:
+            return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    servers = [pid for pid in children(parent) if b"multiprocessing.forkserver" in cmdline(pid)]
+    return [pid for server in servers for pid in children(server)]
 
 
 def silent_running_sampled(url: str, seconds: float) -> int:  # Of the slow task's study.

@@ -16,12 +16,19 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from search.core import OVERFLOW_STEPS, setting_of
+from search.core import OVERFLOW_STEPS, record_interrupts, setting_of
 from search.scalers import RULES
-from search.study import DevicePlanError, plan_workers, sampler_seed, settings_of, threads_per_process
+from search.study import (
+    DevicePlanError,
+    plan_workers,
+    run_pool,
+    sampler_seed,
+    settings_of,
+    threads_per_process,
+)
 
 from conftest import run_cli, run_process, start_cli
-from tasks_for_tests import MID_TRIAL_FLAG
+from tasks_for_tests import MID_TRIAL_FLAG, listening_worker
 
 SLOW = "tasks_for_tests:slow"
 SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.core._config.default_study_name).
@@ -98,6 +105,21 @@ def test_devices_flag_is_bad_input_without_cuda(tmp_path):
 # -- one host, --workers -----------------------------------------------------------------------
 
 
+def test_a_signal_the_parent_forwards_as_its_workers_start_reaches_them():
+    """A Ctrl-C while the command started is forwarded the moment the workers exist. A worker is forked
+    from a fork server that ignores SIGINT, and ignored it too until it restored its handlers: each of
+    these heard nothing and ran 5 s (with seed-mlp, every worker ran the whole study)."""
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        record_interrupts()  # As the command does from its start (search.cli._startup.started).
+        os.kill(os.getpid(), signal.SIGINT)
+        result = run_pool(listening_worker, plan_workers(2, "cpu", ""), (), poll=lambda: None)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    assert result.signum == signal.SIGINT and result.exit_codes == (130, 130)
+
+
 def test_four_sqlite_workers_never_hit_database_is_locked(tmp_path):
     proc = run_process(["--trials", "30", "--epochs", "3", "--workers", "4"], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -134,13 +156,18 @@ def test_two_workers_on_mariadb_under_megatrons_rule(mysql_url, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json"]
 
 
-def test_ctrl_c_stops_every_worker_and_leaves_nothing_running(tmp_path):
-    proc = start_cli(["--trials", "40", "--task", SLOW, "--workers", "2"], tmp_path)
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGHUP, 143)])
+def test_ctrl_c_or_a_hang_up_stops_every_worker_and_leaves_nothing_running(tmp_path, signum, code):
+    """To the whole process group, as a terminal sends Ctrl-C, or SIGHUP when it closes (forwarded as SIGTERM).
+    Only the parent hears it: the workers and the fork server are out of the group, and multiprocessing's
+    resource tracker ignores it (a hang-up killed it, with warnings and a traceback)."""
+    proc = start_cli(["--trials", "40", "--task", SLOW, "--workers", "2"], tmp_path, new_session=True)
     wait_for_mid_trial_pid(tmp_path)
-    proc.send_signal(signal.SIGINT)  # To the parent, as a terminal's Ctrl-C would.
+    os.killpg(proc.pid, signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "interrupted" in err and f"Study '{SLOW_STUDY}'" in out
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "Warning" not in err and f"Study '{SLOW_STUDY}'" in out
+    assert f"interrupted by {signal.Signals(code - 128).name}" in err
     trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
