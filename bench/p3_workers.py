@@ -32,8 +32,8 @@ def workers_throughput(workers: int, n_trials: int, directory: str) -> tuple[flo
     return len(trials) / (last - first).total_seconds(), wall
 
 
-# Runs a command as a child subreaper and prints the CPU seconds of every process it started, the
-# fork server's workers included: they are the server's children, orphaned to this process at its end.
+# Runs a command as a child subreaper and prints the CPU seconds of every process it started: the fork
+# server is orphaned to this process when the command ends, and its CPU, its workers' included, counts here.
 _ALL_PROCESSES_CPU = """
 import ctypes, os, resource, subprocess, sys
 ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER

@@ -116,6 +116,25 @@ def start_cli(args: list[str], cwd: pathlib.Path, new_session: bool = False) -> 
     )
 
 
+def child_pids(pid: int) -> list[int]:
+    """The processes ``pid`` started that still run (none once it has ended)."""
+    try:
+        return [int(p) for p in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
+def fork_server_of(parent: int) -> int:
+    """The fork server a ``--workers`` run started (search.study._workers); its children are the workers."""
+    for pid in child_pids(parent):
+        try:
+            if b"multiprocessing.forkserver" in pathlib.Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except FileNotFoundError:
+            continue
+    raise AssertionError(f"process {parent} runs no fork server")
+
+
 def load(cwd: pathlib.Path, name: str = "seed-mlp", file: str = "study.db") -> optuna.Study:
     """Loads a study written by the CLI in ``cwd``."""
     return optuna.load_study(storage=f"sqlite:///{cwd / file}", study_name=name)

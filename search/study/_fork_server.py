@@ -7,13 +7,15 @@ imports) and Optuna. On 2 cores, a whole ``--workers 4`` run of 20 seed-mlp tria
 CPU in all processes with the fork server and 22.6 s with a fresh interpreter per worker (1.87x),
 9.9 s and 13.3 s of wall time (``python -m bench --only P3``, docs/benchmarks.md).
 
-Two things happen here, before the server's own set-up:
+The parent starts the server with SIGINT, SIGTERM and SIGHUP blocked (:func:`search.study._workers.worker_context`),
+so it cannot be killed by the terminal while it starts up. This module then does two things, before the
+server's own set-up:
 
 * The server leaves the terminal's process group. A Ctrl-C or hang-up in the terminal then reaches
-  the parent only, which forwards it to the workers; a server killed by the terminal's SIGHUP
-  would have left the parent unable to hear how its workers ended. It still ends with the parent
-  (multiprocessing closes its pipe).
-* SIGINT and SIGTERM are blocked, and each worker inherits the block until it unblocks them
+  the parent only, which forwards it to the workers. It ends once the parent and its workers have
+  (each holds the pipe that keeps it alive); if it dies first, the parent waits for the workers by
+  their process descriptors and says that their exit codes are unknown.
+* The signals stay blocked, and each worker inherits the block until it unblocks them
   (:func:`search.study._workers._child`). The server ignores SIGINT, and a forked child keeps
   ignoring it until it has restored its handlers: a signal the parent forwarded in that moment
   would be lost, and the worker would run the whole study (it did, in a Ctrl-C test). A blocked
@@ -30,4 +32,4 @@ import os
 import signal
 
 os.setpgrp()
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})  # As inherited.

@@ -108,8 +108,15 @@ def run_workers(
         note(f"interrupted by {signal.Signals(result.signum).name}; {_cut_short(existing, trials)}")
         outcome = finish(handle.study, settings, "interrupted", note)
         return RunOutcome(128 + result.signum, outcome.headline, outcome.summary)
+    lost = [str(plan.specs[i].index) for i in sorted(result.unknown)]
+    if lost:  # The parent waited for them all the same, so no worker of this run is still training.
+        ended = f"worker {lost[0]} ended; its exit code is" if len(lost) == 1 else (
+            f"workers {', '.join(lost)} ended; their exit codes are")
+        note(f"warning: the fork server that started the workers died; {ended} unknown")
     abnormal = []
-    for spec, code in zip(plan.specs, result.exit_codes):
+    for i, (spec, code) in enumerate(zip(plan.specs, result.exit_codes)):
+        if i in result.unknown:
+            continue
         if code < 0:
             abnormal.append(f"worker {spec.index} died ({signal.Signals(-code).name})")
         elif code:

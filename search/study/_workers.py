@@ -12,11 +12,13 @@ each worker sees exactly one SIGINT (from the parent), never two.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
+import select
 import signal
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing import resource_tracker
+from multiprocessing import forkserver, resource_tracker
 from typing import Any
 
 from search.core import WORKER_ENV, take_pending
@@ -47,6 +49,7 @@ class PoolResult:
 
     exit_codes: tuple[int, ...]
     signum: int | None  # The signal the parent received and forwarded, if any.
+    unknown: frozenset[int] = frozenset()  # Workers whose exit code was lost: the fork server died first.
 
 
 def threads_per_process(requested: int = 0) -> int:
@@ -105,27 +108,46 @@ def worker_context(target: Callable[..., Any]) -> multiprocessing.context.BaseCo
     The server (:mod:`search.study._fork_server`) is a fresh interpreter, so a worker inherits no
     database connection and no CUDA state from the parent, and has imported ``target``'s module,
     torch and ``torch._dynamo`` (which the first ``torch.optim`` optimizer imports: 1.4 s of CPU)
-    only once for every worker. Preloads take effect when the server starts, at the first
-    worker a process starts.
+    only once for every worker. The server is this process's multiprocessing fork server: it is
+    started here, once, and a program of its own that uses the forkserver start method after a
+    pool shares it (a server already running when this is first called keeps its own preloads).
     """
-    # multiprocessing's resource tracker (it removes the shared flag's semaphore) is a process in the
-    # terminal's group. It ignores SIGINT and SIGTERM, but a hang-up killed it and the run printed its
-    # "died unexpectedly" warnings and a traceback; SIGHUP ignored when it starts stays ignored.
-    hang_up = signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        signal.signal(signal.SIGHUP, hang_up)
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(["search.study._fork_server", "torch", "torch._dynamo", target.__module__])
+    # SIGINT, SIGTERM and SIGHUP blocked while the helper processes start: each inherits the block
+    # from its first instruction, so a Ctrl-C or hang-up to the terminal's group cannot kill one
+    # while it starts (a killed fork server failed the run with "EOFError"), and the parent gets the
+    # signal once it unblocks. multiprocessing's resource tracker (it removes the shared flag's
+    # semaphore) then unblocks only SIGINT and SIGTERM, which it ignores: a hang-up had killed it,
+    # with its "died unexpectedly" warnings and a traceback.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    os.environ[WORKER_ENV] = "1"  # The server's guard: a worker not yet in its loop ends quietly.
+    try:
+        resource_tracker.ensure_running()
+        forkserver.ensure_running()
+    finally:
+        del os.environ[WORKER_ENV]
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return context
 
 
 def _child(target: Callable[..., int], args: tuple[Any, ...]) -> None:
     os.setpgrp()  # Out of the terminal's process group: only the parent forwards signals.
     # Blocked since the fork (search.study._fork_server): a signal forwarded meanwhile arrives now.
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     raise SystemExit(target(*args))
+
+
+def _pidfd(pid: int) -> int | None:
+    """A descriptor of process ``pid`` that no reuse of the number can mislead, or None if it is gone."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+
+
+def _still_running(pidfd: int | None) -> bool:
+    return pidfd is not None and not select.select([pidfd], [], [], 0)[0]  # Readable once it has ended.
 
 
 def run_pool(
@@ -148,14 +170,31 @@ def run_pool(
         context.Process(target=_child, args=(target, (*args, spec)), name=f"worker-{spec.index}")
         for spec in specs
     ]
+    pidfds: list[int | None] = []
     received: list[int] = []
     signalled: set[int] = set()
+    unknown: set[int] = set()  # Workers whose end the fork server could not report: it died.
+
+    def running(i: int) -> bool:
+        if processes[i].exitcode is None:
+            return True
+        # The server reports each worker's end; a dead server reads as 255 for every worker, ended or not.
+        if processes[i].exitcode == 255 and _still_running(pidfds[i]):
+            unknown.add(i)
+            return True
+        return False
 
     def send() -> None:
-        for process in processes:
-            if process.pid is not None and process.pid not in signalled and process.exitcode is None:
+        for i, process in enumerate(processes):
+            if i < len(pidfds) and process.pid not in signalled and running(i):
                 signalled.add(process.pid)
-                os.kill(process.pid, received[0])
+                try:
+                    if pidfds[i] is not None:
+                        signal.pidfd_send_signal(pidfds[i], received[0])
+                    else:
+                        os.kill(process.pid, received[0])
+                except ProcessLookupError:  # It ended since: the server reaps before it reports.
+                    pass
 
     def forward(signum: int, _frame: Any) -> None:
         if not received:  # A second Ctrl-C: the workers are already finishing their trials.
@@ -169,23 +208,25 @@ def run_pool(
     if pending is not None:
         received.append(pending)
     try:
-        # The fork server, started at the first worker, inherits it: a signal ends it, or a worker
-        # not yet in its trial loop, quietly (search.cli._startup, search.study._fork_server).
-        os.environ[WORKER_ENV] = "1"
-        try:
-            for process in processes:
-                process.start()
-        finally:
-            del os.environ[WORKER_ENV]
+        for process in processes:
+            process.start()
+            pidfds.append(_pidfd(process.pid))
         if received:  # A signal that came while the workers were starting.
             send()
-        while any(p.is_alive() for p in processes):
+        while True:
+            alive = [i for i in range(len(processes)) if running(i)]
+            if not alive:
+                break
             poll()
-            for p in processes:
-                p.join(timeout=poll_interval / len(processes))
+            waited = [processes[i].sentinel for i in alive if i not in unknown]
+            waited += [pidfds[i] for i in alive if i in unknown]
+            multiprocessing.connection.wait(waited, timeout=poll_interval)
         poll()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        for fd in pidfds:
+            if fd is not None:
+                os.close(fd)
     codes = tuple(p.exitcode if p.exitcode is not None else 1 for p in processes)
-    return PoolResult(codes, received[0] if received else None)
+    return PoolResult(codes, received[0] if received else None, frozenset(unknown))

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import collections
 import os
-import pathlib
 import shlex
 import signal
 import subprocess
@@ -29,7 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, FINISHED, SEED_BASELINES
 from search.storage import WRITE_ID_ATTR
 
-from conftest import OwnPostgres, cli_env, run_cli, start_cli
+from conftest import OwnPostgres, child_pids, cli_env, fork_server_of, run_cli, start_cli
 
 pytestmark = pytest.mark.chaos
 
@@ -83,21 +82,7 @@ def assert_sound(trials: list[FrozenTrial], n: int, most: int, kept: set[int] = 
 
 def worker_pids(parent: int) -> list[int]:
     """The --workers processes of ``parent``: the children of its fork server (search.study._workers)."""
-
-    def children(pid: int) -> list[int]:
-        try:
-            return [int(p) for p in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except FileNotFoundError:
-            return []
-
-    def cmdline(pid: int) -> bytes:
-        try:
-            return pathlib.Path(f"/proc/{pid}/cmdline").read_bytes()
-        except FileNotFoundError:
-            return b""
-
-    servers = [pid for pid in children(parent) if b"multiprocessing.forkserver" in cmdline(pid)]
-    return [pid for server in servers for pid in children(server)]
+    return child_pids(fork_server_of(parent))
 
 
 def silent_running_sampled(url: str, seconds: float) -> int:  # Of the slow task's study.

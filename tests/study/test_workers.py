@@ -27,7 +27,7 @@ from search.study import (
     threads_per_process,
 )
 
-from conftest import run_cli, run_process, start_cli
+from conftest import child_pids, fork_server_of, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG, listening_worker
 
 SLOW = "tasks_for_tests:slow"
@@ -174,6 +174,25 @@ def test_ctrl_c_or_a_hang_up_stops_every_worker_and_leaves_nothing_running(tmp_p
     assert 1 <= len(failed) <= 2 and all(t.user_attrs["fail_reason"].startswith("interrupted") for t in failed)
     # The message names the trials read back as cut short, not a guess (issue 15).
     assert f"recorded as FAIL: {', '.join(f'#{t.number}' for t in failed)}" in err, err
+
+
+def test_a_dead_fork_server_leaves_the_parent_waiting_for_its_workers(tmp_path):
+    """kill -9 of the fork server mid-run: its pipe then reads as exit 255 for every worker, though both still
+    train. The parent waits for them by their process descriptors (it had said "run the same command again"
+    while they trained on), and says their exit codes are unknown."""
+    proc = start_cli(["--trials", "9", "--task", SLOW, "--workers", "2", "--epochs", "30"], tmp_path)
+    wait_for_mid_trial_pid(tmp_path)
+    server = fork_server_of(proc.pid)
+    workers = child_pids(server)
+    os.kill(server, signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err
+    assert "fork server that started the workers died; workers 0, 1 ended; their exit codes are unknown" in err
+    assert "Traceback" not in err and "run the same command again" not in err
+    for pid in workers:  # Ended (a zombie until init reaps it) before the parent summarised.
+        status = pathlib.Path(f"/proc/{pid}/status")
+        assert not status.exists() or "zombie" in status.read_text()
+    assert_study_is_sound(trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY), 9, 2)
 
 
 def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
