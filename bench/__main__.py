@@ -4,7 +4,8 @@ and asserts nothing (CI does not run it).
 
 P1  service overhead per trial vs plain Optuna, both on a default SQLite file (bench/p1_overhead.py)
 P2  our trainer vs a plain copy of the seed script's loop, same work (bench/p2_trainer.py)
-P3  --workers 2 vs --workers 1, the real command (bench/p3_workers.py)
+P3  --workers 2 vs --workers 1, the real command; and a --workers 4 run's CPU in all processes, workers forked
+    from the fork server vs each a fresh interpreter (bench/p3_workers.py)
 P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: trials to 90% and 99%
     of the possible improvement and the share of it left at the end; picks the default sampler
     (bench/p4_search.py; about 45 min on 2 cores, or seconds with --p4-from a saved run)
