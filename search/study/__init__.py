@@ -54,6 +54,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "plan_workers",
             "run_pool",
             "threads_per_process",
+            "worker_context",
         ),
         "_confirmation_plan": ("ConfirmError", "ConfirmationPlan", "plan_confirmation"),
         "_confirmation_runs": ("ConfirmationRuns", "run_confirmation"),

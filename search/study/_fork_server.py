@@ -32,4 +32,5 @@ import os
 import signal
 
 os.setpgrp()
-signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})  # As inherited.
+# As inherited; again in case a relaunched resource tracker unblocked SIGINT and SIGTERM in the parent first.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})

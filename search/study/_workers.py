@@ -123,7 +123,8 @@ def worker_context(target: Callable[..., Any]) -> multiprocessing.context.BaseCo
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     os.environ[WORKER_ENV] = "1"  # The server's guard: a worker not yet in its loop ends quietly.
     try:
-        resource_tracker.ensure_running()
+        resource_tracker.ensure_running()  # It unblocks SIGINT and SIGTERM as it returns (bpo-33613): again.
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         forkserver.ensure_running()
     finally:
         del os.environ[WORKER_ENV]

@@ -10,6 +10,8 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
+import sys
 import time
 
 import optuna
@@ -27,7 +29,7 @@ from search.study import (
     threads_per_process,
 )
 
-from conftest import child_pids, fork_server_of, run_cli, run_process, start_cli
+from conftest import child_pids, cli_env, fork_server_of, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG, listening_worker
 
 SLOW = "tasks_for_tests:slow"
@@ -154,6 +156,32 @@ def test_two_workers_on_mariadb_under_megatrons_rule(mysql_url, tmp_path):
     assert len({t.user_attrs["device"] for t in trials}) == 1
     assert len({t.user_attrs["worker"] for t in trials}) == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["best.json"]
+
+
+_SIGNAL_AS_THE_SERVER_STARTS = """
+import os, signal
+from search.core import record_interrupts
+from search.study import plan_workers, run_pool, worker_context
+from tasks_for_tests import listening_worker
+if __name__ == "__main__":
+    record_interrupts()  # As the command does from its start.
+    worker_context(listening_worker)  # The fork server is now importing torch, for a second or two.
+    os.killpg(0, signal.SIGINT)  # A Ctrl-C to the terminal's group, this process's and the server's.
+    result = run_pool(listening_worker, plan_workers(2, "cpu", ""), (), poll=lambda: None)
+    print(result.signum, result.exit_codes)
+"""
+
+
+def test_a_ctrl_c_while_the_fork_server_starts_does_not_kill_it(tmp_path):
+    """The server starts in the terminal's process group and leaves it only once it has imported ``search``:
+    SIGINT then raised KeyboardInterrupt in it, and the run failed with "EOFError". It starts with the
+    terminal's signals blocked (the resource tracker's own start had unblocked them in the parent)."""
+    script = tmp_path / "ctrl_c.py"
+    script.write_text(_SIGNAL_AS_THE_SERVER_STARTS)
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cli_env(), capture_output=True,
+                          text=True, timeout=120, start_new_session=True)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.split() == ["2", "(130,", "130)"], proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGHUP, 143)])
