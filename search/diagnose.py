@@ -7,7 +7,9 @@ Two ways in:
   or ``--scaler deepspeed|megatron|fairseq`` with ``--knob NAME=VALUE``): it trains those settings in fp16, an
   fp32 control and a bf16 control (:mod:`search.diagnosis`), and prints the scale trace, every skipped step with
   what overflowed, each parameter's gradient magnitudes against fp16's range, the forward pass's largest
-  activation against 65504, and a verdict; ``--json`` and ``--html`` write it for a program and for a person;
+  activation against 65504, and a verdict; ``--json`` and ``--html`` write it for a program and for a person,
+  and ``--storage``/``--study-name`` record it in the study ``search.optimize`` would use (checked first: a study
+  of another run refuses it before anything trains), where ``search.optimize --from-diagnosis`` starts from it;
 * **a log** (``--log FILE``): the loss-scaler lines of a DeepSpeed, apex or fairseq run, read without re-running
   it: skipped steps, the scale over time, when it settled, whether it reached the minimum, and the verdict a log
   can support (``healthy``, ``chronic-skipping``, ``scale-collapse``); a log cannot show an underflow nor a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
@@ -63,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
                      help="a framework's setting under --scaler, by its own name (initial_scale_power=12); repeatable")  # fmt: skip
     run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")
+    run.add_argument("--storage", default=None, metavar="URL",
+                     help="record the diagnosis in this Optuna storage, in the study search.optimize would use "
+                     "(then: search.optimize --from-diagnosis) [the config's, or sqlite:///study.db with "
+                     "--study-name]")  # fmt: skip
+    run.add_argument("--study-name", default=None, metavar="NAME",
+                     help="record the diagnosis in this study [the task's default study]")  # fmt: skip
     add("--log", metavar="FILE", default=None, help="read this training log instead of training ('-': standard input)")
     add(
         "--steps",
@@ -84,7 +93,7 @@ _TORCH_FLAGS = (
     ("--growth-interval", int, "2000"),
 )
 _TRAINING_ONLY = ("task", "config", "device", "epochs", "seed", "threads", "scaler", "init_scale", "growth_factor",
-                  "backoff_factor", "growth_interval", "html")  # fmt: skip
+                  "backoff_factor", "growth_interval", "html", "storage", "study_name")  # fmt: skip
 
 
 def format_reading(reading, source: str) -> list[str]:  # noqa: ANN001 (search.diagnosis.LogReading: lazily imported)
@@ -171,12 +180,16 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     from search.tasks import TaskError, task_target
 
     overrides = {"task": args.task, "device": args.device, "epochs": args.epochs, "steps": args.steps,
-                 "seed": args.seed, "threads": args.threads, "scaler": args.scaler}  # fmt: skip
+                 "seed": args.seed, "threads": args.threads, "scaler": args.scaler, "storage": args.storage,
+                 "study_name": args.study_name}  # fmt: skip
+    session.urls.append(args.storage or "")
     try:
         settings = load_settings(args.config, overrides)
+        session.urls.append(settings.run.storage)  # Also from --config: every message masks its password.
         task_target(settings.run.task)
     except (ConfigError, TaskError) as e:
         raise UsageError(str(e)) from None
+    recording = args.storage is not None or args.study_name is not None
     setting = _setting(args, settings.run.scaler)
     if args.html:
         check_output("--html", args.html)
@@ -203,6 +216,20 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         raise UsageError(str(e)) from None
     except ValueError as e:  # --epochs for a task that runs steps.
         raise UsageError(f"--epochs {run.epochs}: {e}") from None
+    if recording:  # Checked before the runs: a study of another run refuses the diagnosis at once.
+        import optuna
+
+        from search.storage import StorageError
+        from search.study import DiagnosedRun, IncompatibleStudyError, open_for_recording
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
+        diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
+        try:
+            storage, study_name = open_for_recording(
+                run.storage, settings, diagnosed, lambda epochs, steps: run_steps(problem, epochs, steps), session.keep
+            )
+        except (StorageError, IncompatibleStudyError) as e:
+            raise UsageError(str(e)) from None
     session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
     runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
@@ -215,12 +242,52 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         from search.publishing import diagnosis_page
 
         page = diagnosis_page(diagnosis)
-    print("\n".join(format_training(diagnosis)))
+    recorded = []
+    if recording:
+        recorded = [_record(run.storage, storage, study_name, diagnosis.to_dict(), diagnosed.fingerprint, session),
+                    *_search_line(args, verdict.verdict)]  # fmt: skip
+    print("\n".join(format_training(diagnosis) + recorded))
     for path, content in ((args.json, text), (args.html, page)):
         if path and content is not None:
             with open(path, "w") as f:
                 f.write(content + "\n")
     return 0
+
+
+def _record(url: str, storage, study_name: str, diagnosis: dict, fingerprint: str, session: Session) -> str:  # noqa: ANN001
+    # storage: an RDBStorage, or None (optuna, lazily imported).
+    """Records the diagnosis in the study; returns the line that says where."""
+    from search.storage import mask_url, open_storage
+    from search.study import diagnosis_record, record_diagnosis
+
+    if storage is None:  # A SQLite file that did not exist: made now, with the diagnosis in it.
+        storage = session.keep(open_storage(url))
+    earlier = record_diagnosis(storage, study_name, diagnosis_record(diagnosis, fingerprint))
+    line = f"  recorded in study {study_name!r} of {mask_url(url)}"
+    if earlier is None:
+        return line
+    return line + (f", in place of the diagnosis recorded there at {earlier.get('recorded_at')} (task "
+                   f"{earlier.get('task')}, seed {earlier.get('seed')}: {earlier.get('verdict')})")  # fmt: skip
+
+
+# The flags that say which run was diagnosed, repeated in the search command a recorded diagnosis suggests.
+_RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "seed", "scaler")
+
+
+def _search_line(args: argparse.Namespace, verdict: str) -> list[str]:
+    """The command that searches from the recorded diagnosis, with the flags given here (passwords masked)."""
+    from search.diagnosis import NO_START
+    from search.storage import mask_url
+
+    if verdict in NO_START:
+        return [f"    no search from it: {verdict} is not fixed by a starting scale"]
+
+    words = [prog_name(PROG).replace("diagnose", "optimize")]
+    for name in _RUN_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            words += [f"--{name.replace('_', '-')}", mask_url(value) if name == "storage" else str(value)]
+    return ["    to search from it: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"]
 
 
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)

@@ -33,7 +33,13 @@ from search.core import (
     load_settings,
     raise_pending,
 )
-from search.diagnosis import DiagnosisFileError, DiagnosisStart, narrowed_space, read_diagnosis
+from search.diagnosis import (
+    DiagnosisFileError,
+    DiagnosisStart,
+    narrowed_space,
+    read_diagnosis,
+    recorded_start,
+)
 from search.results import FRAMEWORKS, format_summary, write_best_json
 from search.storage import StorageError, StorageUnreachable, first_line, mask_url, redact
 from search.study import (
@@ -43,6 +49,7 @@ from search.study import (
     RunPlan,
     log_warnings,
     plan_run,
+    read_recorded_diagnosis,
     run_plan,
 )
 from search.tasks import BUILTIN_TASKS, TaskError
@@ -171,9 +178,12 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--from-diagnosis",
         metavar="PATH",
+        nargs="?",
+        const=IN_STUDY,
         default=None,
-        help="start from a diagnosis (search.diagnose --json PATH): the starting scale is searched within 4 octaves "
-        "of the scale it suggests and the growth interval within the window it measured; the study records it",
+        help="start from a diagnosis: PATH (search.diagnose --json PATH), or without PATH the one search.diagnose "
+        "--storage recorded in the study; the starting scale is searched within 4 octaves of the scale it suggests "
+        "and the growth interval within the window it measured; the study records it",
     )
     add("--best-out", metavar="PATH", default=None, help="write the summary, the verdict and every framework's line as JSON")
     add(
@@ -213,16 +223,27 @@ _BAD_INPUT = (
 )  # fmt: skip
 
 
+# --from-diagnosis without a PATH: the diagnosis recorded in the study.
+IN_STUDY = "(the diagnosis recorded in the study)"
+
+
 def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | None:
-    """``--from-diagnosis``'s file, checked against this run: the same task, seed and scaler."""
+    """``--from-diagnosis``'s file or the study's recorded diagnosis, checked against this run: the same task,
+    seed and scaler."""
     if path is None:
         return None
-    start = read_diagnosis(path)
+    if path is IN_STUDY:
+        name = settings.study_name
+        start = recorded_start(read_recorded_diagnosis(settings.run.storage, name), name)
+    else:
+        start = read_diagnosis(path)
     run = settings.run
     for what, theirs, ours in (("task", start.task, run.task), ("seed", start.seed, run.seed),
                                ("scaler", start.scaler, run.scaler)):  # fmt: skip
         if theirs != ours:
-            raise UsageError(f"--from-diagnosis {path}: it diagnosed {what} {theirs}, this run has {what} {ours}")
+            raise UsageError(
+                f"--from-diagnosis {start.source}: it diagnosed {what} {theirs}, this run has {what} {ours}"
+            )
     return start
 
 

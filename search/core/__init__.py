@@ -56,6 +56,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "DATA_SEED",
             "DEFAULT_BASELINE",
             "STUDY_DIAGNOSIS",
+            "RECORDED_DIAGNOSIS",
             "DEVICE",
             "ENDED_BY_RULE",
             "EVAL_LOSS",

@@ -22,7 +22,10 @@ service writes into a trial, so that no other module spells a key:
 * ``worker`` (the process that ran it) and, on FAIL, ``fail_reason`` (and ``fail_traceback`` when the
   training raised);
 * confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,
-  ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``.
+  ``data_seed`` and, for corner runs, ``check`` = ``"corner"`` and ``point``;
+* two study user attrs about diagnoses: ``diagnosis`` (:data:`STUDY_DIAGNOSIS`), what a search took from the
+  diagnosis it started from, set once when the study is created; ``recorded_diagnosis``
+  (:data:`RECORDED_DIAGNOSIS`), the last diagnosis ``search.diagnose --storage`` recorded in the study.
 
 A study counts COMPLETE and PRUNED trials as finished (:data:`FINISHED`); FAIL trials are
 replaced. The names and values here are stored in users' studies: changing one breaks resume.
@@ -104,6 +107,8 @@ RULE_FAILURES = ("ended_at_minimum", "pinned_at_minimum")
 # search.confirm's sibling study: part of its study, not one to pick.
 CONFIRM_SUFFIX = ".confirm"
 STUDY_DIAGNOSIS = "diagnosis"  # study user attr: the diagnosis a search started from (--from-diagnosis)
+# study user attr: the last diagnosis search.diagnose --storage recorded in the study (its --json less the runs)
+RECORDED_DIAGNOSIS = "recorded_diagnosis"
 DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
 DEFAULT_TAGS = (DEFAULT_BASELINE, *(rule.default_tag for rule in RULES.values()))  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials

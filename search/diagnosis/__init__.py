@@ -12,8 +12,8 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
-* ``_narrowing``: a diagnosis's JSON as the start of a search: the starting scale around its suggestion, the growth
-  interval within its window.
+* ``_narrowing``: a diagnosis's JSON (or the record a study keeps of it) as the start of a search: the starting scale
+  around its suggestion, the growth interval within its window.
 """
 
 from search._exports import lazy_exports
@@ -30,7 +30,10 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_training_verdict": (
             "VERDICTS", "TrainingVerdict", "expected_skip_rate", "growth_window", "judge", "scale_text", "settled_step"
         ),
-        "_narrowing": ("OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis"),
+        "_narrowing": (
+            "NO_START", "OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis",
+            "recorded_start",
+        ),
         "_training": ("SkipCause", "TrainingDiagnosis", "format_training"),
         "_runs": ("bf16_supported", "diagnosis_runs", "start_steps"),
     },

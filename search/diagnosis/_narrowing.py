@@ -1,6 +1,7 @@
-"""A diagnosis as the start of a search: ``search.optimize --from-diagnosis FILE`` narrows two settings.
+"""A diagnosis as the start of a search: ``search.optimize --from-diagnosis [FILE]`` narrows two settings.
 
-The JSON ``search.diagnose --json`` writes holds ``suggested_init_scale``, the scale that keeps the measured
+The JSON ``search.diagnose --json`` writes (and the record ``search.diagnose --storage`` keeps in the study) holds
+``suggested_init_scale``, the scale that keeps the measured
 gradients representable, and ``growth_window``, the growth intervals the run's gradients call for
 (:mod:`search.diagnosis._training_verdict`). A search from it samples
 
@@ -50,7 +51,7 @@ class DiagnosisStart:
     """What a search takes from a diagnosis.
 
     Attributes:
-        path: The file it was read from.
+        source: Where it was read from, for the user: the file, or the study that recorded it.
         verdict: The diagnosis's verdict.
         suggested: Its ``suggested_init_scale``.
         diagnosed: The start of the setting it diagnosed (``init_scale``, or the framework's).
@@ -59,9 +60,10 @@ class DiagnosisStart:
         scaler: ``torch`` or the framework whose rule it ran.
         growth: Its ``growth_window`` (low, high; high None: no bound), or None (not in the file: no narrowing).
         steps: The steps it trained (a search of other steps is refused: the window is about that length).
+        path: The file it was read from; None when a study recorded it.
     """
 
-    path: str
+    source: str
     verdict: str
     suggested: float
     diagnosed: float
@@ -70,6 +72,7 @@ class DiagnosisStart:
     scaler: str
     growth: tuple[int, int | None] | None = None
     steps: int | None = None
+    path: str | None = None
 
     def attrs(self, space: SpaceConfig) -> dict[str, Any]:
         """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges searched."""
@@ -77,8 +80,8 @@ class DiagnosisStart:
         ranges = space.ranges(self.scaler)
         growth = GROWTH_KNOBS[self.scaler]
         window = ranges[growth]
-        return {"file": self.path, "verdict": self.verdict, "suggested_init_scale": self.suggested,
-                "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
+        return {"file": self.path, "source": self.source, "verdict": self.verdict,
+                "suggested_init_scale": self.suggested, "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
                 "growth_window": None if self.growth is None else list(self.growth), "growth_param": growth,
                 "growth_low": window.fixed if window.fixed is not None else window.low,
                 "growth_high": window.fixed if window.fixed is not None else window.high}  # fmt: skip
@@ -89,7 +92,7 @@ class DiagnosisStart:
         ranges = space.ranges(self.scaler)
         searched = ranges[name]
         low, high = (2.0**searched.low, 2.0**searched.high) if power else (searched.low, searched.high)
-        line = (f"from the diagnosis in {self.path} ({self.verdict}): {name} searched over {scale_text(low)}.."
+        line = (f"from the diagnosis in {self.source} ({self.verdict}): {name} searched over {scale_text(low)}.."
                 f"{scale_text(high)}, around the {scale_text(self.suggested)} it suggests")  # fmt: skip
         growth = GROWTH_KNOBS[self.scaler]
         window = ranges[growth]
@@ -118,13 +121,27 @@ def read_diagnosis(path: str) -> DiagnosisStart:
     keys = ("verdict", "suggested_init_scale", "task", "seed", "scaler", "settings", "runs")
     if not isinstance(data, dict) or any(key not in data for key in keys):
         raise DiagnosisFileError(f"--from-diagnosis {path}: not a diagnosis of a task (search.diagnose --task ... --json)")
+    return _start(data, path, path)
+
+
+def recorded_start(record: dict[str, Any], study_name: str) -> DiagnosisStart:
+    """The start a diagnosis recorded in a study gives (``search.diagnose --storage``,
+    :mod:`search.study._recorded_diagnosis`); raises :class:`DiagnosisFileError` in one line."""
+    keys = ("verdict", "suggested_init_scale", "task", "seed", "scaler", "settings", "recorded_at")
+    if any(key not in record for key in keys):
+        raise DiagnosisFileError(f"--from-diagnosis: the diagnosis recorded in study {study_name!r} lacks "
+                                 f"{', '.join(key for key in keys if key not in record)}")  # fmt: skip
+    return _start(record, f"study {study_name!r}, recorded {record['recorded_at']}", None)
+
+
+def _start(data: dict[str, Any], source: str, path: str | None) -> DiagnosisStart:
     verdict = data["verdict"]
     if verdict in NO_START:
-        raise DiagnosisFileError(f"--from-diagnosis {path}: the diagnosis found {verdict}, which no starting scale "
+        raise DiagnosisFileError(f"--from-diagnosis {source}: the diagnosis found {verdict}, which no starting scale "
                                  f"fixes ({data.get('advice', '')}): a search is not the next step")  # fmt: skip
     suggested = data["suggested_init_scale"]
     if not isinstance(suggested, (int, float)) or not math.isfinite(suggested) or suggested <= 0:
-        raise DiagnosisFileError(f"--from-diagnosis {path}: it suggests no starting scale")
+        raise DiagnosisFileError(f"--from-diagnosis {source}: it suggests no starting scale")
     scaler, settings = data["scaler"], data["settings"]
     if scaler in START_KNOBS:
         name, power = START_KNOBS[scaler]
@@ -132,16 +149,16 @@ def read_diagnosis(path: str) -> DiagnosisStart:
     else:
         diagnosed = float(settings["init_scale"])
     steps = data.get("steps")
-    return DiagnosisStart(path, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler,
-                          _growth_window(path, data.get("growth_window")),
-                          steps if _whole(steps) else None)  # fmt: skip
+    return DiagnosisStart(source, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler,
+                          _growth_window(source, data.get("growth_window")),
+                          steps if _whole(steps) else None, path)  # fmt: skip
 
 
 def _whole(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def _growth_window(path: str, window: object) -> tuple[int, int | None] | None:
+def _growth_window(source: str, window: object) -> tuple[int, int | None] | None:
     """The file's ``growth_window``: absent or null (a diagnosis of no window, or one written before windows
     existed) is None; anything but ``[low, high]`` of whole numbers, high null or at least low, is refused."""
     if window is None:
@@ -149,7 +166,7 @@ def _growth_window(path: str, window: object) -> tuple[int, int | None] | None:
     if isinstance(window, list) and len(window) == 2 and _whole(window[0]):
         if window[1] is None or (_whole(window[1]) and window[1] >= window[0]):
             return window[0], window[1]
-    raise DiagnosisFileError(f"--from-diagnosis {path}: growth_window {json.dumps(window)} is not [low, high] of "
+    raise DiagnosisFileError(f"--from-diagnosis {source}: growth_window {json.dumps(window)} is not [low, high] of "
                              "whole numbers (high null: no bound)")
 
 

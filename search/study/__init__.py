@@ -6,6 +6,7 @@ confirmation runs.
 * ``_pool_run``: ``--workers K``: the parent's run over K processes, and a worker process's life;
 * ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
+* ``_recorded_diagnosis``: a diagnosis kept in a study (``search.diagnose --storage``), and the runs it fits;
 * ``_runner``: the trial loop: reads the study, picks each trial's path, stops when done;
 * ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
 * ``_sampled``: sampled trials: asked of the replica, trained, written whole (or RUNNING when shared);
@@ -55,6 +56,18 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "run_pool",
             "threads_per_process",
             "worker_context",
+        ),
+        "_recorded_diagnosis": (
+            "DiagnosedRun",
+            "diagnosis_conflict",
+            "diagnosis_record",
+            "not_a_search",
+            "open_for_recording",
+            "read_recorded_diagnosis",
+            "record_diagnosis",
+            "recorded_diagnosis",
+            "recording_conflict",
+            "study_run",
         ),
         "_confirmation_plan": ("ConfirmError", "ConfirmationPlan", "plan_confirmation"),
         "_confirmation_runs": ("ConfirmationRuns", "run_confirmation"),

@@ -26,6 +26,7 @@ from search.results import (
 from search.results import config_key as _config_key
 from search.storage import choose_study
 from search.study._prepare import settings_of
+from search.study._recorded_diagnosis import not_a_search
 from search.tasks import TaskError, resolve_task
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def plan_confirmation(
     name = choose_study(storage, url, study_name)
     study = optuna.load_study(storage=storage, study_name=name)
     if "task" not in study.user_attrs:
-        raise ConfirmError(f"study {name!r} was not created by search.optimize (it records no task)")
+        raise ConfirmError(not_a_search(name, study.user_attrs))
     settings = settings_of(study)
     trials = study.get_trials(deepcopy=False)
     n_complete = sum(t.state == TrialState.COMPLETE for t in trials)

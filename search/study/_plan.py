@@ -106,7 +106,7 @@ def plan_run(
     storage = open_storage(run.storage, run.heartbeat_interval, read_only=read_only)
     keep(storage)
     settings = with_run(settings, study_name=resolve_study_name(storage, settings))
-    warnings = inspect_study(storage, settings, fingerprint, allow_changed_settings) + _cost_warnings(
+    warnings = inspect_study(storage, settings, fingerprint, allow_changed_settings, steps_per_trial) + _cost_warnings(
         problem, specs, steps_per_trial
     )
     return RunPlan(settings, storage, problem, fingerprint, warnings, specs, steps_per_trial, read_only)

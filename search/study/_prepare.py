@@ -22,6 +22,7 @@ from search.core import (
 )
 from search.scalers import RULES, TORCH
 from search.storage import TrialWriter, orm_models, with_retry
+from search.study._recorded_diagnosis import DiagnosedRun, diagnosis_conflict
 
 # Study user attrs that define what the trials measure; a resume must match them.
 RECORDED_KEYS = (
@@ -151,9 +152,16 @@ def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 
 
 def inspect_study(
-    storage: optuna.storages.BaseStorage, settings: Settings, fingerprint: str, allow_changes: bool
+    storage: optuna.storages.BaseStorage,
+    settings: Settings,
+    fingerprint: str,
+    allow_changes: bool,
+    steps: int | None = None,
 ) -> list[str]:
     """Checks, without writing anything, that the study (if any) can be resumed.
+
+    ``steps``: this run's steps per trial, to check a diagnosis ``search.diagnose --storage`` recorded in the
+    study against (:mod:`search.study._recorded_diagnosis`); None: not checked.
 
     Returns:
         Warnings for the user (empty when the study is new or matches).
@@ -168,12 +176,18 @@ def inspect_study(
     except KeyError:
         return []
     stored = storage.get_study_user_attrs(study_id)
+    if steps is not None:
+        run = settings.run
+        this = DiagnosedRun(run.task, run.seed, run.scaler, steps, fingerprint, run.amp_dtype)
+        conflict = diagnosis_conflict(name, stored, this)
+        if conflict:  # Not overridable: the study would hold two stories.
+            raise IncompatibleStudyError(conflict)
     if "task" not in stored:
         if storage.get_all_trials(study_id, deepcopy=False):
             raise IncompatibleStudyError(
                 f"study {name!r} exists but was not created by search.optimize; choose another --study-name"
             )
-        return []  # An interrupted creation: finish setting it up.
+        return []  # An interrupted creation, or a study search.diagnose made: finish setting it up.
     version = stored.get("measurement", 1)
     if version != MEASUREMENT_VERSION:  # Not overridable: the old trials' numbers mean something else.
         raise IncompatibleStudyError(

@@ -24,7 +24,7 @@ from search.storage import (
     mask_url,
     open_existing_storage,
 )
-from search.study import settings_of
+from search.study import not_a_search, settings_of
 
 
 class ReportError(UsageError):
@@ -78,7 +78,7 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
         study_id = storage.get_study_id_from_name(name)
         attrs = storage.get_study_user_attrs(study_id)
         if "task" not in attrs or "space" not in attrs:
-            raise ReportError(f"study {name!r} was not created by search.optimize (it records no task/space)")
+            raise ReportError(not_a_search(name, attrs))
         if len(storage.get_study_directions(study_id)) != 1:
             raise ReportError(f"study {name!r} is multi-objective; search.optimize studies are not")
         study = optuna.load_study(storage=storage, study_name=name)

@@ -1,0 +1,209 @@
+"""A diagnosis kept in a study: ``search.diagnose --storage`` records it, ``search.optimize --from-diagnosis``
+without a file starts from it.
+
+A study holds at most one recorded diagnosis, the last (study user attr ``recorded_diagnosis``,
+:data:`search.core.RECORDED_DIAGNOSIS`): the diagnosis's ``--json`` less its per-step runs and its list of skips
+(tens of kB on a long run, where MySQL's TEXT column holds 64 kB), with the problem's fingerprint and the time it was
+recorded. That keeps the verdict, the scales and the growth window a search starts from.
+
+A diagnosis is recorded only in a study it describes: the same task, seed, loss-scale rule, steps per trial and
+data and initial weights (the fingerprint), in fp16. A study of ``search.optimize`` with other settings is refused
+before anything is written, and so is a search on a study whose recorded diagnosis is of another run: one study
+never holds two stories. A study that does not exist yet is created empty (no settings, no trials), and
+``search.optimize`` sets it up as its own when it first runs there.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from search.core import RECORDED_DIAGNOSIS, Settings, UsageError
+
+# What a recorded diagnosis leaves out of the --json: the per-step traces of the three runs and each skip.
+LEFT_OUT = ("runs", "skips")
+
+
+@dataclass(frozen=True)
+class DiagnosedRun:
+    """The run a diagnosis or a study is about: what must match for one to be recorded in the other."""
+
+    task: str
+    seed: int
+    scaler: str
+    steps: int
+    fingerprint: str
+    amp_dtype: str = "float16"
+
+    def differences(self, other: DiagnosedRun, other_is: str = "the study") -> list[str]:
+        """``task: the diagnosis has deep-mlp, the study seed-mlp``, for each field that differs (self: the
+        diagnosis; ``other_is``: what ``other`` is called)."""
+        fields = ("task", "seed", "scaler", "steps", "amp_dtype")
+        diffs = [f"{name}: the diagnosis has {getattr(self, name)}, {other_is} {getattr(other, name)}"
+                 for name in fields if getattr(self, name) != getattr(other, name)]  # fmt: skip
+        if not diffs and self.fingerprint != other.fingerprint:
+            diffs.append("the task's data/initial weights differ (another torch build?)")
+        return diffs
+
+
+def diagnosis_record(diagnosis: Mapping[str, Any], fingerprint: str) -> dict[str, Any]:
+    """What the study keeps of a diagnosis's ``--json`` (:data:`LEFT_OUT` dropped), with the fingerprint and the
+    time (UTC, ISO 8601, to the second)."""
+    record = {key: value for key, value in diagnosis.items() if key not in LEFT_OUT}
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    return {**record, "fingerprint": fingerprint, "recorded_at": now.isoformat()}
+
+
+def run_of_record(record: Mapping[str, Any]) -> DiagnosedRun:
+    """The run a recorded diagnosis is about."""
+    return DiagnosedRun(str(record["task"]), int(record["seed"]), str(record["scaler"]), int(record["steps"]),
+                        str(record["fingerprint"]))  # fmt: skip
+
+
+def read_recorded_diagnosis(url: str, study_name: str) -> dict[str, Any]:
+    """The diagnosis recorded in study ``study_name`` of storage ``url``; creates nothing.
+
+    Raises:
+        StorageError: The storage cannot be opened (a SQLite file that does not exist, ...).
+        UsageError: The study does not exist or holds no recorded diagnosis.
+    """
+    from search.storage import StorageError, close_storage, mask_url, open_existing_storage
+
+    try:
+        storage = open_existing_storage(url)
+    except StorageError as e:
+        raise UsageError(f"--from-diagnosis: {e}") from None
+    try:
+        record = recorded_diagnosis(storage, study_name)
+    finally:
+        close_storage(storage)
+    if record is None:
+        raise UsageError(f"--from-diagnosis: study {study_name!r} in {mask_url(url)} holds no diagnosis: record "
+                         f"one with search.diagnose --storage ... --study-name {study_name}, or give its --json "
+                         "file")  # fmt: skip
+    return record
+
+
+def recorded_diagnosis(storage: optuna.storages.BaseStorage, study_name: str) -> dict[str, Any] | None:
+    """The study's recorded diagnosis, or None (no such study, or none recorded)."""
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
+    record = storage.get_study_user_attrs(study_id).get(RECORDED_DIAGNOSIS)
+    return dict(record) if isinstance(record, dict) else None
+
+
+def record_diagnosis(
+    storage: optuna.storages.BaseStorage, study_name: str, record: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Records ``record`` in the study, creating it empty if it does not exist.
+
+    Returns:
+        The recorded diagnosis it replaced, or None.
+    """
+    try:
+        study_id = storage.get_study_id_from_name(study_name)
+    except KeyError:
+        try:
+            study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name)
+        except optuna.exceptions.DuplicatedStudyError:  # Created meanwhile by another process.
+            study_id = storage.get_study_id_from_name(study_name)
+    earlier = storage.get_study_user_attrs(study_id).get(RECORDED_DIAGNOSIS)
+    storage.set_study_user_attr(study_id, RECORDED_DIAGNOSIS, dict(record))
+    return dict(earlier) if isinstance(earlier, dict) else None
+
+
+def study_run(attrs: Mapping[str, Any], steps: int) -> DiagnosedRun | None:
+    """The run a study of ``search.optimize`` trains, from its recorded settings (None: no settings recorded yet).
+
+    ``steps``: the study's steps per trial, as this process resolves them from the recorded epochs and steps.
+    """
+    if "task" not in attrs:
+        return None
+    return DiagnosedRun(str(attrs["task"]), int(attrs["seed"]), str(attrs.get("scaler", "torch")), steps,
+                        str(attrs.get("fingerprint", "")), str(attrs.get("amp_dtype", "float16")))  # fmt: skip
+
+
+def diagnosis_conflict(study_name: str, attrs: Mapping[str, Any], run: DiagnosedRun) -> str | None:
+    """Why the study's recorded diagnosis cannot stand beside ``run`` (the run a search is about to train there),
+    in one line; None when it can (or there is none)."""
+    record = attrs.get(RECORDED_DIAGNOSIS)
+    if not isinstance(record, dict):
+        return None
+    diffs = run_of_record(record).differences(run, "this run")
+    if not diffs:
+        return None
+    return (f"study {study_name!r} holds a diagnosis of another run ({'; '.join(diffs)}): search it as diagnosed, "
+            "or use another --study-name")  # fmt: skip
+
+
+# The steps per trial of the diagnosed task for the recorded ``epochs`` and ``steps`` (search.training.run_steps
+# on its problem, given by the caller: this module imports no torch).
+StepsOf = Callable[[int, int], int]
+
+
+def recording_conflict(
+    study_name: str, attrs: Mapping[str, Any], diagnosed: DiagnosedRun, steps_of: StepsOf
+) -> str | None:
+    """Why a diagnosis of ``diagnosed`` cannot be recorded in the study whose user attrs are ``attrs``, in one line;
+    None when it can."""
+    if "task" not in attrs:
+        return None  # No settings recorded yet: a study search.diagnose made, or nothing but a name.
+    steps = diagnosed.steps
+    if (attrs["task"], attrs["seed"]) == (diagnosed.task, diagnosed.seed):
+        # As search.optimize resolved them when it created the study (search.study._plan.plan_run).
+        steps = steps_of(int(attrs.get("epochs") or 0), int(attrs.get("steps") or 0))
+    study = study_run(attrs, steps)
+    diffs = diagnosed.differences(study) if study is not None else []
+    if not diffs:
+        return None
+    return (f"study {study_name!r} searches another run ({'; '.join(diffs)}): diagnose it as it is searched, or "
+            "record the diagnosis under another --study-name")  # fmt: skip
+
+
+def open_for_recording(
+    url: str, settings: Settings, diagnosed: DiagnosedRun, steps_of: StepsOf, keep: Callable[[Any], Any]
+) -> tuple[optuna.storages.RDBStorage | None, str]:
+    """Checks, before the diagnosis trains, that it can be recorded in the study of ``settings`` in ``url``.
+
+    Returns:
+        The storage, opened and handed to ``keep`` (None: a SQLite file that does not exist yet, made when the
+        diagnosis is recorded), and the study's name, resolved as ``search.optimize`` resolves it.
+
+    Raises:
+        StorageError: The URL cannot be parsed or opened.
+        IncompatibleStudyError: The study searches another run (:func:`recording_conflict`).
+    """
+    import os
+
+    from search.storage import check_storage, open_storage, sqlite_path
+    from search.study._prepare import IncompatibleStudyError, resolve_study_name
+
+    check_storage(url)  # Creates nothing.
+    path = sqlite_path(url)
+    if path is not None and not os.path.exists(path):
+        return None, settings.study_name
+    storage = keep(open_storage(url))
+    name = resolve_study_name(storage, settings)
+    try:
+        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
+    except KeyError:
+        return storage, name
+    conflict = recording_conflict(name, attrs, diagnosed, steps_of)
+    if conflict:
+        raise IncompatibleStudyError(conflict)
+    return storage, name
+
+
+def not_a_search(study_name: str, attrs: Mapping[str, Any]) -> str:
+    """Why a command that reads a search (report, confirm) cannot read this study: it records no settings."""
+    record = attrs.get(RECORDED_DIAGNOSIS)
+    if isinstance(record, dict):
+        return (f"study {study_name!r} holds a diagnosis (task {record.get('task')}: {record.get('verdict')}) and no "
+                "search yet: run search.optimize there (--from-diagnosis starts from it)")  # fmt: skip
+    return f"study {study_name!r} was not created by search.optimize (it records no task/space)"

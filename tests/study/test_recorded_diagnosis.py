@@ -1,0 +1,136 @@
+"""A diagnosis kept in a study: ``search.diagnose --storage`` records it, ``search.optimize --from-diagnosis``
+without a file starts from it, and a study never holds a diagnosis of another run than the one it searches."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+
+import optuna
+import pytest
+
+from search.core import DEFAULTS
+from search.diagnosis import narrowed_space, read_diagnosis
+from search.tasks import build_problem, resolve_task
+
+from conftest import run_cli
+
+DEEP = ["--task", "deep-mlp", "--steps", "32"]
+
+
+def diagnose(args: list[str], cwd):  # noqa: ANN001, ANN201
+    return run_cli(args, cwd, module="search.diagnose")
+
+
+def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_from_the_file(tmp_path, postgres_url):
+    url = postgres_url.replace("postgres@", "postgres:hunter2@")  # trust auth: any password is accepted
+    proc = diagnose([*DEEP, "--json", "d.json", "--storage", url], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2" not in proc.stdout + proc.stderr
+    assert f"  recorded in study 'deep-mlp' of {url.replace('hunter2', '***')}\n" in proc.stdout
+    assert (f"    to search from it: python -m search.optimize --storage '{url.replace('hunter2', '***')}' --task "
+            "deep-mlp --steps 32 --from-diagnosis") in proc.stdout  # fmt: skip
+    written = json.loads((tmp_path / "d.json").read_text())
+    record = optuna.load_study(study_name="deep-mlp", storage=url).user_attrs["recorded_diagnosis"]
+    assert {k: v for k, v in record.items() if k not in ("fingerprint", "recorded_at")} == {
+        k: v for k, v in written.items() if k not in ("runs", "skips")}  # fmt: skip
+    assert record["fingerprint"] == build_problem(resolve_task("deep-mlp"), "deep-mlp", 42).fingerprint(32)
+    age = datetime.datetime.now(datetime.timezone.utc) - datetime.datetime.fromisoformat(record["recorded_at"])
+    assert datetime.timedelta(0) <= age < datetime.timedelta(minutes=5)
+    assert len(json.dumps(record)) < 4000  # far below MySQL's 64 kB TEXT, whatever the run's length
+
+    proc = run_cli([*DEEP, "--storage", url, "--trials", "8", "--quiet", "--from-diagnosis"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "hunter2" not in proc.stdout + proc.stderr
+    assert (f"note: from the diagnosis in study 'deep-mlp', recorded {record['recorded_at']} (underflow): init_scale "
+            "searched over 2^16..2^24, around the 2^20 it suggests") in proc.stderr  # fmt: skip
+    study = optuna.load_study(study_name="deep-mlp", storage=url)
+    from_file = narrowed_space(DEFAULTS.space, read_diagnosis(str(tmp_path / "d.json")))
+    space = study.user_attrs["space"]
+    assert (space["init_scale"]["low"], space["init_scale"]["high"]) == (from_file.init_scale.low,
+                                                                         from_file.init_scale.high) == (2**16, 2**24)  # fmt: skip
+    assert (space["growth_interval"]["low"], space["growth_interval"]["high"]) == (32, 2000)
+    started = study.user_attrs["diagnosis"]
+    assert started["file"] is None and started["source"].startswith("study 'deep-mlp', recorded ")
+    assert started["verdict"] == "underflow" and started["suggested_init_scale"] == written["suggested_init_scale"]
+    assert study.user_attrs["recorded_diagnosis"] == record  # the search keeps it as it was
+    sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
+    assert sampled and all(2**16 <= p["init_scale"] <= 2**24 and p["growth_interval"] >= 32 for p in sampled)
+
+
+@pytest.fixture(scope="module")
+def seed_mlp_study(tmp_path_factory):
+    """A seed-mlp study of search.optimize (30 steps a trial), no diagnosis in it."""
+    folder = tmp_path_factory.mktemp("seed-mlp-study")
+    assert run_cli(["--trials", "1", "--quiet"], folder).returncode == 0
+    return folder / "study.db"
+
+
+@pytest.mark.parametrize(
+    "args, difference",
+    [
+        (["--task", "deep-mlp", "--study-name", "seed-mlp"], "task: the diagnosis has deep-mlp, the study seed-mlp"),
+        (["--steps", "12"], "steps: the diagnosis has 12, the study 30"),
+        (["--seed", "7"], "seed: the diagnosis has 7, the study 42"),
+        (["--scaler", "fairseq"], "scaler: the diagnosis has fairseq, the study torch"),
+    ],
+)
+def test_a_study_of_another_run_refuses_the_diagnosis_before_it_trains(tmp_path, seed_mlp_study, args, difference):
+    shutil.copy(seed_mlp_study, tmp_path / "study.db")
+    before = (tmp_path / "study.db").read_bytes()
+    proc = diagnose([*args, "--storage", "sqlite:///study.db", "--json", "d.json"], tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (f"search.diagnose: error: study 'seed-mlp' searches another run ({difference}): diagnose "
+                           "it as it is searched, or record the diagnosis under another --study-name\n")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+    assert (tmp_path / "study.db").read_bytes() == before
+
+
+def test_a_second_diagnosis_replaces_the_first_and_a_search_of_another_run_is_refused(tmp_path):
+    """The study holds one story: the last diagnosis, and only a search of the run it diagnosed."""
+    first = diagnose(["--steps", "12", "--study-name", "s"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert "  recorded in study 's' of sqlite:///study.db\n" in first.stdout  # --study-name alone: the default storage
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    recorded_at = optuna.load_study(study_name="s", storage=storage).user_attrs["recorded_diagnosis"]["recorded_at"]
+    second = diagnose(["--steps", "12", "--study-name", "s", "--growth-interval", "3"], tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert (f"  recorded in study 's' of sqlite:///study.db, in place of the diagnosis recorded there at {recorded_at} "
+            "(task seed-mlp, seed 42: healthy)\n") in second.stdout  # fmt: skip
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.user_attrs["recorded_diagnosis"]["settings"]["growth_interval"] == 3
+    assert study.trials == [] and "task" not in study.user_attrs  # nothing but the diagnosis yet
+    for module in ("search.report", "search.confirm"):  # a diagnosis is not a search: said, not "not ours"
+        proc = run_cli(["--study-name", "s"], tmp_path, module=module)
+        assert proc.returncode == 2 and proc.stderr == (
+            f"{module}: error: study 's' holds a diagnosis (task seed-mlp: healthy) and no search yet: run "
+            "search.optimize there (--from-diagnosis starts from it)\n")  # fmt: skip
+
+    before = (tmp_path / "study.db").read_bytes()
+    refused = run_cli(["--study-name", "s", "--trials", "3"], tmp_path)  # seed-mlp's own 30 steps
+    assert refused.returncode == 2 and refused.stderr == (
+        "search.optimize: error: study 's' holds a diagnosis of another run (steps: the diagnosis has 12, this run "
+        "30): search it as diagnosed, or use another --study-name\n")  # fmt: skip
+    assert (tmp_path / "study.db").read_bytes() == before
+    searched = run_cli(["--study-name", "s", "--steps", "12", "--trials", "6", "--quiet"], tmp_path)
+    assert searched.returncode == 0, searched.stderr
+    study = optuna.load_study(study_name="s", storage=storage)
+    assert study.user_attrs["task"] == "seed-mlp" and study.user_attrs["steps"] == 12
+    assert "diagnosis" not in study.user_attrs  # searched without --from-diagnosis: the full space
+    assert study.user_attrs["space"]["init_scale"]["high"] == DEFAULTS.space.init_scale.high
+
+
+@pytest.mark.parametrize("make_db", [False, True])
+def test_from_diagnosis_without_one_recorded_is_one_line_and_writes_nothing(tmp_path, make_db):
+    if make_db:
+        assert run_cli(["--trials", "1", "--quiet"], tmp_path).returncode == 0
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    proc = run_cli(["--trials", "3", "--from-diagnosis"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    if make_db:
+        assert ("error: --from-diagnosis: study 'seed-mlp' in sqlite:///study.db holds no diagnosis: record one with "
+                "search.diagnose --storage ... --study-name seed-mlp, or give its --json file") in proc.stderr  # fmt: skip
+    else:
+        assert "error: --from-diagnosis: SQLite file study.db does not exist" in proc.stderr
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
