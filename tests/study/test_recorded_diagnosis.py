@@ -58,6 +58,19 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
     assert sampled and all(2**16 <= p["init_scale"] <= 2**24 and p["growth_interval"] >= 32 for p in sampled)
 
+    # The report says both, as the study holds them, and that they are one diagnosis.
+    assert run_cli(["--storage", url, "--format", "json", "--out", "r.json"], tmp_path, module="search.report").returncode == 0
+    shown = json.loads((tmp_path / "r.json").read_text())["diagnosis"]
+    assert shown == {"started_from": started, "recorded": record}
+    assert run_cli(["--storage", url, "--out", "r.html"], tmp_path, module="search.report").returncode == 0
+    page = (tmp_path / "r.html").read_text()
+    assert "task deep-mlp, 32 steps a trial, float16" in page  # not the task's default 8 epochs: --steps won
+    assert ("The search started from the underflow diagnosis in study &#x27;deep-mlp&#x27;, recorded "
+            f"{record['recorded_at']}: init_scale searched over 2^16..2^24, around the 2^20 it suggested; "
+            "growth_interval over 32..2000.") in page  # fmt: skip
+    assert (f"That diagnosis ({record['recorded_at']}, search.diagnose on cpu, 32 steps): init_scale 2^16, "
+            "growth_factor 2, backoff_factor 0.5, growth_interval 2000: underflow, because ") in page  # fmt: skip
+
 
 @pytest.fixture(scope="module")
 def seed_mlp_study(tmp_path_factory):

@@ -18,6 +18,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from search.publishing.report._diagnoses import _diagnosis_section
 from search.publishing.report._failures import _failures_section
 from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._runs import _curves_section, _skipped_section
@@ -101,11 +102,13 @@ def build_report(
     baselines, baseline_data = _baselines_section(done, space, best, snapshot.settings.penalty.evaluation)
     safe, safe_data = _safe_section(done, space, tolerance)
     confirmation = _confirmation_section(snapshot)
+    diagnosis, diagnosis_data = _diagnosis_section(snapshot.study_name, *snapshot.diagnoses)
     report.sections = [
         recommendation,
         curves,
         failures,
         confirmation,
+        diagnosis,
         safe,
         baselines,
         skipped,
@@ -122,6 +125,7 @@ def build_report(
         "settings": {
             "task": snapshot.settings.run.task,
             "epochs": snapshot.settings.run.epochs,
+            "steps": snapshot.settings.run.steps,
             "seed": snapshot.settings.run.seed,
             "amp_dtype": snapshot.settings.run.amp_dtype,
         },
@@ -140,6 +144,7 @@ def build_report(
         "curves": chosen,
         "skipped_steps": skipped_counts,
         "confirmation": snapshot.confirmation,
+        "diagnosis": diagnosis_data,
         "sections": {
             s.key: {"title": s.title, "plot": s.figure is not None, "message": s.message}
             for s in report.sections

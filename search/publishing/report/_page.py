@@ -55,7 +55,7 @@ def render_html(report: Report) -> str:
         "<header>",
         f"<h1>GradScaler search report: study {esc(report.study_name)}</h1>",
         f"<p>storage <code>{esc(report.storage)}</code> · task {esc(str(data['settings']['task']))}, "
-        f"{data['settings']['epochs']} epochs, {esc(str(data['settings']['amp_dtype']))} · trials: {esc(states)}"
+        f"{_length(data['settings'])}, {esc(str(data['settings']['amp_dtype']))} · trials: {esc(states)}"
         + (
             f" · ignored while running: {ignored['RUNNING']} running, {ignored['WAITING']} waiting"
             if ignored["RUNNING"] or ignored["WAITING"]
@@ -110,3 +110,8 @@ def render_html(report: Report) -> str:
     )
     lines.append("</body></html>")
     return "\n".join(lines) + "\n"
+
+
+def _length(settings: dict) -> str:
+    """How long each trial trained, as the study recorded it: ``--steps`` wins over the epochs (search.training)."""
+    return f"{settings['steps']} steps a trial" if settings.get("steps") else f"{settings['epochs']} epochs"

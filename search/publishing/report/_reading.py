@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from search.core import Settings, UsageError
+from search.core import RECORDED_DIAGNOSIS, STUDY_DIAGNOSIS, Settings, UsageError
 from search.results import summarize_confirmation
 from search.scalers import RULES, TORCH
 from search.storage import (
@@ -42,6 +42,8 @@ class StudySnapshot:
         settings: The settings the study recorded (its space, epochs, penalty, ...).
         confirmation: :func:`search.results._confirmations.summarize_confirmation` of the study, or None.
         confirmation_note: Why there is no confirmation (no sibling study, module missing, ...).
+        diagnoses: The study user attrs ``diagnosis`` (what a search took from a diagnosis) and
+            ``recorded_diagnosis`` (the last ``search.diagnose --storage``), each None when absent.
     """
 
     study_name: str
@@ -50,6 +52,7 @@ class StudySnapshot:
     settings: Settings
     confirmation: dict[str, Any] | None = None
     confirmation_note: str = ""
+    diagnoses: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
 
 
 def _read_confirmation(
@@ -92,4 +95,5 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
         confirmation, note = _read_confirmation(storage, name)
     finally:
         close_storage(storage)
-    return StudySnapshot(name, mask_url(url), trials, settings, confirmation, note)
+    diagnoses = (attrs.get(STUDY_DIAGNOSIS), attrs.get(RECORDED_DIAGNOSIS))
+    return StudySnapshot(name, mask_url(url), trials, settings, confirmation, note, diagnoses)

@@ -17,6 +17,7 @@ SECTION_TITLES = {
     "curves": "Loss and scale curves: the answer, the default, the worst finite trial",
     "failures": "Where runs fail along init_scale",
     "confirmation": "Confirmation runs",
+    "diagnosis": "Diagnosis: where the search started, what was measured",
     "safe_ranges": "Good ranges, one setting at a time",
     "baselines": "The seed's configurations next to the best",
     "skipped": "Skipped steps",

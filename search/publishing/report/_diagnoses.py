@@ -1,0 +1,60 @@
+"""The report's diagnosis section: the diagnosis the search started from, and the one recorded in the study.
+
+A study keeps two (:mod:`search.core._record`): ``diagnosis``, what ``search.optimize --from-diagnosis`` took from
+a diagnosis when it created the study, and ``recorded_diagnosis``, the last ``search.diagnose --storage`` of the
+study's run. The section says each in the words the commands printed, and whether they are one diagnosis.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping
+from typing import Any
+
+from search.diagnosis import scale_text
+from search.publishing.report._section import SECTION_TITLES, Section
+
+
+def _diagnosis_section(
+    study_name: str, started: Mapping[str, Any] | None, recorded: Mapping[str, Any] | None
+) -> tuple[Section, dict[str, Any]]:
+    """The section and its JSON: ``started_from`` and ``recorded`` (each None when the study holds none)."""
+    data = {"started_from": dict(started) if started else None, "recorded": dict(recorded) if recorded else None}
+    section = Section(
+        "diagnosis",
+        SECTION_TITLES["diagnosis"],
+        "What search.diagnose measured of this study's run: the settings it trained in fp16 beside fp32 and bf16 "
+        "controls, its verdict, and the ranges a search from it sampled (docs/diagnose.md).",
+    )
+    if not started and not recorded:
+        section.message = (f"This study holds no diagnosis: search.diagnose --storage URL --study-name {study_name} "
+                           "(with this study's task and steps) records one here.")  # fmt: skip
+        return section, data
+    lines = []
+    if started:
+        source = started.get("file") or started.get("source") or "a diagnosis"
+        growth = started.get("growth_param", "growth_interval")
+        lines.append(
+            f"The search started from the {started['verdict']} diagnosis in {source}: {started['param']} searched "
+            f"over {scale_text(started['low'])}..{scale_text(started['high'])}, around the "
+            f"{scale_text(started['suggested_init_scale'])} it suggested; {growth} over "
+            f"{started['growth_low']:g}..{started['growth_high']:g}."
+        )
+    if recorded:
+        same = bool(started) and started.get("file") is None and str(recorded.get("recorded_at")) in str(
+            started.get("source", "")
+        )
+        settings = ", ".join(_setting(k, v) for k, v in recorded.get("settings", {}).items())
+        lines.append(
+            f"{'That diagnosis' if same else 'The diagnosis recorded in the study'} ({recorded.get('recorded_at')}, "
+            f"search.diagnose on {recorded.get('device')}, {recorded.get('steps')} steps): {settings}: "
+            f"{recorded['verdict']}, because {recorded.get('reason')}. Next: {recorded.get('advice')}."
+        )
+    section.body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+    return section, data
+
+
+def _setting(name: str, value: Any) -> str:
+    if name == "init_scale" and isinstance(value, (int, float)):
+        return f"{name} {scale_text(float(value))}"
+    return f"{name} {value:g}" if isinstance(value, (int, float)) else f"{name} {value}"
