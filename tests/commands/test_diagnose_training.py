@@ -78,6 +78,10 @@ def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
         (["--log", "x.log", "--task", "seed-mlp"], "--task is for a training diagnosis"),
         (["--html", "no/such/dir/d.html"], "--html no/such/dir/d.html: directory"),
         (["--device", "cuda"], "CUDA is not available"),
+        (["--log", "x.log", "--storage", "sqlite:///s.db"], "--storage is for a training diagnosis"),
+        (["--storage", "sqlite:///no/such/dir/s.db"], "cannot create SQLite storage no/such/dir/s.db"),
+        # A server that is not there: refused before training, its password masked.
+        (["--storage", "postgresql+psycopg://postgres:hunter2@127.0.0.1:1/x"], "postgres:***@127.0.0.1:1/x"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, capsys, args, message):
@@ -86,5 +90,5 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     assert diagnose_main([*args, "--json", "d.json"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("search.diagnose: error: ") and err.count("\n") == 1, err
-    assert message in err, err
+    assert message in err and "hunter2" not in err, err
     assert list(tmp_path.iterdir()) == []
