@@ -67,9 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a framework's setting under --scaler, by its own name (initial_scale_power=12); repeatable")  # fmt: skip
     run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")
     run.add_argument("--storage", default=None, metavar="URL",
-                     help="record the diagnosis in this Optuna storage, in the study search.optimize would use "
-                     "(then: search.optimize --from-diagnosis) [the config's, or sqlite:///study.db with "
-                     "--study-name]")  # fmt: skip
+                     help="record the diagnosis in this Optuna storage, in the study search.optimize would use; "
+                     "search.optimize --from-diagnosis then starts from it [--study-name alone: the config's "
+                     "storage, else sqlite:///study.db]")  # fmt: skip
     run.add_argument("--study-name", default=None, metavar="NAME",
                      help="record the diagnosis in this study [the task's default study]")  # fmt: skip
     add("--log", metavar="FILE", default=None, help="read this training log instead of training ('-': standard input)")
