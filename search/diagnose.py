@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
 from search.cli import OneLineParser, Session, check_output, fail, prog_name, run_command
-from search.core import UsageError
+from search.core import UsageError, interrupts_as_exceptions, raise_pending
 
 __all__ = ["build_parser", "format_reading", "main"]
 
@@ -150,6 +150,7 @@ def _main(session: Session, argv: list[str]) -> int:
     except UsageError as e:
         return fail(PROG, str(e))
     text = json.dumps({"log": source, **reading.to_dict()}, indent=2, allow_nan=False) if args.json else None
+    raise_pending()  # A Ctrl-C while a long log was read: exit 130, nothing written.
     print("\n".join(format_reading(reading, source)))
     if text is not None:
         with open(args.json, "w") as f:
@@ -222,16 +223,20 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         from search.storage import StorageError
         from search.study import DiagnosedRun, IncompatibleStudyError, open_for_recording
 
+        if run.amp_dtype != "float16":  # The study's search would be of another precision than the diagnosis.
+            raise UsageError(f"a diagnosis trains fp16 and the config's amp_dtype is {run.amp_dtype}: its study would "
+                             "search another run; record it with amp_dtype float16")  # fmt: skip
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
         try:
-            storage, study_name = open_for_recording(
-                run.storage, settings, diagnosed, lambda epochs, steps: run_steps(problem, epochs, steps), session.keep
+            target = open_for_recording(
+                settings, diagnosed, lambda epochs, steps: run_steps(problem, epochs, steps), session.keep
             )
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
     session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
-    runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
+    with interrupts_as_exceptions():  # Ctrl-C: one line, exit 130, nothing recorded or written.
+        runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
     values = dict(setting.values) if run.scaler != TORCH else dict(setting.__dict__)
     diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
@@ -243,9 +248,13 @@ def _training(session: Session, args: argparse.Namespace) -> int:
 
         page = diagnosis_page(diagnosis)
     recorded = []
+    raise_pending()  # A signal that came after the runs: nothing is recorded or written either.
     if recording:
-        recorded = [_record(run.storage, storage, study_name, diagnosis.to_dict(), diagnosed.fingerprint, session),
-                    *_search_line(args, verdict.verdict)]  # fmt: skip
+        from search.study import diagnosis_record
+
+        record = diagnosis_record(diagnosis.to_dict(), diagnosed.fingerprint)
+        recorded = [_record(run.storage, target.storage, target.study_name, record, session),
+                    _search_line(args, record, settings, target.searched)]  # fmt: skip
     print("\n".join(format_training(diagnosis) + recorded))
     for path, content in ((args.json, text), (args.html, page)):
         if path and content is not None:
@@ -254,15 +263,15 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     return 0
 
 
-def _record(url: str, storage, study_name: str, diagnosis: dict, fingerprint: str, session: Session) -> str:  # noqa: ANN001
+def _record(url: str, storage, study_name: str, record: dict, session: Session) -> str:  # noqa: ANN001
     # storage: an RDBStorage, or None (optuna, lazily imported).
-    """Records the diagnosis in the study; returns the line that says where."""
+    """Records the diagnosis (:func:`search.study.diagnosis_record`) in the study; returns the line that says where."""
     from search.storage import mask_url, open_storage
-    from search.study import diagnosis_record, record_diagnosis
+    from search.study import record_diagnosis
 
     if storage is None:  # A SQLite file that did not exist: made now, with the diagnosis in it.
         storage = session.keep(open_storage(url))
-    earlier = record_diagnosis(storage, study_name, diagnosis_record(diagnosis, fingerprint))
+    earlier = record_diagnosis(storage, study_name, record)
     line = f"  recorded in study {study_name!r} of {mask_url(url)}"
     if earlier is None:
         return line
@@ -274,20 +283,21 @@ def _record(url: str, storage, study_name: str, diagnosis: dict, fingerprint: st
 _RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "seed", "scaler")
 
 
-def _search_line(args: argparse.Namespace, verdict: str) -> list[str]:
-    """The command that searches from the recorded diagnosis, with the flags given here (passwords masked)."""
-    from search.diagnosis import NO_START
+def _search_line(args: argparse.Namespace, record: dict, settings, searched: bool) -> str:  # noqa: ANN001
+    """The command that searches from the recorded diagnosis, with the flags given here (passwords masked), or why
+    there is none. ``settings``: this run's (search.core.Settings)."""
     from search.storage import mask_url
+    from search.study import why_no_search
 
-    if verdict in NO_START:
-        return [f"    no search from it: {verdict} is not fixed by a starting scale"]
-
+    reason = why_no_search(record, settings, searched)
+    if reason:
+        return f"    no search from it: {reason}"
     words = [prog_name(PROG).replace("diagnose", "optimize")]
     for name in _RUN_FLAGS:
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", mask_url(value) if name == "storage" else str(value)]
-    return ["    to search from it: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"]
+    return "    to search from it: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"
 
 
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)

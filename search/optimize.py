@@ -233,8 +233,7 @@ def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | N
     if path is None:
         return None
     if path is IN_STUDY:
-        name = settings.study_name
-        start = recorded_start(read_recorded_diagnosis(settings.run.storage, name), name)
+        start = recorded_start(*read_recorded_diagnosis(settings))
     else:
         start = read_diagnosis(path)
     run = settings.run

@@ -59,6 +59,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "_recorded_diagnosis": (
             "DiagnosedRun",
+            "RecordingTarget",
             "diagnosis_conflict",
             "diagnosis_record",
             "not_a_search",
@@ -68,6 +69,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "recorded_diagnosis",
             "recording_conflict",
             "study_run",
+            "why_no_search",
         ),
         "_confirmation_plan": ("ConfirmError", "ConfirmationPlan", "plan_confirmation"),
         "_confirmation_runs": ("ConfirmationRuns", "run_confirmation"),

@@ -64,28 +64,33 @@ def run_of_record(record: Mapping[str, Any]) -> DiagnosedRun:
                         str(record["fingerprint"]))  # fmt: skip
 
 
-def read_recorded_diagnosis(url: str, study_name: str) -> dict[str, Any]:
-    """The diagnosis recorded in study ``study_name`` of storage ``url``; creates nothing.
+def read_recorded_diagnosis(settings: Settings) -> tuple[dict[str, Any], str]:
+    """The diagnosis recorded in the study ``settings`` search (named as ``search.optimize`` resolves it) and that
+    name; creates nothing.
 
     Raises:
-        StorageError: The storage cannot be opened (a SQLite file that does not exist, ...).
-        UsageError: The study does not exist or holds no recorded diagnosis.
+        UsageError: The storage cannot be opened, the study does not exist or holds no recorded diagnosis.
     """
     from search.storage import StorageError, close_storage, mask_url, open_existing_storage
+    from search.study._prepare import resolve_study_name
 
+    url = settings.run.storage
     try:
         storage = open_existing_storage(url)
     except StorageError as e:
         raise UsageError(f"--from-diagnosis: {e}") from None
     try:
-        record = recorded_diagnosis(storage, study_name)
+        name = resolve_study_name(storage, settings)  # A user task's study under its old default name, too.
+        exists = name in {s.study_name for s in storage.get_all_studies()}
+        record = recorded_diagnosis(storage, name)
     finally:
         close_storage(storage)
     if record is None:
-        raise UsageError(f"--from-diagnosis: study {study_name!r} in {mask_url(url)} holds no diagnosis: record "
-                         f"one with search.diagnose --storage ... --study-name {study_name}, or give its --json "
-                         "file")  # fmt: skip
-    return record
+        where = f"study {name!r} in {mask_url(url)} holds no diagnosis" if exists else (
+            f"{mask_url(url)} has no study {name!r}")  # fmt: skip
+        raise UsageError(f"--from-diagnosis: {where}: record a diagnosis with search.diagnose --storage ... "
+                         f"--study-name {name}, or give its --json file")  # fmt: skip
+    return record, name
 
 
 def recorded_diagnosis(storage: optuna.storages.BaseStorage, study_name: str) -> dict[str, Any] | None:
@@ -166,44 +171,87 @@ def recording_conflict(
             "record the diagnosis under another --study-name")  # fmt: skip
 
 
-def open_for_recording(
-    url: str, settings: Settings, diagnosed: DiagnosedRun, steps_of: StepsOf, keep: Callable[[Any], Any]
-) -> tuple[optuna.storages.RDBStorage | None, str]:
-    """Checks, before the diagnosis trains, that it can be recorded in the study of ``settings`` in ``url``.
+@dataclass(frozen=True)
+class RecordingTarget:
+    """Where a diagnosis will be recorded, checked before it trains.
 
-    Returns:
-        The storage, opened and handed to ``keep`` (None: a SQLite file that does not exist yet, made when the
-        diagnosis is recorded), and the study's name, resolved as ``search.optimize`` resolves it.
+    Attributes:
+        storage: The opened storage; None for a SQLite file that does not exist yet (made when it is recorded).
+        study_name: The study, named as ``search.optimize`` resolves it.
+        searched: The study already holds a search (its settings and space are recorded).
+    """
+
+    storage: optuna.storages.RDBStorage | None
+    study_name: str
+    searched: bool = False
+
+
+def open_for_recording(
+    settings: Settings, diagnosed: DiagnosedRun, steps_of: StepsOf, keep: Callable[[Any], Any]
+) -> RecordingTarget:
+    """Checks, before the diagnosis trains, that it can be recorded in the study of ``settings``; the storage
+    opened is handed to ``keep``.
 
     Raises:
-        StorageError: The URL cannot be parsed or opened.
+        StorageError: The URL cannot be parsed or opened, or the SQLite file cannot be written.
         IncompatibleStudyError: The study searches another run (:func:`recording_conflict`).
     """
     import os
 
-    from search.storage import check_storage, open_storage, sqlite_path
+    from search.storage import StorageError, check_storage, is_read_only, open_storage, sqlite_path
     from search.study._prepare import IncompatibleStudyError, resolve_study_name
 
+    url = settings.run.storage
+    if is_read_only(url):  # Its directory or the file: SQLite could not write the record.
+        raise StorageError(f"cannot record the diagnosis in {sqlite_path(url)}: it is read-only (or its directory is)")
     check_storage(url)  # Creates nothing.
     path = sqlite_path(url)
     if path is not None and not os.path.exists(path):
-        return None, settings.study_name
+        return RecordingTarget(None, settings.study_name)
     storage = keep(open_storage(url))
     name = resolve_study_name(storage, settings)
     try:
         attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
     except KeyError:
-        return storage, name
+        return RecordingTarget(storage, name)
     conflict = recording_conflict(name, attrs, diagnosed, steps_of)
     if conflict:
         raise IncompatibleStudyError(conflict)
-    return storage, name
+    return RecordingTarget(storage, name, searched="task" in attrs)
+
+
+def why_no_search(record: Mapping[str, Any], settings: Settings, searched: bool) -> str | None:
+    """Why ``search.optimize --from-diagnosis`` on the study would be refused, in a clause; None: it would start.
+
+    ``searched``: the study already holds a search, whose recorded space a narrowing would change.
+    """
+    from search.diagnosis import NO_START, DiagnosisFileError, narrowed_space, recorded_start
+
+    if record["verdict"] in NO_START:
+        return f"{record['verdict']} is not fixed by a starting scale"
+    if searched:
+        return ("the study already holds a search, whose space --from-diagnosis would change: to search from this "
+                "diagnosis, record it under another --study-name")  # fmt: skip
+    try:
+        narrowed_space(settings.space, recorded_start(dict(record), settings.study_name))
+    except DiagnosisFileError as e:
+        return str(e).removeprefix("--from-diagnosis: ")
+    return None
 
 
 def not_a_search(study_name: str, attrs: Mapping[str, Any]) -> str:
     """Why a command that reads a search (report, confirm) cannot read this study: it records no settings."""
+    from search.diagnosis import NO_START
+
     record = attrs.get(RECORDED_DIAGNOSIS)
     if isinstance(record, dict):
-        return (f"study {study_name!r} holds a diagnosis (task {record.get('task')}: {record.get('verdict')}) and no "
-                "search yet: run search.optimize there (--from-diagnosis starts from it)")  # fmt: skip
+        held = f"study {study_name!r} holds a diagnosis (task {record.get('task')}: {record.get('verdict')})"
+        if record.get("verdict") in NO_START:
+            return f"{held}, which no loss-scaler setting fixes, and no search"
+        from search.core import DEFAULTS
+
+        refused = why_no_search(record, DEFAULTS, searched=False)  # As the default config's search would take it.
+        if refused:
+            return f"{held} and no search yet; a search from it with the default space would be refused: {refused}"
+        return f"{held} and no search yet: run search.optimize there (--from-diagnosis starts from it)"
     return f"study {study_name!r} was not created by search.optimize (it records no task/space)"

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
 from search.diagnose import main as diagnose_main
 
-from conftest import run_cli
+from conftest import cli_env, run_cli
 
 
 def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
@@ -92,3 +96,20 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
     assert out == "" and err.startswith("search.diagnose: error: ") and err.count("\n") == 1, err
     assert message in err and "hunter2" not in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_while_it_trains_is_one_line_exit_130_and_records_and_writes_nothing(tmp_path):
+    """The command records signals from its start; it used to train on through a Ctrl-C, record the diagnosis and
+    exit 0. A real process: the signal is the point."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "search.diagnose", "--steps", "5000", "--storage", "sqlite:///s.db", "--json", "d.json"],
+        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    note = proc.stderr.readline()  # Printed as the three runs begin: 15000 steps, tens of seconds.
+    assert note.startswith("search.diagnose: training 5000 steps three times"), note
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and out == ""
+    assert err == "search.diagnose: error: interrupted (SIGINT)\n"
+    assert list(tmp_path.iterdir()) == []  # no study.db, no study, no JSON

@@ -71,8 +71,8 @@ def test_every_section_from_a_real_study(study_dir):
     # A study searched without a diagnosis says how to record one (tests/study/test_recorded_diagnosis.py: with one).
     assert data["diagnosis"] == {"started_from": None, "recorded": None}
     assert report.section("diagnosis").message == (
-        "This study holds no diagnosis: search.diagnose --storage URL --study-name seed-mlp (with this study's task "
-        "and steps) records one here.")  # fmt: skip
+        "This study holds no diagnosis: search.diagnose --storage URL --study-name seed-mlp (with this study's task, "
+        "seed, scaler and steps) records one here.")  # fmt: skip
 
     # 1. History: optuna's figure, its best-so-far line is the JSON's.
     history = report.figures["history"]

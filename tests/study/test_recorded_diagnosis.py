@@ -14,7 +14,7 @@ from search.core import DEFAULTS
 from search.diagnosis import narrowed_space, read_diagnosis
 from search.tasks import build_problem, resolve_task
 
-from conftest import run_cli
+from conftest import read_only_media, run_cli
 
 DEEP = ["--task", "deep-mlp", "--steps", "32"]
 
@@ -142,8 +142,69 @@ def test_from_diagnosis_without_one_recorded_is_one_line_and_writes_nothing(tmp_
     proc = run_cli(["--trials", "3", "--from-diagnosis"], tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     if make_db:
-        assert ("error: --from-diagnosis: study 'seed-mlp' in sqlite:///study.db holds no diagnosis: record one with "
-                "search.diagnose --storage ... --study-name seed-mlp, or give its --json file") in proc.stderr  # fmt: skip
+        assert ("error: --from-diagnosis: study 'seed-mlp' in sqlite:///study.db holds no diagnosis: record a diagnosis "
+                "with search.diagnose --storage ... --study-name seed-mlp, or give its --json file") in proc.stderr  # fmt: skip
     else:
         assert "error: --from-diagnosis: SQLite file study.db does not exist" in proc.stderr
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_a_study_that_holds_a_search_of_the_same_run_takes_the_diagnosis_but_suggests_no_search_from_it(
+    tmp_path, seed_mlp_study
+):
+    """--from-diagnosis there would change the recorded space, so the command says so instead of a command that
+    search.optimize refuses."""
+    shutil.copy(seed_mlp_study, tmp_path / "study.db")
+    proc = diagnose(["--storage", "sqlite:///study.db"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.endswith(
+        "  recorded in study 'seed-mlp' of sqlite:///study.db\n    no search from it: the study already holds a "
+        "search, whose space --from-diagnosis would change: to search from this diagnosis, record it under another "
+        "--study-name\n")  # fmt: skip
+    refused = run_cli(["--trials", "3", "--from-diagnosis"], tmp_path)  # what that line spares the user
+    assert refused.returncode == 2 and "cannot resume study 'seed-mlp': space." in refused.stderr
+    assert run_cli(["--trials", "3", "--quiet"], tmp_path).returncode == 0  # the study's own search goes on
+
+
+def test_a_diagnosis_whose_narrowing_the_space_refuses_suggests_no_search_and_the_report_says_why(tmp_path):
+    """sum-outliers under DeepSpeed's rule suggests a start of 2^-15, below the 2^0 its initial_scale_power can
+    reach: the diagnosis is recorded, and neither the command nor the report promises a search from it."""
+    proc = diagnose(["--task", "sum-outliers", "--scaler", "deepspeed", "--steps", "40", "--study-name", "so"],
+                    tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    why = ("the config searches initial_scale_power over 2^0..2^32, outside the 2^-19..2^-11 around the 2^-15 the "
+           "diagnosis suggests")  # fmt: skip
+    assert proc.stdout.endswith(f"    no search from it: {why}\n"), proc.stdout
+    refused = run_cli(["--task", "sum-outliers", "--scaler", "deepspeed", "--steps", "40", "--study-name", "so",
+                       "--trials", "3", "--from-diagnosis"], tmp_path)  # fmt: skip
+    assert refused.returncode == 2 and why in refused.stderr
+    report = run_cli(["--study-name", "so"], tmp_path, module="search.report")
+    assert report.returncode == 2 and report.stderr.endswith(
+        f"no search yet; a search from it with the default space would be refused: {why}\n")
+
+
+def test_a_config_of_another_precision_or_read_only_storage_refuses_the_record_before_it_trains(
+    tmp_path, seed_mlp_study
+):
+    (tmp_path / "bf16.toml").write_text('[run]\namp_dtype = "bfloat16"\n')
+    proc = diagnose(["--config", "bf16.toml", "--study-name", "b"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr == (
+        "search.diagnose: error: a diagnosis trains fp16 and the config's amp_dtype is bfloat16: its study would "
+        "search another run; record it with amp_dtype float16\n")  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bf16.toml"]
+    (tmp_path / "media").mkdir()
+    shutil.copy(seed_mlp_study, tmp_path / "media" / "study.db")
+    with read_only_media(tmp_path / "media"):  # the directory: SQLite could not write its journal
+        proc = diagnose(["--storage", "sqlite:///media/study.db"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr == (
+        "search.diagnose: error: cannot record the diagnosis in media/study.db: it is read-only (or its directory "
+        "is)\n")  # fmt: skip
+
+
+def test_from_diagnosis_reads_a_user_tasks_study_under_its_old_default_name(tmp_path):
+    """search.optimize resumes a user task's study named after its import path; --from-diagnosis reads that one."""
+    task = "tasks_for_tests:still"
+    assert run_cli(["--task", task, "--study-name", task, "--trials", "1", "--quiet"], tmp_path).returncode == 0
+    proc = run_cli(["--task", task, "--trials", "3", "--from-diagnosis"], tmp_path)
+    assert proc.returncode == 2 and (f"--from-diagnosis: study '{task}' in sqlite:///study.db holds no diagnosis"
+                                     in proc.stderr), proc.stderr  # fmt: skip

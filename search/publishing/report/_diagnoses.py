@@ -28,7 +28,7 @@ def _diagnosis_section(
     )
     if not started and not recorded:
         section.message = (f"This study holds no diagnosis: search.diagnose --storage URL --study-name {study_name} "
-                           "(with this study's task and steps) records one here.")  # fmt: skip
+                           "(with this study's task, seed, scaler and steps) records one here.")  # fmt: skip
         return section, data
     lines = []
     if started:
