@@ -73,7 +73,7 @@ def _format_one(report: TransferReport, along: str = "") -> list[str]:
             f"  distributions: {len(report.aligned_distributions)} trial(s) with one-value ranges written with the "
             "study's log flags (Optuna refuses mixed flags; a one-value range has no scale); values unchanged"
         )
-    lines.append(f"  study attrs: {report.user_attrs} user (recorded settings), {report.system_attrs} system")
+    lines.append(f"  study attrs: {report.user_attrs} user, {report.system_attrs} system")
     remapped = f"{report.dashboard_keys_remapped} dashboard key(s) (trial notes, artifacts)"
     if report.sampler_keys_remapped:
         remapped += f", {report.sampler_keys_remapped} sampler key(s)"
