@@ -286,7 +286,7 @@ _RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "see
 def _search_line(args: argparse.Namespace, record: dict, settings, searched: bool) -> str:  # noqa: ANN001
     """The command that searches from the recorded diagnosis, with the flags given here (passwords masked), or why
     there is none. ``settings``: this run's (search.core.Settings)."""
-    from search.storage import mask_url
+    from search.storage import PASSWORD_MASKED, mask_url
     from search.study import why_no_search
 
     reason = why_no_search(record, settings, searched)
@@ -297,7 +297,9 @@ def _search_line(args: argparse.Namespace, record: dict, settings, searched: boo
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", mask_url(value) if name == "storage" else str(value)]
-    return "    to search from it: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"
+    line = "    to search from it: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"
+    masked = args.storage is not None and mask_url(args.storage) != args.storage
+    return f"{line} {PASSWORD_MASKED}" if masked else line
 
 
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)

@@ -41,7 +41,7 @@ from search.diagnosis import (
     recorded_start,
 )
 from search.results import FRAMEWORKS, format_summary, write_best_json
-from search.storage import StorageError, StorageUnreachable, first_line, mask_url, redact
+from search.storage import PASSWORD_MASKED, StorageError, StorageUnreachable, first_line, mask_url, redact
 from search.study import (
     DevicePlanError,
     IncompatibleStudyError,
@@ -306,6 +306,8 @@ def unreachable_line(settings: Settings, argv: list[str]) -> str:
     """The one line printed on giving up on the storage: what happened and the command to resume."""
     url = settings.run.storage
     command = redact(f"{prog_name(PROG)} {shlex.join(argv)}".strip(), url)
+    if mask_url(url) != url:  # The command as printed cannot log in: say what to put back.
+        command += f" {PASSWORD_MASKED}"
     return (
         f"the storage {mask_url(url)} stayed unreachable for {settings.run.storage_retry:g} s "
         f"(--storage-retry); the trials it holds are kept; to resume, run: {command}"

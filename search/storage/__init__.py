@@ -21,7 +21,7 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_urls": ("first_line", "is_read_only", "mask_url", "redact", "sqlite_path"),
+        "_urls": ("PASSWORD_MASKED", "first_line", "is_read_only", "mask_url", "redact", "sqlite_path"),
         "_open": (
             "StorageError",
             "check_storage",

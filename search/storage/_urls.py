@@ -15,6 +15,11 @@ _SECRET_KEY = r"[^=&?#\s]*(?:pass|pwd|secret|token)[^=&?#\s]*"
 _SECRET_QUERY = re.compile(rf"([?&]{_SECRET_KEY}=)[^&#\s'\"]*", re.IGNORECASE)
 
 
+# Said after a printed command whose storage URL had a password, which every message masks: the command as
+# printed cannot log in.
+PASSWORD_MASKED = "(with your password in place of ***)"
+
+
 def mask_url(url: str) -> str:
     """Returns ``url`` with its password, and any secret query parameter (``?password=``), as ``***``."""
     try:

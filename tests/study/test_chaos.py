@@ -159,7 +159,9 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
 
     own_postgres.start()
     time.sleep(2.5)  # The given-up workers' claimed trials are now stale (2 x the heartbeat interval).
-    command = shlex.split(errors[0].split("to resume, run: ", 1)[1])
+    printed = errors[0].split("to resume, run: ", 1)[1]
+    assert printed.endswith(" (with your password in place of ***)")  # the URL had one: the line says so
+    command = shlex.split(printed.removesuffix(" (with your password in place of ***)"))
     assert command[:3] == ["python", "-m", "search.optimize"]
     resume = subprocess.run(
         [sys.executable, *command[1:]], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240

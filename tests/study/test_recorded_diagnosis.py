@@ -30,7 +30,7 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     assert "hunter2" not in proc.stdout + proc.stderr
     assert f"  recorded in study 'deep-mlp' of {url.replace('hunter2', '***')}\n" in proc.stdout
     assert (f"    to search from it: python -m search.optimize --storage '{url.replace('hunter2', '***')}' --task "
-            "deep-mlp --steps 32 --from-diagnosis") in proc.stdout  # fmt: skip
+            "deep-mlp --steps 32 --from-diagnosis (with your password in place of ***)\n") in proc.stdout  # fmt: skip
     written = json.loads((tmp_path / "d.json").read_text())
     record = optuna.load_study(study_name="deep-mlp", storage=url).user_attrs["recorded_diagnosis"]
     assert {k: v for k, v in record.items() if k not in ("fingerprint", "recorded_at")} == {
