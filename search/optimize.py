@@ -259,7 +259,8 @@ def _main(session: Session, argv: list[str]) -> int:
         if start is not None:
             settings = replace(settings, space=narrowed_space(settings.space, start))
         plan = plan_run(settings, args.allow_changed_settings, keep=session.keep,
-                        diagnosed_steps=None if start is None else start.steps)  # fmt: skip
+                        diagnosed_steps=None if start is None else start.steps,
+                        from_diagnosis=start is not None)  # fmt: skip
         if start is not None:
             plan = replace(plan, study_attrs={STUDY_DIAGNOSIS: start.attrs(settings.space)})
             session.note(f"note: {start.note(settings.space)}")

@@ -51,6 +51,7 @@ def plan_run(
     worker: WorkerSpec | None = None,
     keep: Callable[[optuna.storages.RDBStorage], object] = lambda storage: storage,
     diagnosed_steps: int | None = None,
+    from_diagnosis: bool = False,
 ) -> RunPlan:
     """Checks a run of ``settings`` and opens its storage; ``keep`` is handed the opened storage.
 
@@ -61,6 +62,7 @@ def plan_run(
         keep: Called with the storage once opened, so that the caller closes it on every path.
         diagnosed_steps: The steps a ``--from-diagnosis`` file trained: a run of other steps per trial is refused
             before anything is written (the diagnosis's growth window is about that length).
+        from_diagnosis: The space was narrowed by ``--from-diagnosis``.
 
     Raises:
         NothingToRun: ``--trials 0`` and the SQLite file does not exist.
@@ -106,9 +108,9 @@ def plan_run(
     storage = open_storage(run.storage, run.heartbeat_interval, read_only=read_only)
     keep(storage)
     settings = with_run(settings, study_name=resolve_study_name(storage, settings))
-    warnings = inspect_study(storage, settings, fingerprint, allow_changed_settings, steps_per_trial) + _cost_warnings(
-        problem, specs, steps_per_trial
-    )
+    warnings = inspect_study(
+        storage, settings, fingerprint, allow_changed_settings, steps_per_trial, from_diagnosis
+    ) + _cost_warnings(problem, specs, steps_per_trial)
     return RunPlan(settings, storage, problem, fingerprint, warnings, specs, steps_per_trial, read_only)
 
 

@@ -14,6 +14,7 @@ from optuna.trial import TrialState
 from search.core import (
     BASELINE,
     FINISHED,
+    STUDY_DIAGNOSIS,
     PenaltyConfig,
     Settings,
     baseline_trials,
@@ -157,8 +158,12 @@ def inspect_study(
     fingerprint: str,
     allow_changes: bool,
     steps: int | None = None,
+    from_diagnosis: bool = False,
 ) -> list[str]:
     """Checks, without writing anything, that the study (if any) can be resumed.
+
+    ``from_diagnosis``: this run's space was narrowed by ``--from-diagnosis`` (a study searched from a diagnosis
+    and resumed without it is told to add it).
 
     ``steps``: this run's steps per trial, to check a diagnosis ``search.diagnose --storage`` recorded in the
     study against (:mod:`search.study._recorded_diagnosis`); None: not checked.
@@ -206,11 +211,13 @@ def inspect_study(
     if not diffs:
         return []
     if not allow_changes:
-        raise IncompatibleStudyError(
-            f"cannot resume study {name!r}: "
-            + "; ".join(diffs)
-            + " (use another --study-name, or --allow-changed-settings)"
-        )
+        started = stored.get(STUDY_DIAGNOSIS)
+        if isinstance(started, dict) and not from_diagnosis and any(d.startswith("space.") for d in diffs):
+            flag = "--from-diagnosis" + (f" {started['file']}" if started.get("file") else "")
+            hint = f"its search started from a diagnosis: add {flag} as when it began; or use another --study-name"
+        else:
+            hint = "use another --study-name, or --allow-changed-settings"
+        raise IncompatibleStudyError(f"cannot resume study {name!r}: " + "; ".join(diffs) + f" ({hint})")
     return [f"resuming {name!r} with changed settings: " + "; ".join(diffs)]
 
 

@@ -67,6 +67,10 @@ def test_resuming_without_the_diagnosis_names_the_narrowed_range(tmp_path, deep_
     assert run_cli([*args, "--from-diagnosis", str(deep_mlp_diagnosis)], tmp_path).returncode == 0
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 2 and "space.init_scale.high: study has 16777216.0, this run 4294967296.0" in proc.stderr
+    # The fix is the flag it began with, not another study nor --allow-changed-settings.
+    assert proc.stderr.endswith(f"(its search started from a diagnosis: add --from-diagnosis {deep_mlp_diagnosis} as "
+                                "when it began; or use another --study-name)\n"), proc.stderr  # fmt: skip
+    assert run_cli([*args, "--from-diagnosis", str(deep_mlp_diagnosis)], tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize(

@@ -57,6 +57,9 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     assert study.user_attrs["recorded_diagnosis"] == record  # the search keeps it as it was
     sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
     assert sampled and all(2**16 <= p["init_scale"] <= 2**24 and p["growth_interval"] >= 32 for p in sampled)
+    resumed = run_cli([*DEEP, "--storage", url, "--trials", "9", "--quiet"], tmp_path)  # the flag left off
+    assert resumed.returncode == 2 and resumed.stderr.endswith(
+        "(its search started from a diagnosis: add --from-diagnosis as when it began; or use another --study-name)\n")
 
     # The report says both, as the study holds them, and that they are one diagnosis.
     assert run_cli(["--storage", url, "--format", "json", "--out", "r.json"], tmp_path, module="search.report").returncode == 0
@@ -65,8 +68,9 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     assert run_cli(["--storage", url, "--out", "r.html"], tmp_path, module="search.report").returncode == 0
     page = (tmp_path / "r.html").read_text()
     assert "task deep-mlp, 32 steps a trial, float16" in page  # not the task's default 8 epochs: --steps won
-    assert ("The search started from the underflow diagnosis in study &#x27;deep-mlp&#x27;, recorded "
-            f"{record['recorded_at']}: init_scale searched over 2^16..2^24, around the 2^20 it suggested; "
+    assert ("The search started from the diagnosis in study &#x27;deep-mlp&#x27;, recorded "
+            f"{record['recorded_at']}, which found underflow at init_scale 2^16: init_scale searched over 2^16..2^24, "
+            "around the 2^20 it suggested; "
             "growth_interval over 32..2000.") in page  # fmt: skip
     assert (f"That diagnosis ({record['recorded_at']}, search.diagnose on cpu, 32 steps): init_scale 2^16, "
             "growth_factor 2, backoff_factor 0.5, growth_interval 2000: underflow, because ") in page  # fmt: skip
@@ -105,6 +109,8 @@ def test_a_second_diagnosis_replaces_the_first_and_a_search_of_another_run_is_re
     first = diagnose(["--steps", "12", "--study-name", "s"], tmp_path)
     assert first.returncode == 0, first.stderr
     assert "  recorded in study 's' of sqlite:///study.db\n" in first.stdout  # --study-name alone: the default storage
+    assert "    keep these settings\n" in first.stdout and first.stdout.endswith(  # healthy: a search is optional
+        "    to search around it anyway: python -m search.optimize --study-name s --steps 12 --from-diagnosis\n")
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     recorded_at = optuna.load_study(study_name="s", storage=storage).user_attrs["recorded_diagnosis"]["recorded_at"]
     second = diagnose(["--steps", "12", "--study-name", "s", "--growth-interval", "3"], tmp_path)

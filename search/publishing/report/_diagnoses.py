@@ -23,8 +23,8 @@ def _diagnosis_section(
     section = Section(
         "diagnosis",
         SECTION_TITLES["diagnosis"],
-        "What search.diagnose measured of this study's run: the settings it trained in fp16 beside fp32 and bf16 "
-        "controls, its verdict, and the ranges a search from it sampled (docs/diagnose.md).",
+        "The diagnosis this study's search started from (--from-diagnosis) and the last one search.diagnose --storage "
+        "recorded in the study, as the study holds them (docs/diagnose.md).",
     )
     if not started and not recorded:
         section.message = (f"This study holds no diagnosis: search.diagnose --storage URL --study-name {study_name} "
@@ -35,7 +35,8 @@ def _diagnosis_section(
         source = started.get("file") or started.get("source") or "a diagnosis"
         growth = started.get("growth_param", "growth_interval")
         lines.append(
-            f"The search started from the {started['verdict']} diagnosis in {source}: {started['param']} searched "
+            f"The search started from the diagnosis in {source}, which found {started['verdict']} at "
+            f"{started['param']} {scale_text(started['diagnosed_start'])}: {started['param']} searched "
             f"over {scale_text(started['low'])}..{scale_text(started['high'])}, around the "
             f"{scale_text(started['suggested_init_scale'])} it suggested; {growth} over "
             f"{started['growth_low']:g}..{started['growth_high']:g}."
