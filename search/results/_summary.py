@@ -297,18 +297,18 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
     if rec["keep_default"] and rec.get("confirmed"):
         # Confirmation turned the answer to the default: source_trial is the trial it tested.
         why = (
-            f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), was "
+            f"{_answer_trial(rec)} ({margin}), was "
             f"{rec['confirmed']} on new seeds against the default; {_default_status(rec)}"
         )
     elif rec["keep_default"] and rec["source_trial"] != rec["default_trial"]:
         why = (
-            f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials ({margin}), differs from "
+            f"{_answer_trial(rec)} ({margin}), differs from "
             "the default only in settings that did not act in its run"
         )
     elif rec["keep_default"]:
         why = f"seed-1 (#{rec['source_trial']}) is good here: {margin}"
     else:
-        why = f"trial #{rec['source_trial']}, the deepest of {rec['n_good']} good trials: {margin}"
+        why = f"{_answer_trial(rec)}: {margin}"
         if rec.get("confirmed"):
             why += f"; {rec['confirmed']} on new seeds"
     n = len(rec["neighbours"])
@@ -318,6 +318,16 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
         else ""
     )
     return f"({why}{weak}{'; ' + ties if ties else ''}; {report} explains)"
+
+
+def _answer_trial(rec: dict[str, Any]) -> str:
+    """The trial the answer is, as the report names it: the deepest good trial, or the trial that measured its
+    line rounded (search.results._rounding), which is not itself the deepest."""
+    deepest = f"the deepest of {rec['n_good']} good trials"
+    rounded_from = rec.get("rounded_from")
+    if rounded_from is not None and rounded_from != rec["source_trial"]:
+        return f"trial #{rec['source_trial']}, the line of trial #{rounded_from} ({deepest}) rounded"
+    return f"trial #{rec['source_trial']}, {deepest}"
 
 
 def _default_status(rec: dict[str, Any]) -> str:

@@ -2,7 +2,7 @@ import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 
 from search.core import DEFAULTS
-from search.results import format_summary, recommend, summarize
+from search.results import format_summary, format_verdict, recommend, summarize
 
 DISTS = {
     "init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True),
@@ -107,3 +107,21 @@ def test_a_study_whose_best_trial_failed_recommends_nothing_as_safe():
     assert "verdict: no setting is safe here, nothing to paste" in text and "GradScaler(" not in text.split("verdict")[1]
     assert "(the best trial, #0, failed (underflow), so no trial counts as good: this is only the lowest" in text
     assert "ties with -1" not in text and "0 good trials" not in text
+
+
+def test_an_answer_whose_line_a_rounding_trial_measured_is_named_as_the_report_names_it():
+    """optimize said "trial #14, the deepest of 3 good trials" where the report said trial #8 is the deepest and
+    #14 its line rounded: the summary now says the same as the report."""
+    study = optuna.create_study()
+    for e in (-9.3, -9.1, -8.9, -8.7, -8.6):
+        _add(study, 0.4203, "cpu", init_scale=2.0**e)
+    _add(study, 1.7, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
+    data = summarize(study, DEFAULTS.space)
+    rec = data["recommended"]["cpu"]
+    # Its rounding is still to be measured: the line is the deepest trial's own.
+    assert rec["rounded_from"] in (None, rec["source_trial"])
+    assert f"(trial #{rec['source_trial']}, the deepest of 5 good trials" in "\n".join(format_verdict(data))
+    deepest = rec["source_trial"]
+    rec.update(source_trial=6, rounded_from=deepest)  # as recommend() gives it once trial #6 measured the rounding
+    assert (f"(trial #6, the line of trial #{deepest} (the deepest of 5 good trials) rounded: the nearest trial that "
+            "is not good") in "\n".join(format_verdict(data))
