@@ -81,7 +81,9 @@ def deepest_reasons(
         f"{len(landscape.good)} of {len(landscape.done)} trials are good (within {pct} of the best objective "
         f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
         f"deepest inside that region (the farthest, in the four settings' log2 combined, from anything not good): "
-        f"{_nearest_text(landscape, deepest.number)}, and all {len(neighbours)} trials nearer than it are good."
+        f"{_nearest_text(landscape, deepest.number)}, and "
+        + ("no other trial lies nearer than it." if len(neighbours) == 1  # Its support is itself alone.
+           else f"all {len(neighbours)} trials nearer than it are good.")
     )
     if default is None:
         reasons.append("PyTorch's default (seed-1) has not run in this study.")

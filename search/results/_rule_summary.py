@@ -151,6 +151,10 @@ def format_rule_verdict(data: dict[str, Any]) -> list[str]:
     return _verdict_lines(rec, RULES[data["scaler"]].title)
 
 
+def _deepest(rec: dict[str, Any]) -> str:
+    return "the only good trial" if rec["n_good"] == 1 else f"the deepest of {rec['n_good']} good trials"
+
+
 def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     verdict = rec["verdict"]
     if verdict == "none-safe":
@@ -170,10 +174,10 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
         elif rec["source_trial"] == rec["default_trial"]:
             why = f"the default ({where}) is good here: {margin}"
         else:
-            why = f"trial {where}, the deepest of {rec['n_good']} good trials, differs from the default only in knobs that did not act in its run"
+            why = f"trial {where}, {_deepest(rec)}, differs from the default only in knobs that did not act in its run"
     else:
         what = f"change {', '.join(rec['changed'])}"
-        why = f"trial {where}, the deepest of {rec['n_good']} good trials: {margin}{weak}"
+        why = f"trial {where}, {_deepest(rec)}: {margin}{weak}"
     reset = "".join(f"; {k} put back to the default: {why_}" for k, why_ in rec["reset"].items())
     reset += "".join(
         f"; {k} {shortest(old)} written {shortest(new)}: the rule replays this run the same with it"

@@ -125,3 +125,16 @@ def test_an_answer_whose_line_a_rounding_trial_measured_is_named_as_the_report_n
     rec.update(source_trial=6, rounded_from=deepest)  # as recommend() gives it once trial #6 measured the rounding
     assert (f"(trial #6, the line of trial #{deepest} (the deepest of 5 good trials) rounded: the nearest trial that "
             "is not good") in "\n".join(format_verdict(data))
+
+
+def test_one_good_trial_is_the_only_good_trial_not_the_deepest_of_1():
+    """It printed "the deepest of 1 good trials" and "all 1 trials nearer than it are good"."""
+    study = optuna.create_study()
+    _add(study, 1.7, "cpu", baseline="seed-1", failure="underflow", learned=False)
+    _add(study, 0.4203, "cpu", init_scale=2.0**20)
+    data = summarize(study, DEFAULTS.space)
+    rec = data["recommended"]["cpu"]
+    verdict = "\n".join(format_verdict(data))
+    assert f"(trial #{rec['source_trial']}, the only good trial: the nearest trial that is not good" in verdict
+    assert "deepest of 1 " not in verdict
+    assert "no other trial lies nearer than it." in rec["text"] and "all 1 trials" not in rec["text"]
