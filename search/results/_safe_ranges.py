@@ -213,7 +213,8 @@ def _range_text(
     explained = n - len(holes)
     if not holes:
         culprits = Counter(q for t in inside for q in culprits_of[t.number])
-        which = ", ".join(f"{q} {c}x" for q, c in culprits.most_common())
+        # "backoff_factor in 5 of them": a count of trials ("5x" read as five times something).
+        which = ", ".join(q if n == 1 else f"{q} in {c} of them" for q, c in culprits.most_common())
         return text + (
             f", but {'each of them has' if n > 1 else 'it has'} another setting outside its good "
             f"range that acted in its run ({which}), so {'none of them shows' if n > 1 else 'it does not show'} "

@@ -133,8 +133,22 @@ def test_bad_trial_inside_explained_by_another_setting_is_no_hole():
     ranges = _by_param(safe_ranges(trials, SPACE))
     r = ranges["init_scale"]
     assert r.bad_inside == (3,) and r.holes == () and r.is_interval
-    assert "growth_interval 1x" in r.text and "does not show this range failing" in r.text
+    assert "another setting outside its good range that acted in its run (growth_interval)" in r.text
+    assert "does not show this range failing" in r.text
     assert r.blamed == ((3, ("growth_interval",)),)
+    # Two such trials: each setting named with how many of them it explains (it read "growth_interval 2x").
+    two = _study(
+        [
+            {"exp": 0, "value": 0.4203, "interval": 1000},
+            {"exp": 10, "value": 0.4202, "interval": 2000},
+            {"exp": 20, "value": 0.4204, "interval": 500},
+            {"exp": 12, "value": 1.58, "interval": 2, "failure": "overflow_churn"},
+            {"exp": 14, "value": 1.61, "interval": 3, "failure": "overflow_churn"},
+        ]
+    )
+    text = _by_param(safe_ranges(two, SPACE))["init_scale"].text
+    assert "each of them has another setting outside its good range that acted in its run (growth_interval in 2 of " \
+        "them)" in text, text
     assert ranges["growth_interval"].bad_inside == ()
 
 
