@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--out",
         metavar="PATH",
         default=None,
-        help="output file [report.html, or report.json with --format json]",
+        help="output file; '-': standard output [report.html, or report.json with --format json]",
     )
     add("--format", choices=("html", "json"), default="html", help="html or json [html]")
     add(
@@ -72,7 +72,8 @@ def _main(session: Session, argv: list[str]) -> int:
     session.urls.append(url)
     try:
         out = args.out or ("report.json" if args.format == "json" else "report.html")
-        check_output("--out", out)
+        if out != "-":  # "-": standard output, as for search.diagnose --log (for a pipe: | jq ...).
+            check_output("--out", out)
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with interrupts_as_exceptions():
             snapshot = load_snapshot(url, args.study_name)
@@ -84,6 +85,9 @@ def _main(session: Session, argv: list[str]) -> int:
         return _fail(redact(str(e), url) if url else str(e))
     except Exception as e:  # Reading the study failed: still bad input, nothing written.
         return _fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
+    if out == "-":
+        sys.stdout.write(text)  # The report alone: no "wrote" line in the piped JSON or HTML.
+        return 0
     try:
         with held_interrupts() as pending:  # The file is written whole or not at all.
             write_report(text, out)

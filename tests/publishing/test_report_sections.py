@@ -172,9 +172,12 @@ def test_cli_html_and_json_carry_the_same_numbers(study_dir, tmp_path):
     data = json.loads((tmp_path / "r.json").read_text())
     expected = build_report(load_snapshot(_sqlite(study_dir / "study.db"))).data
     expected = json.loads(json.dumps(expected))
-    for d in (data, expected):
+    piped = _report_cli(["--format", "json", "--out", "-"], study_dir)  # "-": standard output, the JSON alone
+    assert piped.returncode == 0 and not (study_dir / "-").exists(), piped.stderr
+    piped_data = json.loads(piped.stdout)
+    for d in (data, expected, piped_data):
         d.pop("generated")
-    assert data == expected
+    assert data == expected == {**piped_data, "storage": data["storage"]}
     assert data["storage"] == f"sqlite:///{study_dir / 'study.db'}"
     for key in (
         "history",
