@@ -6,6 +6,7 @@ Also the real study the test_report_* files share (:func:`report_study`).
 
 from __future__ import annotations
 
+import copy
 import html
 import json
 import pathlib
@@ -13,7 +14,9 @@ import re
 import shutil
 import statistics
 import subprocess
+import warnings
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -351,3 +354,43 @@ def test_an_interrupt_is_one_line_exit_130_and_writes_nothing(study_dir, tmp_pat
 def _in_tmp(request, tmp_path, monkeypatch):
     # main() defaults to ./study.db and ./report.html: run each test in its own directory.
     monkeypatch.chdir(tmp_path)
+
+
+def test_importances_say_which_settings_acted_in_no_run(study_dir):
+    """PED-ANOVA gives a setting that never acted a bar all the same (growth_factor 0.82 on a 32-step deep-mlp study
+    where the scale never grew): the section says which bars measure nothing, read here from the raw scale curves."""
+    snapshot = load_snapshot(_sqlite(study_dir / "study.db"))
+
+    def acted(trials) -> set[str]:
+        out = set()
+        for t in trials:
+            if t.state != TrialState.COMPLETE:
+                continue
+            curve = [t.params.get("init_scale", 0)] + t.user_attrs["scale_curve"]  # the scale before each step
+            if any(b > a for a, b in zip(curve, curve[1:])):
+                out |= {"growth_factor", "growth_interval"}
+            if any(b < a for a, b in zip(curve, curve[1:])):
+                out.add("backoff_factor")
+        return out
+
+    message = build_report(snapshot).section("importances").message or ""
+    assert acted(snapshot.trials) == {"growth_factor", "growth_interval", "backoff_factor"}  # this study: all act
+    assert "acted in no complete trial" not in message
+    # The same trials with a scale that never moved from its start: no growth, no skip.
+    flat = []
+    for t in snapshot.trials:
+        t = copy.deepcopy(t)  # its number kept
+        if t.state == TrialState.COMPLETE:
+            start = float(np.float32(t.params["init_scale"]))  # GradScaler holds its scale in float32
+            t.user_attrs = {**t.user_attrs, "scale_curve": [start] * len(t.user_attrs["scale_curve"])}
+        flat.append(t)
+    from search.publishing.report._visualization import _importance_section, _in_memory_study
+
+    done = [t for t in flat if t.state == TrialState.COMPLETE]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's in-memory study creation notes
+        section, _, _ = _importance_section(_in_memory_study(done), done, snapshot.settings.space)
+    message = section.message
+    assert ("growth_factor, backoff_factor and growth_interval acted in no complete trial's run (read from each scale "
+            "curve: the scale never grew, nor was a step skipped), so their bars measure only how the sampled values "
+            "happened to fall, not the setting.") in message  # fmt: skip

@@ -19,7 +19,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import POW2_NAME, PenaltyConfig, SpaceConfig, distributions
 from search.publishing.report._section import SECTION_TITLES, Section
-from search.results import param_values
+from search.results import idle_settings, param_values
 
 MIN_IMPORTANCE_TRIALS = 2  # Complete trials, with at least one searched setting varying.
 MIN_CONTOUR_TRIALS = 10  # Complete trials, with at least 3 distinct values of each setting.
@@ -128,12 +128,29 @@ def _importance_section(
         figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
     figure.update_layout(title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA, as in optuna-dashboard)")
     section.figure = figure
+    notes = []
     if len(done) < 20:
-        section.message = (
+        notes.append(
             f"Only {len(done)} complete trials: importances from so few trials are rough; "
             "PED-ANOVA wants at least 5 trials in the top group."
         )
+    never = _never_acted(done, space, [p for p in params if p in importances])  # In the space's order.
+    if never:
+        notes.append(
+            f"{', '.join(never[:-1]) + ' and ' if len(never) > 1 else ''}{never[-1]} acted in no complete trial's "
+            f"run (read from each scale curve: the scale never grew{', nor was a step skipped' if 'backoff_factor' in never else ''}), so "
+            f"{'its bar measures' if len(never) == 1 else 'their bars measure'} only how the sampled values happened "
+            "to fall, not the setting."
+        )
+    section.message = " ".join(notes) or None
     return section, {k: float(v) for k, v in importances.items()}, quantile
+
+
+def _never_acted(done: list[FrozenTrial], space: SpaceConfig, settings: list[str]) -> list[str]:
+    """The settings among ``settings`` idle in every complete trial's run (:func:`search.results.idle_settings`,
+    with no range to reach: growth_interval is idle wherever the scale never grew)."""
+    idle = [idle_settings(t, param_values(t, space), {}) for t in done]
+    return [s for s in settings if idle and all(s in i for i in idle)]
 
 
 def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig) -> Section:
