@@ -205,7 +205,8 @@ def together_text(
         )
     return (
         f"Ranges that may be safe together (a candidate, not checked: {ranges(candidate)}): no trial inside "
-        f"failed, but sampled trials cannot vouch for every combination; python -m search.confirm trains its "
+        "ended in a failure code (non-finite, or a silent failure), but sampled trials cannot vouch for every "
+        f"combination; python -m search.confirm trains its "
         f"{n} corners." + failing
     )
 

@@ -121,6 +121,8 @@ def test_an_answer_whose_line_a_rounding_trial_measured_is_named_as_the_report_n
     # Its rounding is still to be measured: the line is the deepest trial's own.
     assert rec["rounded_from"] in (None, rec["source_trial"])
     assert f"(trial #{rec['source_trial']}, the deepest of 5 good trials" in "\n".join(format_verdict(data))
+    # The unchecked box's sentence says what "failed" means there: a failure code, not "not good".
+    assert "): no trial inside ended in a failure code (non-finite, or a silent failure), but sampled" in rec["text"]
     deepest = rec["source_trial"]
     rec.update(source_trial=6, rounded_from=deepest)  # as recommend() gives it once trial #6 measured the rounding
     assert (f"(trial #6, the line of trial #{deepest} (the deepest of 5 good trials) rounded: the nearest trial that "
