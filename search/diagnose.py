@@ -223,9 +223,6 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         from search.storage import StorageError
         from search.study import DiagnosedRun, IncompatibleStudyError, open_for_recording
 
-        if run.amp_dtype != "float16":  # The study's search would be of another precision than the diagnosis.
-            raise UsageError(f"a diagnosis trains fp16 and the config's amp_dtype is {run.amp_dtype}: its study would "
-                             "search another run; record it with amp_dtype float16")  # fmt: skip
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
         try:

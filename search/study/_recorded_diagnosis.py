@@ -81,7 +81,7 @@ def read_recorded_diagnosis(settings: Settings) -> tuple[dict[str, Any], str]:
         raise UsageError(f"--from-diagnosis: {e}") from None
     try:
         name = resolve_study_name(storage, settings)  # A user task's study under its old default name, too.
-        exists = name in {s.study_name for s in storage.get_all_studies()}
+        exists = _study_id(storage, name) is not None
         record = recorded_diagnosis(storage, name)
     finally:
         close_storage(storage)
@@ -93,11 +93,18 @@ def read_recorded_diagnosis(settings: Settings) -> tuple[dict[str, Any], str]:
     return record, name
 
 
+def _study_id(storage: optuna.storages.BaseStorage, study_name: str) -> int | None:
+    """The study's id, or None when the storage has no study of that name."""
+    try:
+        return storage.get_study_id_from_name(study_name)
+    except KeyError:
+        return None
+
+
 def recorded_diagnosis(storage: optuna.storages.BaseStorage, study_name: str) -> dict[str, Any] | None:
     """The study's recorded diagnosis, or None (no such study, or none recorded)."""
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-    except KeyError:
+    study_id = _study_id(storage, study_name)
+    if study_id is None:
         return None
     record = storage.get_study_user_attrs(study_id).get(RECORDED_DIAGNOSIS)
     return dict(record) if isinstance(record, dict) else None
@@ -111,9 +118,8 @@ def record_diagnosis(
     Returns:
         The recorded diagnosis it replaced, or None.
     """
-    try:
-        study_id = storage.get_study_id_from_name(study_name)
-    except KeyError:
+    study_id = _study_id(storage, study_name)
+    if study_id is None:
         try:
             study_id = storage.create_new_study([optuna.study.StudyDirection.MINIMIZE], study_name)
         except optuna.exceptions.DuplicatedStudyError:  # Created meanwhile by another process.
@@ -194,7 +200,8 @@ def open_for_recording(
 
     Raises:
         StorageError: The URL cannot be parsed or opened, or the SQLite file cannot be written.
-        IncompatibleStudyError: The study searches another run (:func:`recording_conflict`).
+        IncompatibleStudyError: The study searches another run (:func:`recording_conflict`), or the settings
+            search another precision than the diagnosis's fp16.
     """
     import os
 
@@ -202,6 +209,9 @@ def open_for_recording(
     from search.study._prepare import IncompatibleStudyError, resolve_study_name
 
     url = settings.run.storage
+    if settings.run.amp_dtype != "float16":  # The study's search would be of another precision than the diagnosis.
+        raise IncompatibleStudyError(f"a diagnosis trains fp16 and the config's amp_dtype is {settings.run.amp_dtype}: "
+                                     "its study would search another run; record it with amp_dtype float16")  # fmt: skip
     if is_read_only(url):  # Its directory or the file: SQLite could not write the record.
         raise StorageError(f"cannot record the diagnosis in {sqlite_path(url)}: it is read-only (or its directory is)")
     check_storage(url)  # Creates nothing.
@@ -210,10 +220,10 @@ def open_for_recording(
         return RecordingTarget(None, settings.study_name)
     storage = keep(open_storage(url))
     name = resolve_study_name(storage, settings)
-    try:
-        attrs = storage.get_study_user_attrs(storage.get_study_id_from_name(name))
-    except KeyError:
+    study_id = _study_id(storage, name)
+    if study_id is None:
         return RecordingTarget(storage, name)
+    attrs = storage.get_study_user_attrs(study_id)
     conflict = recording_conflict(name, attrs, diagnosed, steps_of)
     if conflict:
         raise IncompatibleStudyError(conflict)
