@@ -35,7 +35,16 @@ from dataclasses import dataclass, replace
 import optuna
 import torch
 
-from search.core import DEFAULT_BASELINE, DEFAULTS, TRAIN_SECONDS, ScalerConfig, baseline_of, with_run
+from search.core import (
+    DEFAULT_BASELINE,
+    DEFAULTS,
+    DIAGNOSIS_BASELINE,
+    STUDY_DIAGNOSIS,
+    TRAIN_SECONDS,
+    ScalerConfig,
+    baseline_of,
+    with_run,
+)
 from search.diagnosis import DiagnosisStart, diagnosis_runs, judge, narrowed_space
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks import build_problem, resolve_task
@@ -83,7 +92,7 @@ def diagnose_task(task: str) -> TaskDiagnosis:
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, default)
     seconds = time.perf_counter() - began
     start = DiagnosisStart("(bench)", verdict.verdict, verdict.suggested_init_scale, 2.0**16, task, settings.run.seed,
-                           "torch", verdict.growth_window)
+                           "torch", verdict.growth_window, setting=verdict.suggested_setting)
     return TaskDiagnosis(start, seconds)
 
 
@@ -91,14 +100,17 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
     """``budget`` trials of ``task`` with ``sampler`` (an arm) seeded ``seed``, in memory."""
     chosen_name = sampler.removesuffix("+diagnosis")
     settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=chosen_name, storage="")
+    attrs = None
     if diagnosed(sampler):
         assert diagnosis is not None
         settings = replace(settings, space=narrowed_space(settings.space, diagnosis.start))
+        # As search.optimize --from-diagnosis records it: the study then trains the suggested setting first.
+        attrs = {STUDY_DIAGNOSIS: diagnosis.start.attrs(settings.space)}
     problem = build_problem(resolve_task(task), task, settings.run.seed)
     settings = with_run(settings, epochs=problem.epochs)
     storage = optuna.storages.InMemoryStorage()
     chosen = make_sampler(chosen_name, seed)
-    handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner())
+    handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner(), attrs)
     Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None, steps=run_steps(problem, 0, 0)).run()
     trials = handle.study.get_trials(deepcopy=False)
     # Each sampled trial's own time outside training (the sampler's suggest is inside it), median:
@@ -114,7 +126,9 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
     # The five seed baselines run first in every study, whatever the sampler: they are not the
     # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
     # counted; the budget is of sampled trials.
-    sampled = [t.value for t in trials if t.value is not None and baseline_of(t) is None]
+    # The diagnosis's suggested setting (baseline "diagnosis", trained first) is the diagnosis's work: it counts,
+    # as trial 1 of the budget.
+    sampled = [t.value for t in trials if t.value is not None and baseline_of(t) in (None, DIAGNOSIS_BASELINE)]
     seconds = statistics.median(
         (t.datetime_complete - t.datetime_start).total_seconds()
         for t in trials

@@ -294,7 +294,7 @@ def _search_line(args: argparse.Namespace, record: dict, settings, searched: boo
         value = getattr(args, name)
         if value is not None:
             words += [f"--{name.replace('_', '-')}", mask_url(value) if name == "storage" else str(value)]
-    # A healthy verdict says "keep these settings": a search is the user's choice, not the advice.
+    # A healthy verdict finds nothing to fix: a search is the user's choice, not the advice.
     lead = "to search around it anyway" if record["verdict"] == "healthy" else "to search from it"
     line = f"    {lead}: " + " ".join(words[:1] + [shlex.quote(w) for w in words[1:]]) + " --from-diagnosis"
     masked = args.storage is not None and mask_url(args.storage) != args.storage

@@ -10,7 +10,8 @@ service writes into a trial, so that no other module spells a key:
   ``train_seconds``;
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
   configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
-  default GradScaler;
+  default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a search started
+  from suggests (its ``suggested_setting``), enqueued once after them;
 * under a framework's rule (``--scaler``), also ``overflow_steps``, ``ended_by_rule``,
   ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
 * ``population`` (:data:`POPULATION`): written only by a member of a population
@@ -110,6 +111,8 @@ STUDY_DIAGNOSIS = "diagnosis"  # study user attr: the diagnosis a search started
 # study user attr: the last diagnosis search.diagnose --storage recorded in the study (its --json less the runs)
 RECORDED_DIAGNOSIS = "recorded_diagnosis"
 DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
+# The setting a diagnosis suggests, trained first by a search started from it (--from-diagnosis).
+DIAGNOSIS_BASELINE = "diagnosis"
 DEFAULT_TAGS = (DEFAULT_BASELINE, *(rule.default_tag for rule in RULES.values()))  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials
 

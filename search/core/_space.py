@@ -8,13 +8,14 @@ own names, and the baselines its defaults.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from search.core._config import ParamRange, SpaceConfig
-from search.core._record import DEFAULT_BASELINE
+from search.core._record import DEFAULT_BASELINE, DIAGNOSIS_BASELINE
 from search.core._scaler_config import ScalerConfig
 from search.scalers import BOOL, INT, RULES, TORCH, RuleSetting
 
@@ -115,10 +116,24 @@ def baseline_trials(space: SpaceConfig, scaler: str = TORCH) -> tuple[list[tuple
     A parameter fixed in the config keeps its fixed value in the baselines too. A baseline
     whose value lies outside a searched range is left out: it is not a point of this space.
     """
+    return _points(SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines, space, scaler)
+
+
+def diagnosis_trial(setting: dict[str, float], space: SpaceConfig) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
+    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the seed's: left out with a note
+    when it lies outside the space."""
+    config = ScalerConfig(float(setting["init_scale"]), float(setting["growth_factor"]),
+                          float(setting["backoff_factor"]), int(setting["growth_interval"]))  # fmt: skip
+    return _points(((DIAGNOSIS_BASELINE, config),), space, TORCH)
+
+
+def _points(
+    points: Iterable[tuple[str, Any]], space: SpaceConfig, scaler: str
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     dists = distributions(space, scaler)
     kept, notes = [], []
-    baselines = SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines
-    for tag, cfg in baselines:
+    for tag, cfg in points:
         params: dict[str, Any] = {}
         for name, dist in dists.items():
             if isinstance(cfg, dict):

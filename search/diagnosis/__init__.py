@@ -28,11 +28,11 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "_observer": ("RunObserver", "StepReading"),
         "_training_verdict": (
-            "VERDICTS", "TrainingVerdict", "expected_skip_rate", "growth_window", "judge", "scale_text", "settled_step"
+            "HEALTHY_ADVICE", "VERDICTS", "TrainingVerdict", "expected_skip_rate", "growth_window", "judge", "scale_text", "settled_step"
         ),
         "_narrowing": (
             "NO_START", "OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis",
-            "recorded_start",
+            "recorded_start", "setting_text",
         ),
         "_training": ("SkipCause", "TrainingDiagnosis", "format_training"),
         "_runs": ("bf16_supported", "diagnosis_runs", "start_steps"),

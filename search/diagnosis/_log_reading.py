@@ -142,15 +142,15 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
                   "loss_scale_window, GradScaler's growth_interval) or a smaller growth factor skips fewer")  # fmt: skip
     elif skipped == 0:
         verdict = "healthy"
-        reason = "no step was skipped: keep these settings"
+        reason = "no step was skipped: nothing to fix in the loss scaling"
     elif later_rate is None:
         verdict = "healthy"
         reason = (f"{initial} skip{'s' if initial != 1 else ''}, all while the scale searched down from its start; "
-                  "it never had to back off again: keep these settings")  # fmt: skip
+                  "it never had to back off again: nothing to fix in the loss scaling")  # fmt: skip
     else:
         verdict = "healthy"
         reason = (f"{initial} skip{'s' if initial != 1 else ''} while the scale searched down from its start, "
-                  f"{later} after it ({later_rate:.2%} of {after} steps, under {CHRONIC_RATE:.0%}): keep these settings")  # fmt: skip
+                  f"{later} after it ({later_rate:.2%} of {after} steps, under {CHRONIC_RATE:.0%}): nothing to fix in the loss scaling")  # fmt: skip
     return LogReading(frameworks, lines, skipped, covered, tuple(trace), initial, settled, later, later_rate,
                       hit_minimum, verdict, reason)  # fmt: skip
 

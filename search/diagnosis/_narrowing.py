@@ -61,6 +61,9 @@ class DiagnosisStart:
         growth: Its ``growth_window`` (low, high; high None: no bound), or None (not in the file: no narrowing).
         steps: The steps it trained (a search of other steps is refused: the window is about that length).
         path: The file it was read from; None when a study recorded it.
+        recorded_at: When ``search.diagnose --storage`` recorded it (the record's ``recorded_at``); None for a file.
+        setting: Its ``suggested_setting`` (GradScaler's four settings by name), which the search trains first
+            (baseline ``diagnosis``); None where it suggests none (a framework's rule, or an older file).
     """
 
     source: str
@@ -73,6 +76,8 @@ class DiagnosisStart:
     growth: tuple[int, int | None] | None = None
     steps: int | None = None
     path: str | None = None
+    recorded_at: str | None = None
+    setting: dict[str, float] | None = None
 
     def attrs(self, space: SpaceConfig) -> dict[str, Any]:
         """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges searched."""
@@ -80,14 +85,18 @@ class DiagnosisStart:
         ranges = space.ranges(self.scaler)
         growth = GROWTH_KNOBS[self.scaler]
         window = ranges[growth]
-        return {"file": self.path, "source": self.source, "verdict": self.verdict,
-                "suggested_init_scale": self.suggested, "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
+        return {"file": self.path, "source": self.source, "recorded_at": self.recorded_at, "verdict": self.verdict,
+                "suggested_init_scale": self.suggested, "suggested_setting": self.setting, "diagnosed_start": self.diagnosed, "param": name, "low": ranges[name].low, "high": ranges[name].high,
                 "growth_window": None if self.growth is None else list(self.growth), "growth_param": growth,
                 "growth_low": window.fixed if window.fixed is not None else window.low,
                 "growth_high": window.fixed if window.fixed is not None else window.high}  # fmt: skip
 
     def note(self, space: SpaceConfig) -> str:
         """The line the search prints about it."""
+        return self._ranges_note(space) + (f"; first it trains the setting it suggests (baseline diagnosis): "
+                                           f"{setting_text(self.setting)}" if self.setting else "")  # fmt: skip
+
+    def _ranges_note(self, space: SpaceConfig) -> str:
         name, power = START_KNOBS.get(self.scaler, ("init_scale", False))
         ranges = space.ranges(self.scaler)
         searched = ranges[name]
@@ -107,6 +116,12 @@ class DiagnosisStart:
             return line + f"; {growth} over {window.low:g}..{window.high:g} (the diagnosis: {wanted})"
         return line + (f"; {growth} at {window.low:g}..{window.high:g}, the end of the config's range nearest the "
                        f"diagnosis's {wanted}, which lies outside it")  # fmt: skip
+
+
+def setting_text(setting: dict[str, float]) -> str:
+    """GradScaler's four settings as the diagnosis prints them: ``init_scale 2^21, growth_factor 1.228, ...``."""
+    return ", ".join(f"{name} {scale_text(value) if name == 'init_scale' else f'{value:g}'}"
+                     for name, value in setting.items())  # fmt: skip
 
 
 def read_diagnosis(path: str) -> DiagnosisStart:
@@ -131,7 +146,8 @@ def recorded_start(record: dict[str, Any], study_name: str) -> DiagnosisStart:
     if any(key not in record for key in keys):
         raise DiagnosisFileError(f"--from-diagnosis: the diagnosis recorded in study {study_name!r} lacks "
                                  f"{', '.join(key for key in keys if key not in record)}")  # fmt: skip
-    return _start(record, f"study {study_name!r}, recorded {record['recorded_at']}", None)
+    start = _start(record, f"study {study_name!r}, recorded {record['recorded_at']}", None)
+    return replace(start, recorded_at=str(record["recorded_at"]))
 
 
 def _start(data: dict[str, Any], source: str, path: str | None) -> DiagnosisStart:
@@ -151,7 +167,23 @@ def _start(data: dict[str, Any], source: str, path: str | None) -> DiagnosisStar
     steps = data.get("steps")
     return DiagnosisStart(source, verdict, float(suggested), diagnosed, data["task"], int(data["seed"]), scaler,
                           _growth_window(source, data.get("growth_window")),
-                          steps if _whole(steps) else None, path)  # fmt: skip
+                          steps if _whole(steps) else None, path,
+                          setting=_setting(source, data.get("suggested_setting")))  # fmt: skip
+
+
+def _setting(source: str, setting: object) -> dict[str, float] | None:
+    """The file's ``suggested_setting``: absent or null is None; anything but GradScaler's four positive numbers
+    is refused."""
+    if setting is None:
+        return None
+    names = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+    if isinstance(setting, dict) and set(setting) == set(names) and all(
+        isinstance(setting[n], (int, float)) and not isinstance(setting[n], bool) and math.isfinite(setting[n])
+        and setting[n] > 0 for n in names
+    ):
+        return {n: float(setting[n]) for n in names}
+    raise DiagnosisFileError(f"--from-diagnosis {source}: suggested_setting {json.dumps(setting)} is not GradScaler's "
+                             "four settings")  # fmt: skip
 
 
 def _whole(value: object) -> bool:

@@ -26,8 +26,9 @@ The scale the gradients need, from the fp32 control's true magnitudes: ``needed_
 parameter's median non-zero gradient over the first steps at or above fp16's smallest subnormal 2^-24;
 ``largest_safe_scale`` keeps the largest gradient of the run under 65504. ``suggested_init_scale`` is the
 user's own ``init_scale`` when it lies between the two, else the power of two nearest their geometric middle;
-none (nan) where the verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``,
-``scale-collapse``).
+where the growth window says the scale must move (below), the needed scale rounded up to a power of two, with
+the growth that regrows it (``suggested_setting``, :mod:`search.diagnosis._suggestion`); none (nan) where the
+verdict says no starting scale is the fix (``diverges-in-fp32``, ``forward-overflow``, ``scale-collapse``).
 
 How often the scale should grow, from the same control's per-step largest gradient (:func:`growth_window`):
 where the needed scale is within an octave of the largest safe one (or below it), one steady scale serves the
@@ -39,6 +40,7 @@ period: the run's steps per such step, rounded up).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,7 @@ from typing import Any
 from search.core import PenaltyConfig, ScalerConfig
 from search.diagnosis._evidence import FP16_MAX, FP16_SMALLEST, RunEvidence
 from search.diagnosis._log_reading import CHRONIC_RATE
+from search.diagnosis._suggestion import moving_start, suggested_setting
 from search.scalers import RuleSetting
 
 VERDICTS = ("healthy", "underflow", "chronic-skipping", "forward-overflow", "diverges-in-fp32", "scale-collapse")
@@ -73,6 +76,8 @@ class TrainingVerdict:
             ``needed_scale``.
         growth_window: The ``growth_interval`` range the gradients call for, (low, high), high None for no
             bound (:func:`growth_window`); None where no starting scale is the fix or nothing was measured.
+        suggested_setting: The whole GradScaler setting suggested (:mod:`search.diagnosis._suggestion`), by param
+            name; None for a framework's rule, or where no starting scale is the fix.
     """
 
     verdict: str
@@ -88,6 +93,7 @@ class TrainingVerdict:
     forward_layer: str | None
     overflow_steps_at_needed: int = 0
     growth_window: tuple[int, int | None] | None = None
+    suggested_setting: dict[str, float] | None = None
 
     def growth_sentence(self, steps: int) -> str:
         """The growth window in words, with its evidence ("": none)."""
@@ -166,6 +172,12 @@ def growth_window(
     return (1, max(1, math.ceil(steps / max(1, overflowing)))), overflowing
 
 
+# What a healthy verdict can claim: no failure at these settings. Not "keep them": whether other settings train
+# better is what a search measures, and its study may find some (it compares with its best, not with a control).
+HEALTHY_ADVICE = ("nothing to fix at these settings: they show no loss-scaling failure (whether other settings train "
+                  "better is what search.optimize measures)")
+
+
 def judge(
     fp16: RunEvidence,
     fp32: RunEvidence,
@@ -179,7 +191,9 @@ def judge(
     largest = fp32.largest_gradient()
     safe = FP16_MAX / largest if math.isfinite(largest) and largest > 0 else math.nan
     init = init_scale_of(setting, fp16.scales)
-    suggested = _suggested(init, needed, safe)
+    window, overflowing = growth_window(needed, safe, fp32.step_largest, fp32.steps)
+    moving = window is not None and window[1] is not None  # The scale must back off and regrow (_suggestion).
+    suggested = moving_start(needed) if moving else _suggested(init, needed, safe)
     settled = settled_step(fp16.scales)
     later = None
     if settled is not None:
@@ -190,23 +204,23 @@ def judge(
     )
     origins = fp16.forward_origins()
     layer = max(origins, key=lambda name: len(origins[name])) if origins else None
-    window, overflowing = growth_window(needed, safe, fp32.step_largest, fp32.steps)
+    whole = suggested_setting(setting, suggested, window, overflowing, fp32.steps)
     common = dict(needed_scale=needed, largest_safe_scale=safe, suggested_init_scale=suggested, settled_step=settled,
                   expected_skip_rate=expected_skip_rate(setting), measured_skip_rate=later,
                   underflowing=underflowing, forward_layer=layer, overflow_steps_at_needed=overflowing,
-                  growth_window=window)  # fmt: skip
+                  growth_window=window, suggested_setting=None if whole is None else dataclasses.asdict(whole))  # fmt: skip
     bf16_line = _bf16_line(bf16)
 
     if not fp32.finite or fp32.failure == "nonfinite" or fp32.eval_loss > fp32.initial_eval_loss:
         what = "went inf/NaN" if not fp32.finite or fp32.failure == "nonfinite" else (
             f"ended at {_g(fp32.eval_loss)}, worse than the initial weights' {_g(fp32.initial_eval_loss)}")  # fmt: skip
-        common.update(suggested_init_scale=math.nan, growth_window=None)  # No setting is the fix.
+        common.update(suggested_init_scale=math.nan, growth_window=None, suggested_setting=None)  # No setting is the fix.
         return TrainingVerdict("diverges-in-fp32", f"the fp32 control, with no fp16 and no scaling, {what}",
                                "this is not a loss-scaling problem: look at the learning rate, the data and the "
                                "model first (then diagnose again)", **common)  # fmt: skip
     if layer is not None:
         steps = len(origins[layer])
-        common.update(suggested_init_scale=math.nan, growth_window=None)
+        common.update(suggested_init_scale=math.nan, growth_window=None, suggested_setting=None)
         fp32_layer = next((f.largest for f in fp32.layers if f.name == layer), math.nan)
         return TrainingVerdict(
             "forward-overflow",
@@ -215,7 +229,7 @@ def judge(
             f"no loss scale helps: train in bf16{bf16_line}, or keep {layer!r} in fp32 / bound its outputs", **common)
     collapse = _collapse(fp16)
     if collapse:
-        common.update(suggested_init_scale=math.nan, growth_window=None)
+        common.update(suggested_init_scale=math.nan, growth_window=None, suggested_setting=None)
         return TrainingVerdict("scale-collapse", collapse, _collapse_advice(fp16, safe), **common)
     if fp16.zero_share - fp32.zero_share >= penalty.underflow_threshold or underflowing:
         where = ", ".join(underflowing) or "the model"
@@ -224,14 +238,19 @@ def judge(
             f"{fp16.zero_share:.1%} of the fp16 gradients were exactly 0 against {fp32.zero_share:.1%} in the fp32 "
             f"control (at least {penalty.underflow_threshold:.0%} more in: {where}): the scale "
             f"{scale_text(min(fp16.scales))} is too small for these gradients (they need {scale_text(needed)})",
-            start_advice(setting, suggested), **common)  # fmt: skip
-    if later is not None and later >= CHRONIC_RATE:
+            start_advice(setting, suggested, whole), **common)  # fmt: skip
+    # Where the scale must move, skipping the steps whose gradients overflow at the needed scale is the cure
+    # (_suggestion), not churn: only skipping beyond their share is chronic.
+    forced = overflowing / max(1, fp32.steps) if moving else 0.0
+    if later is not None and later >= CHRONIC_RATE and later > forced:
         after = len(fp16.skipped) - settled
+        beyond = (f", more than the {forced:.1%} of steps whose gradients overflow at the {scale_text(needed)} the "
+                  "first steps need" if moving else "")  # fmt: skip
         return TrainingVerdict(
             "chronic-skipping",
             f"after the scale first grew (step {settled}), {sum(fp16.skipped[settled:])} of {after} steps were "
-            f"skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}); a scaler that grows into an overflow once per "
-            f"window skips about {expected_skip_rate(setting):.2%}",
+            f"skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}{beyond}); a scaler that grows into an overflow once "
+            f"per window skips about {expected_skip_rate(setting):.2%}",
             "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)", **common)
     # bf16 has fp32's range and less precision than fp16: what fp16 loses beyond bf16 is range, not precision.
     control = bf16 if bf16 is not None and bf16.finite else fp32
@@ -244,7 +263,7 @@ def judge(
             f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
             f"{_g(best)}, with its scale over {_first(fp16.start_steps)} at {scale_text(start)}, below the "
             f"{scale_text(needed)} the gradients need there ({fp16.zero_share:.1%} of its gradients were 0 against {fp32.zero_share:.1%} in fp32)",
-            start_advice(setting, suggested), **common)  # fmt: skip
+            start_advice(setting, suggested, whole), **common)  # fmt: skip
     share = fp16.skipped_steps / max(1, fp16.steps)
     if behind and share >= CHRONIC_RATE:
         return TrainingVerdict(
@@ -252,16 +271,20 @@ def judge(
             f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
             f"{_g(best)}, and {fp16.skipped_steps} of {fp16.steps} steps ({share:.1%}) were skipped while the scale "
             f"searched down from {scale_text(fp16.scales[0])}" + ("" if settled is not None else " (it never grew)"),
-            f"the run is too short to spend them: {start_advice(setting, suggested)}", **common)  # fmt: skip
+            f"the run is too short to spend them: {start_advice(setting, suggested, whole)}", **common)  # fmt: skip
     if suggested != init and math.isfinite(suggested):
-        advice = (f"keep these settings (no loss-scaling failure); a search can centre init_scale on "
-                  f"{scale_text(suggested)}, between the {scale_text(needed)} the smallest gradients need and the "
-                  f"{scale_text(safe)} the largest allow (search.optimize --from-diagnosis)")  # fmt: skip
+        where = (f"the {scale_text(needed)} the first steps need, rounded up" if moving else
+                 f"between the {scale_text(needed)} the smallest gradients need and the {scale_text(safe)} the largest allow")  # fmt: skip
+        advice = (f"nothing to fix at these settings (no loss-scaling failure); a search can centre init_scale on "
+                  f"{scale_text(suggested)}, {where} (search.optimize --from-diagnosis)")  # fmt: skip
     else:
-        advice = "keep these settings"
+        advice = HEALTHY_ADVICE
+    skips = f"{fp16.skipped_steps} skipped steps"
+    if moving and fp16.skipped_steps:
+        skips += f" ({share:.1%}; {forced:.1%} of the steps overflow at the needed scale in the fp32 control)"
     return TrainingVerdict(
         "healthy",
-        f"no forward overflow, {fp16.skipped_steps} skipped steps, {fp16.zero_share:.1%} zero gradients against "
+        f"no forward overflow, {skips}, {fp16.zero_share:.1%} zero gradients against "
         f"{fp32.zero_share:.1%} in fp32; fp16 ends at {_g(fp16.eval_loss)}, the {control.label} control at {_g(best)}",
         advice, **common)  # fmt: skip
 
@@ -318,9 +341,18 @@ def _first(steps: int) -> str:
     return "the first step" if steps == 1 else f"the first {steps} steps"
 
 
-def start_advice(setting: ScalerConfig | RuleSetting, scale: float) -> str:
-    """"start at ..." in the setting's own terms: GradScaler's init_scale, or the framework's starting knob."""
+def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: ScalerConfig | None = None) -> str:
+    """"start at ..." in the setting's own terms: GradScaler's init_scale (with the growth ``whole`` suggests where
+    it changes the user's), or the framework's starting knob."""
     if isinstance(setting, ScalerConfig):
+        check = f"search.diagnose --init-scale {_plain(scale)}"
+        if whole is not None and whole.growth_factor != setting.growth_factor:  # A moving scale (_suggestion).
+            return (f"start at init_scale {scale_text(scale)} and regrow after each backoff: growth_factor "
+                    f"{whole.growth_factor:g}, growth_interval {whole.growth_interval} ({check} --growth-factor "
+                    f"{whole.growth_factor:g} --growth-interval {whole.growth_interval} to check it)")  # fmt: skip
+        if whole is not None and whole.growth_interval != setting.growth_interval:  # Steady: growth need not act.
+            return (f"start at init_scale {scale_text(scale)}, growth_interval {whole.growth_interval} (growth need "
+                    f"not act within these steps; {check} --growth-interval {whole.growth_interval} to check it)")
         return f"start at init_scale {scale_text(scale)} (search.diagnose --init-scale {_plain(scale)} to check it)"
     knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
     value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)

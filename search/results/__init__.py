@@ -40,7 +40,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "param_values_of",
             "searched_params",
         ),
-        "_format": ("format_point", "format_range", "format_value", "offsets_text", "study_heading", "trial_list"),
+        "_format": ("format_ends", "format_point", "format_range", "format_value", "offsets_text", "study_heading", "trial_list"),
         "_safe_ranges": ("SafeRange", "idle_settings", "safe_ranges"),
         "_landscape": ("MIN_SUPPORT", "Landscape", "coordinates", "depth_of", "octave_distance"),
         "_minimal": ("PYTORCH_DEFAULT", "changed_settings", "minimal_change"),

@@ -7,6 +7,7 @@ significant digits.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from search.core import format_scale
@@ -21,9 +22,28 @@ def format_value(param: str, value: float) -> str:
     return f"{value:.3g}"
 
 
-def format_range(param: str, low: float, high: float) -> str:
-    """A range as people read it: ``2^14..2^18``, or one value when both ends read the same."""
+_MOST_DIGITS = 6  # Ends that still read the same at this many digits are one value for a reader.
+
+
+def format_ends(param: str, low: float, high: float) -> tuple[str, str]:
+    """A range's two ends as :func:`format_value` writes them, with more digits where that would write two
+    different values the same (``2^19.701``, ``2^19.704``, not ``2^19.70`` twice); equal values read the same."""
     lo, hi = format_value(param, low), format_value(param, high)
+    if low == high or param == "growth_interval":
+        return lo, hi
+    for digits in range(3, _MOST_DIGITS + 1):
+        if param == "init_scale" and low > 0 and high > 0:
+            ends = [math.log2(v) for v in (low, high)]
+            if f"{ends[0]:.{digits}f}" != f"{ends[1]:.{digits}f}":
+                return tuple(f"2^{e:.0f}" if e == round(e) else f"2^{e:.{digits}f}" for e in ends)  # type: ignore[return-value]
+        elif param != "init_scale" and f"{low:.{digits + 1}g}" != f"{high:.{digits + 1}g}":
+            return f"{low:.{digits + 1}g}", f"{high:.{digits + 1}g}"
+    return lo, hi
+
+
+def format_range(param: str, low: float, high: float) -> str:
+    """A range as people read it: ``2^14..2^18``; one value when both ends are one (:func:`format_ends`)."""
+    lo, hi = format_ends(param, low, high)
     return lo if lo == hi else f"{lo}..{hi}"
 
 

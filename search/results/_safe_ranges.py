@@ -22,7 +22,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from search.core import PARAM_NAMES, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
-from search.results._format import format_value, trial_list
+from search.results._format import format_ends, format_value, trial_list
 from search.results._trials import (
     DEFAULT_TOLERANCE,
     best_trial,
@@ -194,7 +194,7 @@ def _range_text(
     clean_high: float | None,
 ) -> str:
     """A searched setting's safe range in words: the range, then what the bad trials inside it show."""
-    lo_txt, hi_txt = format_value(name, low), format_value(name, high)
+    lo_txt, hi_txt = format_ends(name, low, high)
     span = f"{name} from {lo_txt} to {hi_txt}" if lo_txt != hi_txt else f"{name} = {lo_txt}"
     text = (
         f"{span} is good for this task: {n_good} of {n_done} trials stayed within {pct} "
@@ -228,10 +228,8 @@ def _range_text(
         f"not an interval: here it depends on the combination of settings."
     )
     if clean_low is not None:
-        text += (
-            f" Around the best trial, from {format_value(name, clean_low)} to "
-            f"{format_value(name, clean_high)}, no such trial was seen."
-        )
+        first, last = format_ends(name, clean_low, clean_high)
+        text += f" Around the best trial, from {first} to {last}, no such trial was seen."
     return text
 
 

@@ -18,6 +18,7 @@ from search.core import (
     PenaltyConfig,
     Settings,
     baseline_trials,
+    diagnosis_trial,
     settings_from_dict,
     waiting_baseline,
 )
@@ -272,14 +273,19 @@ def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> t
 
 
 def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
-    """Enqueues each seed baseline that has no finished, waiting or running trial yet.
+    """Enqueues each seed baseline that has no finished, waiting or running trial yet, and in a study searched
+    from a diagnosis (user attr ``diagnosis``) the setting it suggests, baseline ``diagnosis``.
 
-    On a new study that is all five; on a resume only one whose earlier attempt failed
+    On a new study that is all of them; on a resume only one whose earlier attempt failed
     (e.g. it was interrupted), so a baseline never appears twice among finished trials. The
     check and the enqueue are one locked transaction, so processes on several hosts that start
     at the same second enqueue each baseline once between them.
     """
     baselines, notes = baseline_trials(settings.space, settings.run.scaler)
+    started = study.user_attrs.get(STUDY_DIAGNOSIS)
+    if isinstance(started, dict) and started.get("suggested_setting") and settings.run.scaler == TORCH:
+        suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space)
+        baselines, notes = baselines + suggested, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     with_retry(
         lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),

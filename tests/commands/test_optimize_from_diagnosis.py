@@ -11,8 +11,10 @@ import pytest
 from search.core import DEFAULTS, ParamRange, distributions
 from search.diagnosis import DiagnosisFileError, DiagnosisStart, narrowed_space, read_diagnosis
 from search.optimize import main as optimize_main
+from search.tasks.deep_mlp import build as build_deep
 
 from conftest import run_cli
+from plain_loop import plain_run
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +48,19 @@ def test_the_search_samples_around_the_suggestion_within_the_growth_window_and_r
     assert sampled and all(2.0**16 <= p["init_scale"] <= 2.0**24 and 32 <= p["growth_interval"] for p in sampled)
     default = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
     assert len(default) == 1 and default[0].params["init_scale"] == 2.0**16  # inside here, so measured
+    # The setting the diagnosis suggests (a steady run: its start, the user's factors, growth_interval >= the
+    # steps) is trained before any sampled trial, once, as baseline "diagnosis"; measured as the plain loop does.
+    assert data["suggested_setting"] == {"init_scale": 2.0**20, "growth_factor": 2.0, "backoff_factor": 0.5,
+                                         "growth_interval": 2000}  # fmt: skip
+    (first,) = [t for t in study.trials if t.user_attrs.get("baseline") == "diagnosis"]
+    assert first.params == data["suggested_setting"] and first.state == optuna.trial.TrialState.COMPLETE
+    assert first.number < min(t.number for t in study.trials if "baseline" not in t.user_attrs)
+    plain = plain_run(build_deep(42), 2.0**20, 2.0, 0.5, 2000, 32)
+    assert first.user_attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-5) and plain.failure == "none"
+    assert run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "14", "--quiet", "--from-diagnosis",
+                    str(deep_mlp_diagnosis)], tmp_path).returncode == 0  # fmt: skip
+    study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert [t.user_attrs.get("baseline") for t in study.trials].count("diagnosis") == 1  # a resume adds none
 
 
 def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, deep_mlp_diagnosis):
@@ -57,6 +72,7 @@ def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, 
     assert proc.returncode == 0, proc.stderr
     assert "growth_interval over 1..4 (the diagnosis: <= 4)" in proc.stderr
     assert "baseline seed-1 left out: growth_interval outside the search space" in proc.stderr
+    assert "baseline diagnosis left out: growth_interval outside the search space" in proc.stderr  # its 2000 too
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert all(t.params["growth_interval"] <= 4 for t in study.trials if t.params)
     assert not [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
@@ -181,6 +197,26 @@ def test_a_malformed_growth_window_is_refused_in_one_line(tmp_path, deep_mlp_dia
     with pytest.raises(DiagnosisFileError, match=r"growth_window .* is not \[low, high\] of whole numbers") as e:
         read_diagnosis(str(tmp_path / "d.json"))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("setting", [{"init_scale": 1.0}, [1, 2, 0.5, 4], {"init_scale": 2.0**20, "growth_factor": "2",
+                                     "backoff_factor": 0.5, "growth_interval": 4}])  # fmt: skip
+def test_a_malformed_suggested_setting_is_refused_in_one_line(tmp_path, deep_mlp_diagnosis, setting):
+    (tmp_path / "d.json").write_text(json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "suggested_setting": setting}))
+    with pytest.raises(DiagnosisFileError, match=r"suggested_setting .* is not GradScaler's four settings") as e:
+        read_diagnosis(str(tmp_path / "d.json"))
+    assert "\n" not in str(e.value)
+
+
+def test_a_file_written_before_suggested_settings_starts_a_search_without_one(tmp_path, deep_mlp_diagnosis):
+    data = {k: v for k, v in json.loads(deep_mlp_diagnosis.read_text()).items() if k != "suggested_setting"}
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    assert read_diagnosis(str(tmp_path / "d.json")).setting is None
+    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
+                   tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert "diagnosis" not in [t.user_attrs.get("baseline") for t in study.trials]
 
 
 def test_a_search_of_other_steps_than_the_diagnosis_is_one_line_and_writes_nothing(

@@ -10,6 +10,8 @@ from optuna.trial import TrialState
 from search.core import DEFAULTS, ParamRange, SpaceConfig, scaler_config
 from search.results import (
     best_trial,
+    format_ends,
+    format_range,
     format_value,
     good_trials,
     safe_ranges,
@@ -230,6 +232,23 @@ def test_format_value():
     assert format_value("init_scale", 213.66) == "2^7.74"
     assert format_value("growth_interval", 662.0) == "662"
     assert format_value("backoff_factor", 0.46875) == "0.469"
+
+
+def test_two_ends_never_read_as_one_value_unless_they_are():
+    """A newcomer read "2^19.70 … 2^19.70" as one value with bad trials at it: two ends get the digits that
+    tell them apart; only equal values read as one."""
+    assert format_ends("init_scale", 2**19.7012, 2**19.7041) == ("2^19.701", "2^19.704")
+    assert format_ends("init_scale", 2.0**16, 2**16.0001) == ("2^16", "2^16.0001")  # not 2^16 and 2^16.00
+    assert format_ends("init_scale", 2.0**14, 2.0**18) == ("2^14", "2^18")
+    assert format_ends("growth_factor", 1.93012, 1.93044) == ("1.9301", "1.9304")
+    assert format_ends("backoff_factor", 0.5, 0.5) == ("0.5", "0.5")
+    assert format_range("init_scale", 2**19.7012, 2**19.7041) == "2^19.701..2^19.704"
+    assert format_range("init_scale", 2**19.7, 2**19.7) == "2^19.70"
+    assert format_range("growth_interval", 3.0, 4.0) == "3..4"
+    # In the safe range's words: the newcomer's case, two good trials 0.003 octaves apart, a bad one between.
+    rows = [{"value": 0.10, "exp": 19.7012}, {"value": 0.10, "exp": 19.7041}, {"value": 0.9, "exp": 19.703}]
+    text = _by_param(safe_ranges(_study(rows), SPACE))["init_scale"].text
+    assert text.startswith("init_scale from 2^19.701 to 2^19.704 is good") and "(#2)" in text, text
 
 
 # -- the safe ranges' words against the plain loop ------------------------------------------------

@@ -11,7 +11,8 @@ import optuna
 import pytest
 
 from search.core import DEFAULTS
-from search.diagnosis import narrowed_space, read_diagnosis
+from search.diagnosis import HEALTHY_ADVICE, narrowed_space, read_diagnosis
+from search.publishing.report._diagnoses import _diagnosis_section
 from search.tasks import build_problem, resolve_task
 
 from conftest import read_only_media, run_cli
@@ -53,6 +54,7 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     assert (space["growth_interval"]["low"], space["growth_interval"]["high"]) == (32, 2000)
     started = study.user_attrs["diagnosis"]
     assert started["file"] is None and started["source"].startswith("study 'deep-mlp', recorded ")
+    assert started["recorded_at"] == record["recorded_at"]  # how the report knows they are one diagnosis
     assert started["verdict"] == "underflow" and started["suggested_init_scale"] == written["suggested_init_scale"]
     assert study.user_attrs["recorded_diagnosis"] == record  # the search keeps it as it was
     sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
@@ -67,13 +69,26 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
     assert shown == {"started_from": started, "recorded": record}
     assert run_cli(["--storage", url, "--out", "r.html"], tmp_path, module="search.report").returncode == 0
     page = (tmp_path / "r.html").read_text()
+    (first,) = [t for t in study.trials if t.user_attrs.get("baseline") == "diagnosis"]  # trained before sampling
+    assert first.params == record["suggested_setting"]
     assert "task deep-mlp, 32 steps a trial, float16" in page  # not the task's default 8 epochs: --steps won
     assert ("The search started from the diagnosis in study &#x27;deep-mlp&#x27;, recorded "
             f"{record['recorded_at']}, which found underflow at init_scale 2^16: init_scale searched over 2^16..2^24, "
             "around the 2^20 it suggested; "
-            "growth_interval over 32..2000.") in page  # fmt: skip
+            "growth_interval over 32..2000; the setting it suggested: init_scale 2^20, growth_factor 2, "
+            f"backoff_factor 0.5, growth_interval 2000, trial #{first.number} (baseline diagnosis), objective "
+            f"{first.value:.4g}.") in page  # fmt: skip
     assert (f"That diagnosis ({record['recorded_at']}, search.diagnose on cpu, 32 steps): init_scale 2^16, "
             "growth_factor 2, backoff_factor 0.5, growth_interval 2000: underflow, because ") in page  # fmt: skip
+
+    # A study searched before the attr held recorded_at: the time is read back from its source.
+    legacy = {k: v for k, v in started.items() if k != "recorded_at"}
+    assert _diagnosis_section("deep-mlp", legacy, record)[0].body.count("That diagnosis (") == 1
+    # Another diagnosis recorded since: the report does not call it the one the search started from.
+    later = {**record, "recorded_at": "2099-01-01T00:00:00+00:00"}
+    for attr in (started, legacy):
+        body = _diagnosis_section("deep-mlp", attr, later)[0].body
+        assert "That diagnosis" not in body and "The diagnosis recorded in the study (2099-01-01" in body
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +124,7 @@ def test_a_second_diagnosis_replaces_the_first_and_a_search_of_another_run_is_re
     first = diagnose(["--steps", "12", "--study-name", "s"], tmp_path)
     assert first.returncode == 0, first.stderr
     assert "  recorded in study 's' of sqlite:///study.db\n" in first.stdout  # --study-name alone: the default storage
-    assert "    keep these settings\n" in first.stdout and first.stdout.endswith(  # healthy: a search is optional
+    assert f"    {HEALTHY_ADVICE}\n" in first.stdout and first.stdout.endswith(  # healthy: a search is optional
         "    to search around it anyway: python -m search.optimize --study-name s --steps 12 --from-diagnosis\n")
     storage = f"sqlite:///{tmp_path / 'study.db'}"
     recorded_at = optuna.load_study(study_name="s", storage=storage).user_attrs["recorded_diagnosis"]["recorded_at"]

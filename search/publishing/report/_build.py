@@ -18,6 +18,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
+from search.core import DIAGNOSIS_BASELINE, baseline_of
 from search.publishing.report._diagnoses import _diagnosis_section
 from search.publishing.report._failures import _failures_section
 from search.publishing.report._reading import StudySnapshot
@@ -102,7 +103,8 @@ def build_report(
     baselines, baseline_data = _baselines_section(done, space, best, snapshot.settings.penalty.evaluation)
     safe, safe_data = _safe_section(done, space, tolerance)
     confirmation = _confirmation_section(snapshot)
-    diagnosis, diagnosis_data = _diagnosis_section(snapshot.study_name, *snapshot.diagnoses)
+    suggested = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)
+    diagnosis, diagnosis_data = _diagnosis_section(snapshot.study_name, *snapshot.diagnoses, suggested)
     report.sections = [
         recommendation,
         curves,

@@ -11,14 +11,20 @@ import html
 from collections.abc import Mapping
 from typing import Any
 
-from search.diagnosis import scale_text
+from optuna.trial import FrozenTrial
+
+from search.diagnosis import scale_text, setting_text
 from search.publishing.report._section import SECTION_TITLES, Section
 
 
 def _diagnosis_section(
-    study_name: str, started: Mapping[str, Any] | None, recorded: Mapping[str, Any] | None
+    study_name: str,
+    started: Mapping[str, Any] | None,
+    recorded: Mapping[str, Any] | None,
+    suggested: FrozenTrial | None = None,
 ) -> tuple[Section, dict[str, Any]]:
-    """The section and its JSON: ``started_from`` and ``recorded`` (each None when the study holds none)."""
+    """The section and its JSON: ``started_from`` and ``recorded`` (each None when the study holds none).
+    ``suggested``: the complete trial of the setting the starting diagnosis suggested (baseline ``diagnosis``)."""
     data = {"started_from": dict(started) if started else None, "recorded": dict(recorded) if recorded else None}
     section = Section(
         "diagnosis",
@@ -39,12 +45,11 @@ def _diagnosis_section(
             f"{started['param']} {scale_text(started['diagnosed_start'])}: {started['param']} searched "
             f"over {scale_text(started['low'])}..{scale_text(started['high'])}, around the "
             f"{scale_text(started['suggested_init_scale'])} it suggested; {growth} over "
-            f"{started['growth_low']:g}..{started['growth_high']:g}."
+            f"{started['growth_low']:g}..{started['growth_high']:g}"
+            + _suggested_text(started.get("suggested_setting"), suggested)
         )
     if recorded:
-        same = bool(started) and started.get("file") is None and str(recorded.get("recorded_at")) in str(
-            started.get("source", "")
-        )
+        same = bool(started) and started.get("file") is None and _recorded_at(started) == recorded.get("recorded_at")
         settings = ", ".join(_setting(k, v) for k, v in recorded.get("settings", {}).items())
         lines.append(
             f"{'That diagnosis' if same else 'The diagnosis recorded in the study'} ({recorded.get('recorded_at')}, "
@@ -53,6 +58,25 @@ def _diagnosis_section(
         )
     section.body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
     return section, data
+
+
+def _suggested_text(setting: Mapping[str, float] | None, trial: FrozenTrial | None) -> str:
+    """The end of the started-from line: the setting the diagnosis suggested, and what became of it."""
+    if not setting:
+        return "."
+    text = f"; the setting it suggested: {setting_text(dict(setting))}"
+    if trial is None:
+        return text + " (no complete trial of it: left out of the space, or not finished)."
+    return text + f", trial #{trial.number} (baseline diagnosis), objective {trial.value:.4g}."
+
+
+def _recorded_at(started: dict[str, Any]) -> str | None:
+    """When the diagnosis a search started from was recorded: its ``recorded_at``, or for a study searched before
+    the key existed, read back from its ``source`` ("study 'NAME', recorded WHEN")."""
+    if "recorded_at" in started:
+        return started["recorded_at"]
+    _, sep, when = str(started.get("source", "")).rpartition(", recorded ")
+    return when if sep else None
 
 
 def _setting(name: str, value: Any) -> str:

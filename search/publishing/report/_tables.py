@@ -25,6 +25,7 @@ from search.results import (
     Recommendation,
     best_trial,
     dominance_note,
+    format_ends,
     format_range,
     format_value,
     horizon_note,
@@ -61,7 +62,8 @@ def _baselines_section(
         "baselines",
         SECTION_TITLES["baselines"],
         "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured inside "
-        "the study, next to the best trial. The evaluation is the one the objective reads (the final weights' loss "
+        "the study (those inside its space), and in a study searched from a diagnosis the setting it suggested "
+        "(diagnosis), next to the best trial. The evaluation is the one the objective reads (the final weights' loss "
         "over the evaluation set, or its median chunk loss with [penalty] evaluation = \"median\"), not a last "
         "mini-batch's loss. Δ best: how much worse than the best objective.",
     )
@@ -149,7 +151,8 @@ def _safe_section(
         elif r.low is None:
             span = "none"
         else:
-            span = f"{format_value(r.param, r.low)} … {format_value(r.param, r.high)}"
+            low, high = format_ends(r.param, r.low, r.high)
+            span = low if low == high else f"{low} … {high}"
         rows.append(
             [
                 f"<b>{r.param}</b>",

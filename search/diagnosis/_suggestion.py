@@ -1,0 +1,59 @@
+"""The whole GradScaler setting a diagnosis suggests: where the scale starts, and how it grows back.
+
+The growth window (:func:`search.diagnosis._training_verdict.growth_window`) tells two kinds of run apart:
+
+* **steady**: one scale serves every step (the first steps' needed scale is within an octave of the largest
+  safe one). The suggestion starts at ``suggested_init_scale`` and keeps the user's factors, with
+  ``growth_interval`` at least the run's steps: growth need not act, and then its factors cannot matter.
+* **moving**: the scale the first steps need overflows on some steps, one every ``P`` steps on average
+  (``P`` = the run's steps over the steps overflowing at the needed scale). The scale must sit at the needed
+  scale, back off at each of those steps and regrow before the next. A scale that starts below the needed one
+  and only grows as fast as it backs off stays below it and underflows, so the start is the needed scale
+  rounded up to a power of two. ``growth_interval`` 1 lets it regrow at the first clean step, and
+  ``growth_factor`` = ``(1 / backoff_factor) ** (1 / P)``: ``P`` growths undo one backoff. Counting every step
+  of the period as a growth (the overflowing one grows nothing) errs low: the scale drifts a little down from
+  the needed scale, to where overflows come a little less often, instead of growing into more of them.
+
+The user's ``backoff_factor`` is kept. A framework's rule has fixed factors (DeepSpeed and fairseq double and
+halve): its window already says how often it must grow, so no whole setting is suggested for it. No torch here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from search.core import ScalerConfig
+from search.scalers import RuleSetting
+
+
+def moving_start(needed: float) -> float:
+    """The start of a moving scale: the needed scale rounded up to a power of two (module docstring)."""
+    return 2.0 ** math.ceil(math.log2(needed))
+
+
+def suggested_setting(
+    setting: ScalerConfig | RuleSetting,
+    start: float,
+    window: tuple[int, int | None] | None,
+    overflowing: int,
+    steps: int,
+) -> ScalerConfig | None:
+    """The GradScaler setting a diagnosis of ``setting`` suggests (module docstring), or None: a framework's rule,
+    no growth window, or no starting scale (``start`` not finite).
+
+    Args:
+        setting: The diagnosed setting.
+        start: The suggested starting scale (``suggested_init_scale``).
+        window: The growth window, (low, high); high None for a steady run.
+        overflowing: The fp32 control's steps that overflow fp16 at the needed scale.
+        steps: The run's optimizer steps.
+    """
+    if not isinstance(setting, ScalerConfig) or window is None or not math.isfinite(start) or start <= 0:
+        return None
+    low, high = window
+    if high is None:
+        return ScalerConfig(start, setting.growth_factor, setting.backoff_factor, max(setting.growth_interval, low))
+    period = steps / max(1, overflowing)
+    # Three decimals: the digits GradScaler's growth acts on within a run; at least 1.001, a factor that grows.
+    growth = max(1.001, round((1.0 / setting.backoff_factor) ** (1.0 / period), 3))
+    return ScalerConfig(start, growth, setting.backoff_factor, 1)
