@@ -125,6 +125,15 @@ def diagnosis_trial(setting: dict[str, float], space: SpaceConfig) -> tuple[list
     when it lies outside the space."""
     config = ScalerConfig(float(setting["init_scale"]), float(setting["growth_factor"]),
                           float(setting["backoff_factor"]), int(setting["growth_interval"]))  # fmt: skip
+    # Not the suggestion if the space would train another setting: a fixed value, or a start rounded to 2^k.
+    for name in PARAM_NAMES:
+        fixed = getattr(space, name).fixed
+        if fixed is not None and float(fixed) != float(getattr(config, name)):
+            return [], [f"baseline {DIAGNOSIS_BASELINE} left out: the config fixes {name} at {fixed:g}, the diagnosis "
+                        f"suggests {getattr(config, name):g}"]  # fmt: skip
+    if space.init_scale.powers_of_two and not math.log2(config.init_scale).is_integer():
+        return [], [f"baseline {DIAGNOSIS_BASELINE} left out: the config samples powers of two of init_scale, and the "
+                    f"diagnosis suggests 2^{math.log2(config.init_scale):.2f}"]  # fmt: skip
     return _points(((DIAGNOSIS_BASELINE, config),), space, TORCH)
 
 

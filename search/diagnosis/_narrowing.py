@@ -92,11 +92,7 @@ class DiagnosisStart:
                 "growth_high": window.fixed if window.fixed is not None else window.high}  # fmt: skip
 
     def note(self, space: SpaceConfig) -> str:
-        """The line the search prints about it."""
-        return self._ranges_note(space) + (f"; first it trains the setting it suggests (baseline diagnosis): "
-                                           f"{setting_text(self.setting)}" if self.setting else "")  # fmt: skip
-
-    def _ranges_note(self, space: SpaceConfig) -> str:
+        """The line the search prints about it (the setting it suggests has its own, when it is enqueued)."""
         name, power = START_KNOBS.get(self.scaler, ("init_scale", False))
         ranges = space.ranges(self.scaler)
         searched = ranges[name]

@@ -10,7 +10,9 @@ The growth window (:func:`search.diagnosis._training_verdict.growth_window`) tel
   scale, back off at each of those steps and regrow before the next. A scale that starts below the needed one
   and only grows as fast as it backs off stays below it and underflows, so the start is the needed scale
   rounded up to a power of two. ``growth_interval`` 1 lets it regrow at the first clean step, and
-  ``growth_factor`` = ``(1 / backoff_factor) ** (1 / P)``: ``P`` growths undo one backoff. Counting every step
+  ``growth_factor`` = ``(1 / backoff_factor) ** (1 / P)``: ``P`` growths undo one backoff (where overflows are so
+  rare that this factor is under :data:`MIN_GROWTH`, the interval ``n`` is the smallest that makes
+  ``(1 / backoff_factor) ** (n / P)`` at least that, the same regrowth per period). Counting every step
   of the period as a growth (the overflowing one grows nothing) errs low: the scale drifts a little down from
   the needed scale, to where overflows come a little less often, instead of growing into more of them.
 
@@ -54,6 +56,12 @@ def suggested_setting(
     if high is None:
         return ScalerConfig(start, setting.growth_factor, setting.backoff_factor, max(setting.growth_interval, low))
     period = steps / max(1, overflowing)
-    # Three decimals: the digits GradScaler's growth acts on within a run; at least 1.001, a factor that grows.
-    growth = max(1.001, round((1.0 / setting.backoff_factor) ** (1.0 / period), 3))
-    return ScalerConfig(start, growth, setting.backoff_factor, 1)
+    # Rare overflows would ask for a factor barely above 1: grow less often instead, each growth at least
+    # MIN_GROWTH (n growths of (1/b)^(n/P) still undo one backoff per period).
+    backoff = math.log(1.0 / setting.backoff_factor)
+    interval = max(1, math.ceil(period * math.log(MIN_GROWTH) / backoff - 1e-9))
+    growth = round(math.exp(backoff * interval / period), 3)  # Three decimals: what a person pastes.
+    return ScalerConfig(start, growth, setting.backoff_factor, interval)
+
+
+MIN_GROWTH = 1.01  # The smallest growth_factor the default space samples (search.core._config).

@@ -251,13 +251,14 @@ def judge(
             f"after the scale first grew (step {settled}), {sum(fp16.skipped[settled:])} of {after} steps were "
             f"skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}{beyond}); a scaler that grows into an overflow once "
             f"per window skips about {expected_skip_rate(setting):.2%}",
-            "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)", **common)
+            _chronic_advice(setting, whole), **common)
     # bf16 has fp32's range and less precision than fp16: what fp16 loses beyond bf16 is range, not precision.
     control = bf16 if bf16 is not None and bf16.finite else fp32
     best = control.eval_loss
     behind = fp16.eval_loss > (1 + penalty.learn_threshold) * best
     start = min(fp16.scales[: fp16.start_steps]) if fp16.scales else math.nan  # The scale while `needed` is measured.
-    if behind and math.isfinite(needed) and start < needed:
+    # A moving scale that starts at the needed scale dips below it only at the backoffs the overflowing steps force.
+    if behind and math.isfinite(needed) and start < needed and not (moving and init >= needed):
         return TrainingVerdict(
             "underflow",
             f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
@@ -265,7 +266,7 @@ def judge(
             f"{scale_text(needed)} the gradients need there ({fp16.zero_share:.1%} of its gradients were 0 against {fp32.zero_share:.1%} in fp32)",
             start_advice(setting, suggested, whole), **common)  # fmt: skip
     share = fp16.skipped_steps / max(1, fp16.steps)
-    if behind and share >= CHRONIC_RATE:
+    if behind and share >= CHRONIC_RATE and not (moving and share <= forced):
         return TrainingVerdict(
             "chronic-skipping",
             f"fp16 ends at {_g(fp16.eval_loss)}, more than {penalty.learn_threshold:.0%} behind the {control.label} control's "
@@ -273,10 +274,15 @@ def judge(
             f"searched down from {scale_text(fp16.scales[0])}" + ("" if settled is not None else " (it never grew)"),
             f"the run is too short to spend them: {start_advice(setting, suggested, whole)}", **common)  # fmt: skip
     if suggested != init and math.isfinite(suggested):
-        where = (f"the {scale_text(needed)} the first steps need, rounded up" if moving else
-                 f"between the {scale_text(needed)} the smallest gradients need and the {scale_text(safe)} the largest allow")  # fmt: skip
-        advice = (f"nothing to fix at these settings (no loss-scaling failure); a search can centre init_scale on "
-                  f"{scale_text(suggested)}, {where} (search.optimize --from-diagnosis)")  # fmt: skip
+        if moving and whole is not None:
+            advice = (f"nothing to fix at these settings (no loss-scaling failure); a search can start from the setting "
+                      f"this diagnosis suggests, init_scale {scale_text(suggested)} (the {scale_text(needed)} the first "
+                      f"steps need, rounded up), growth_factor {whole.growth_factor:g}, growth_interval "
+                      f"{whole.growth_interval} (search.optimize --from-diagnosis trains it first)")  # fmt: skip
+        else:
+            advice = (f"nothing to fix at these settings (no loss-scaling failure); a search can centre init_scale on "
+                      f"{scale_text(suggested)}, between the {scale_text(needed)} the smallest gradients need and the "
+                      f"{scale_text(safe)} the largest allow (search.optimize --from-diagnosis)")  # fmt: skip
     else:
         advice = HEALTHY_ADVICE
     skips = f"{fp16.skipped_steps} skipped steps"
@@ -287,6 +293,14 @@ def judge(
         f"no forward overflow, {skips}, {fp16.zero_share:.1%} zero gradients against "
         f"{fp32.zero_share:.1%} in fp32; fp16 ends at {_g(fp16.eval_loss)}, the {control.label} control at {_g(best)}",
         advice, **common)  # fmt: skip
+
+
+def _chronic_advice(setting: ScalerConfig | RuleSetting, whole: ScalerConfig | None) -> str:
+    """Where the scale must move, the growth that regrows one backoff per overflow period (the window bounds the
+    interval, so a longer one is no cure); else a longer interval."""
+    if isinstance(setting, ScalerConfig) and whole is not None and whole.growth_factor != setting.growth_factor:
+        return start_advice(setting, whole.init_scale, whole)
+    return "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)"
 
 
 def _collapse(fp16: RunEvidence) -> str:
@@ -345,19 +359,31 @@ def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: Scale
     """"start at ..." in the setting's own terms: GradScaler's init_scale (with the growth ``whole`` suggests where
     it changes the user's), or the framework's starting knob."""
     if isinstance(setting, ScalerConfig):
-        check = f"search.diagnose --init-scale {_plain(scale)}"
+        target = dataclasses.replace(whole if whole is not None else setting, init_scale=scale)
+        check = f"{check_command(target)} to check it"
         if whole is not None and whole.growth_factor != setting.growth_factor:  # A moving scale (_suggestion).
             return (f"start at init_scale {scale_text(scale)} and regrow after each backoff: growth_factor "
-                    f"{whole.growth_factor:g}, growth_interval {whole.growth_interval} ({check} --growth-factor "
-                    f"{whole.growth_factor:g} --growth-interval {whole.growth_interval} to check it)")  # fmt: skip
+                    f"{whole.growth_factor:g}, growth_interval {whole.growth_interval} ({check})")  # fmt: skip
         if whole is not None and whole.growth_interval != setting.growth_interval:  # Steady: growth need not act.
             return (f"start at init_scale {scale_text(scale)}, growth_interval {whole.growth_interval} (growth need "
-                    f"not act within these steps; {check} --growth-interval {whole.growth_interval} to check it)")
-        return f"start at init_scale {scale_text(scale)} (search.diagnose --init-scale {_plain(scale)} to check it)"
+                    f"not act within these steps; {check})")  # fmt: skip
+        return f"start at init_scale {scale_text(scale)} ({check})"
     knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
     value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)
     return (f"start at {scale_text(scale)}: {knob} {value} (search.diagnose --scaler {setting.rule} --knob {knob}={value} "
             "to check it)")
+
+
+def check_command(setting: ScalerConfig) -> str:
+    """``search.diagnose`` with the flags that set ``setting`` (those that differ from GradScaler's defaults, which
+    the command's flags default to; --init-scale always)."""
+    words = [f"search.diagnose --init-scale {_plain(setting.init_scale)}"]
+    for flag, value, default in (("--growth-factor", setting.growth_factor, 2.0),
+                                 ("--backoff-factor", setting.backoff_factor, 0.5),
+                                 ("--growth-interval", setting.growth_interval, 2000)):  # fmt: skip
+        if value != default:
+            words.append(f"{flag} {value:g}")
+    return " ".join(words)
 
 
 def _plain(value: float) -> str:

@@ -26,19 +26,21 @@ _MOST_DIGITS = 6  # Ends that still read the same at this many digits are one va
 
 
 def format_ends(param: str, low: float, high: float) -> tuple[str, str]:
-    """A range's two ends as :func:`format_value` writes them, with more digits where that would write two
+    """A range's two ends as :func:`format_value` writes them, with more digits only where that would write two
     different values the same (``2^19.701``, ``2^19.704``, not ``2^19.70`` twice); equal values read the same."""
-    lo, hi = format_value(param, low), format_value(param, high)
     if low == high or param == "growth_interval":
-        return lo, hi
-    for digits in range(3, _MOST_DIGITS + 1):
-        if param == "init_scale" and low > 0 and high > 0:
-            ends = [math.log2(v) for v in (low, high)]
+        return format_value(param, low), format_value(param, high)
+    if param == "init_scale" and low > 0 and high > 0:
+        ends = (math.log2(low), math.log2(high))
+        for digits in range(2, _MOST_DIGITS + 1):  # format_scale's two decimals first
             if f"{ends[0]:.{digits}f}" != f"{ends[1]:.{digits}f}":
-                return tuple(f"2^{e:.0f}" if e == round(e) else f"2^{e:.{digits}f}" for e in ends)  # type: ignore[return-value]
-        elif param != "init_scale" and f"{low:.{digits + 1}g}" != f"{high:.{digits + 1}g}":
-            return f"{low:.{digits + 1}g}", f"{high:.{digits + 1}g}"
-    return lo, hi
+                first, last = (f"2^{e:.0f}" if e == round(e) else f"2^{e:.{digits}f}" for e in ends)
+                return first, last
+    elif param != "init_scale":
+        for digits in range(3, _MOST_DIGITS + 2):  # format_value's three significant digits first
+            if f"{low:.{digits}g}" != f"{high:.{digits}g}":
+                return f"{low:.{digits}g}", f"{high:.{digits}g}"
+    return format_value(param, low), format_value(param, high)
 
 
 def format_range(param: str, low: float, high: float) -> str:

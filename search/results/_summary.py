@@ -162,13 +162,13 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
     # The evaluation column is the one the objective reads ([penalty] evaluation).
     evaluated = "eval_median" if data.get("evaluation") == "median" else "eval_loss"
     header = (
-        f"  {'':8} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
+        f"  {'':9} {'#':>4} {'init_scale':>10} {'growth':>7} {'backoff':>7} {'interval':>8} "
         f"{evaluated:>11} {'skipped':>7} {'learned':>7} {'failure':>14} {'objective':>9}"
     )
 
     def line(label: str, row: dict[str, Any]) -> str:
         return (
-            f"  {label:8} {row['number']:>4} {format_scale(row['init_scale']):>10} "
+            f"  {label:9} {row['number']:>4} {format_scale(row['init_scale']):>10} "
             f"{row['growth_factor']:>7.3g} {row['backoff_factor']:>7.3g} {row['growth_interval']:>8} "
             f"{_num(row[evaluated]):>11} {_num(row['skipped_steps'], 'd'):>7} "
             f"{_num(row['learned']):>7} {row['failure'] or '-':>14} {_num(row['value']):>9}"

@@ -13,6 +13,7 @@ from optuna.trial import TrialState
 
 from search.core import (
     BASELINE,
+    DIAGNOSIS_BASELINE,
     FINISHED,
     STUDY_DIAGNOSIS,
     PenaltyConfig,
@@ -22,6 +23,7 @@ from search.core import (
     settings_from_dict,
     waiting_baseline,
 )
+from search.diagnosis import setting_text
 from search.scalers import RULES, TORCH
 from search.storage import TrialWriter, orm_models, with_retry
 from search.study._recorded_diagnosis import DiagnosedRun, diagnosis_conflict
@@ -287,9 +289,12 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
         suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space)
         baselines, notes = baselines + suggested, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
-    with_retry(
+    added = with_retry(
         lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),
         what="enqueuing baselines",
         budget=settings.run.storage_retry,
     )
+    if any(t.user_attrs.get(BASELINE) == DIAGNOSIS_BASELINE for t in added):
+        notes.append(f"baseline {DIAGNOSIS_BASELINE}: the setting the diagnosis suggests, "
+                     f"{setting_text(started['suggested_setting'])}, trained before the sampled trials")  # fmt: skip
     return notes

@@ -57,10 +57,13 @@ def test_the_search_samples_around_the_suggestion_within_the_growth_window_and_r
     assert first.number < min(t.number for t in study.trials if "baseline" not in t.user_attrs)
     plain = plain_run(build_deep(42), 2.0**20, 2.0, 0.5, 2000, 32)
     assert first.user_attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-5) and plain.failure == "none"
-    assert run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "14", "--quiet", "--from-diagnosis",
-                    str(deep_mlp_diagnosis)], tmp_path).returncode == 0  # fmt: skip
+    assert ("note: baseline diagnosis: the setting the diagnosis suggests, init_scale 2^20, growth_factor 2, "
+            "backoff_factor 0.5, growth_interval 2000, trained before the sampled trials") in proc.stderr  # fmt: skip
+    again = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "14", "--quiet", "--from-diagnosis",
+                     str(deep_mlp_diagnosis)], tmp_path)  # fmt: skip
+    assert again.returncode == 0 and "baseline diagnosis" not in again.stderr  # a resume enqueues none, says none
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    assert [t.user_attrs.get("baseline") for t in study.trials].count("diagnosis") == 1  # a resume adds none
+    assert [t.user_attrs.get("baseline") for t in study.trials].count("diagnosis") == 1
 
 
 def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, deep_mlp_diagnosis):
@@ -206,6 +209,27 @@ def test_a_malformed_suggested_setting_is_refused_in_one_line(tmp_path, deep_mlp
     with pytest.raises(DiagnosisFileError, match=r"suggested_setting .* is not GradScaler's four settings") as e:
         read_diagnosis(str(tmp_path / "d.json"))
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "space, said",
+    [
+        ({"growth_factor": ParamRange(1.01, 8.0, True, fixed=1.5)},
+         "baseline diagnosis left out: the config fixes growth_factor at 1.5, the diagnosis suggests 2"),
+        ({"init_scale": ParamRange(2.0**-20, 2.0**32, True, powers_of_two=True)}, None),  # 2^20: a power of two
+    ],
+)  # fmt: skip
+def test_the_suggestion_is_trained_only_as_it_is(space, said, deep_mlp_diagnosis):
+    """A config that would train another setting (a fixed value, a start rounded to 2^k) leaves it out."""
+    from search.core import diagnosis_trial
+
+    setting = json.loads(deep_mlp_diagnosis.read_text())["suggested_setting"]
+    kept, notes = diagnosis_trial(setting, replace(DEFAULTS.space, **space))
+    assert (notes == [said] and not kept) if said else (notes == [] and len(kept) == 1)
+    powers = replace(DEFAULTS.space, init_scale=ParamRange(2.0**-20, 2.0**32, True, powers_of_two=True))
+    kept, notes = diagnosis_trial({**setting, "init_scale": 2.0**20.4}, powers)
+    assert not kept and notes == ["baseline diagnosis left out: the config samples powers of two of init_scale, and "
+                                  "the diagnosis suggests 2^20.40"]  # fmt: skip
 
 
 def test_a_file_written_before_suggested_settings_starts_a_search_without_one(tmp_path, deep_mlp_diagnosis):

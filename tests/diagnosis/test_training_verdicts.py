@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from search.core import ScalerConfig
 from search.diagnosis import CHRONIC_RATE, HEALTHY_ADVICE, diagnosis_runs, growth_window, judge
+from search.diagnosis._suggestion import suggested_setting
+from search.diagnosis._training_verdict import check_command
 from search.scalers import RULES, RuleSetting
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
@@ -229,6 +232,28 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     assert again_runs.fp16.skipped_steps == suggested.skipped > 0
     assert suggested.skipped / 256 <= overflowing / 256
     assert again.verdict == "healthy" and again.advice == HEALTHY_ADVICE, again.reason
+    # Growing at PyTorch's factor every clean step skips more than those steps force: chronic, and the advice is
+    # the growth that regrows one backoff per period, not a longer interval (the window bounds it at 4).
+    churn_runs, churn = diagnose(problem, ScalerConfig(start, 2.0, 0.5, 1))
+    assert churn_runs.fp16.skipped_steps == plain_run(problem, start, 2.0, 0.5, 1, 256).skipped > overflowing
+    assert churn.verdict == "chronic-skipping" and churn.advice.startswith(
+        "start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1")
+
+
+def test_the_suggested_setting_on_hand_counted_runs():
+    user = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
+    assert suggested_setting(user, 2.0**21, (1, 4), 76, 256) == ScalerConfig(2.0**21, round(2 ** (76 / 256), 3), 0.5, 1)
+    # 3 overflows in 256 steps: 2^(3/256) = 1.008 would barely grow; every 2 steps, 2^(6/256) = 1.0164.
+    assert suggested_setting(user, 2.0**21, (1, 86), 3, 256) == ScalerConfig(2.0**21, 1.016, 0.5, 2)
+    # The user's backoff is kept, the factor regrows it: (1 / 0.3)^(76/256) = 1.430.
+    assert suggested_setting(replace(user, backoff_factor=0.3), 2.0**21, (1, 4), 76, 256).growth_factor == 1.43
+    # Steady: the user's factors, an interval at least the run's steps.
+    assert suggested_setting(ScalerConfig(2.0**16, 1.5, 0.4, 10), 2.0**8, (64, None), 0, 64) == ScalerConfig(
+        2.0**8, 1.5, 0.4, 64)  # fmt: skip
+    assert suggested_setting(user, 2.0**21, None, 0, 256) is None and suggested_setting(user, math.nan, (1, 4), 76, 256) is None
+    assert check_command(ScalerConfig(2.0**21, 1.43, 0.3, 1)) == (
+        "search.diagnose --init-scale 2097152 --growth-factor 1.43 --backoff-factor 0.3 --growth-interval 1")
+    assert check_command(ScalerConfig(2.0**20, 2.0, 0.5, 2000)) == "search.diagnose --init-scale 1048576"
 
 
 @pytest.mark.parametrize(

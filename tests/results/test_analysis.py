@@ -240,6 +240,9 @@ def test_two_ends_never_read_as_one_value_unless_they_are():
     assert format_ends("init_scale", 2**19.7012, 2**19.7041) == ("2^19.701", "2^19.704")
     assert format_ends("init_scale", 2.0**16, 2**16.0001) == ("2^16", "2^16.0001")  # not 2^16 and 2^16.00
     assert format_ends("init_scale", 2.0**14, 2.0**18) == ("2^14", "2^18")
+    # No digits beyond format_value's where the ends already read apart.
+    assert format_ends("init_scale", 2.0**14, 2**18.25) == ("2^14", "2^18.25")
+    assert format_ends("growth_factor", 1.234, 2.345) == ("1.23", "2.35")
     assert format_ends("growth_factor", 1.93012, 1.93044) == ("1.9301", "1.9304")
     assert format_ends("backoff_factor", 0.5, 0.5) == ("0.5", "0.5")
     assert format_range("init_scale", 2**19.7012, 2**19.7041) == "2^19.701..2^19.704"
