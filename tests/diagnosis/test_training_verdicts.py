@@ -232,6 +232,16 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     assert again_runs.fp16.skipped_steps == suggested.skipped > 0
     assert suggested.skipped / 256 <= overflowing / 256
     assert again.verdict == "healthy" and again.advice == HEALTHY_ADVICE, again.reason
+    # On a CPU whose fp16 kernels left it 10% behind the bf16 control, its dips below the needed scale are the
+    # backoffs those steps force and its skips their share: neither underflow nor chronic (the same runs, judged).
+    behind = replace(again_runs.bf16, eval_loss=again_runs.fp16.eval_loss / 1.5)
+    assert judge(again_runs.fp16, again_runs.fp32, behind, ScalerConfig(start, growth, 0.5, 1)).verdict == "healthy"
+    # The default judged healthy (a CPU where it keeps up with bf16): the advice names the whole suggestion.
+    level = replace(runs.bf16, eval_loss=runs.fp16.eval_loss)
+    assert judge(runs.fp16, runs.fp32, level, DEFAULT).advice == (
+        "nothing to fix at these settings (no loss-scaling failure); a search can start from the setting this "
+        "diagnosis suggests, init_scale 2^21 (the 2^20.4 the first steps need, rounded up), growth_factor 1.228, "
+        "growth_interval 1 (search.optimize --from-diagnosis trains it first)")
     # Growing at PyTorch's factor every clean step skips more than those steps force: chronic, and the advice is
     # the growth that regrows one backoff per period, not a longer interval (the window bounds it at 4).
     churn_runs, churn = diagnose(problem, ScalerConfig(start, 2.0, 0.5, 1))
