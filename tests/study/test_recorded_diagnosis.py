@@ -77,7 +77,7 @@ def test_the_record_is_the_json_less_its_runs_and_a_search_starts_from_it_as_fro
             "around the 2^20 it suggested; "
             "growth_interval over 32..2000; the setting it suggested: init_scale 2^20, growth_factor 2, "
             f"backoff_factor 0.5, growth_interval 2000, trial #{first.number} (baseline diagnosis), objective "
-            f"{first.value:.4g}.") in page  # fmt: skip
+            f"{first.value:.3g}.") in page  # fmt: skip
     assert (f"That diagnosis ({record['recorded_at']}, search.diagnose on cpu, 32 steps): init_scale 2^16, "
             "growth_factor 2, backoff_factor 0.5, growth_interval 2000: underflow, because ") in page  # fmt: skip
 

@@ -100,7 +100,9 @@ def build_report(
     curves, chosen = _curves_section(done, space, best, answer)
     failures = _failures_section(done, space, answer)
     skipped, skipped_counts = _skipped_section(done)
-    baselines, baseline_data = _baselines_section(done, space, best, snapshot.settings.penalty.evaluation)
+    baselines, baseline_data = _baselines_section(
+        done, space, best, snapshot.settings.penalty.evaluation, snapshot.settings.run.scaler
+    )
     safe, safe_data = _safe_section(done, space, tolerance)
     confirmation = _confirmation_section(snapshot)
     suggested = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)

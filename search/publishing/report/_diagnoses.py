@@ -67,7 +67,7 @@ def _suggested_text(setting: Mapping[str, float] | None, trial: FrozenTrial | No
     text = f"; the setting it suggested: {setting_text(dict(setting))}"
     if trial is None:
         return text + " (no complete trial of it: left out of the space, or not finished)."
-    return text + f", trial #{trial.number} (baseline diagnosis), objective {trial.value:.4g}."
+    return text + f", trial #{trial.number} (baseline diagnosis), objective {trial.value:.3g}."
 
 
 def _recorded_at(started: dict[str, Any]) -> str | None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import CONFIRM_SUFFIX, SpaceConfig, baseline_of
+from search.core import CONFIRM_SUFFIX, SEED_BASELINES, SpaceConfig, baseline_of, baseline_trials
 from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._section import SECTION_TITLES, Section
 from search.results import (
@@ -37,6 +37,7 @@ from search.results import (
     trial_row,
     trial_steps,
 )
+from search.scalers import RULES, TORCH
 
 
 def _fmt(value: Any, spec: str = ".4f") -> str:
@@ -56,7 +57,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], classes: str = 
 
 
 def _baselines_section(
-    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, evaluation: str = "mean"
+    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, evaluation: str = "mean", scaler: str = TORCH
 ) -> tuple[Section, dict[str, Any]]:
     section = Section(
         "baselines",
@@ -115,9 +116,20 @@ def _baselines_section(
         rows,
         "numbers",
     )
-    missing = [f"seed-{i}" for i in range(1, 6) if f"seed-{i}" not in baselines]
-    if missing:
-        section.message = f"No complete trial yet for {', '.join(missing)} (still queued, running, or left out of the space)."
+    every = SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines
+    in_space = {tag for tag, _params in baseline_trials(space, scaler)[0]}
+    missing = [tag for tag, _config in every if tag not in baselines]
+    outside = [tag for tag in missing if tag not in in_space]
+    waiting = [tag for tag in missing if tag in in_space]
+    said = []
+    if outside:
+        said.append(f"{', '.join(outside)} {'lies' if len(outside) == 1 else 'lie'} outside this study's search space "
+                    "(not run)")
+    if waiting:
+        said.append(f"no complete trial yet for {', '.join(waiting)} (still queued or running)")
+    if said:
+        section.message = f"{'; '.join(said)}."
+        section.message = section.message[0].upper() + section.message[1:]
     return section, data
 
 
