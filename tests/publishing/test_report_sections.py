@@ -394,3 +394,10 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
     assert ("growth_factor, backoff_factor and growth_interval acted in no complete trial's run (read from each scale "
             "curve: the scale never grew, nor was a step skipped), so their bars measure only how the sampled values "
             "happened to fall, not the setting.") in message  # fmt: skip
+
+
+def test_an_edge_at_the_value_reads_plus_zero_octaves_not_minus_zero():
+    """A recommendation's backoff_factor at its range's edge read "-0.00" octaves (a float a hair below)."""
+    from search.publishing.report._tables import _octaves
+
+    assert [_octaves(d) for d in (-0.001, 0.004, 0.0, -0.42, 0.006)] == ["+0.00", "+0.00", "+0.00", "-0.42", "+0.01"]

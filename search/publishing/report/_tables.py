@@ -214,9 +214,7 @@ def _recommendation_section(
                 html.escape(format_value(param, float(getattr(rec.config, param)))),
                 html.escape(format_value(param, values[param])),
                 "–" if edge is None else html.escape(format_value(param, edge)),
-                "–"
-                if edge is None
-                else f"{math.log2(edge) - math.log2(values[param]):+.2f}",
+                "–" if edge is None else _octaves(math.log2(edge) - math.log2(values[param])),
                 _together_cell(rec, param),
             ]
         )
@@ -348,3 +346,8 @@ def _confirmation_section(snapshot: StudySnapshot) -> Section:
         )
     section.body = body
     return section
+
+
+def _octaves(difference: float) -> str:
+    """``+0.42``: two decimals of octaves, and 0 as ``+0.00`` (a difference that rounds to it is none: not ``-0.00``)."""
+    return f"{difference if round(difference, 2) != 0 else 0.0:+.2f}"
