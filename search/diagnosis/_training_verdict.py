@@ -360,7 +360,7 @@ def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: Scale
     it changes the user's), or the framework's starting knob."""
     if isinstance(setting, ScalerConfig):
         target = dataclasses.replace(whole if whole is not None else setting, init_scale=scale)
-        check = f"{check_command(target)} to check it"
+        check = f"rerun this diagnosis with {check_flags(target)} to check it"
         if whole is not None and whole.growth_factor != setting.growth_factor:  # A moving scale (_suggestion).
             return (f"start at init_scale {scale_text(scale)} and regrow after each backoff: growth_factor "
                     f"{whole.growth_factor:g}, growth_interval {whole.growth_interval} ({check})")  # fmt: skip
@@ -370,14 +370,14 @@ def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: Scale
         return f"start at init_scale {scale_text(scale)} ({check})"
     knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
     value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)
-    return (f"start at {scale_text(scale)}: {knob} {value} (search.diagnose --scaler {setting.rule} --knob {knob}={value} "
-            "to check it)")
+    return f"start at {scale_text(scale)}: {knob} {value} (rerun this diagnosis with --knob {knob}={value} to check it)"
 
 
-def check_command(setting: ScalerConfig) -> str:
-    """``search.diagnose`` with the flags that set ``setting`` (those that differ from GradScaler's defaults, which
-    the command's flags default to; --init-scale always)."""
-    words = [f"search.diagnose --init-scale {_plain(setting.init_scale)}"]
+def check_flags(setting: ScalerConfig) -> str:
+    """The ``search.diagnose`` flags that set ``setting``: those that differ from GradScaler's defaults, which the
+    command's flags default to (--init-scale always). The user adds them to the command of their run (its --task,
+    --steps), which the verdict cannot know."""
+    words = [f"--init-scale {_plain(setting.init_scale)}"]
     for flag, value, default in (("--growth-factor", setting.growth_factor, 2.0),
                                  ("--backoff-factor", setting.backoff_factor, 0.5),
                                  ("--growth-interval", setting.growth_interval, 2000)):  # fmt: skip

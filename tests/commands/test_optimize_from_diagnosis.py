@@ -236,6 +236,25 @@ def test_the_suggestion_is_trained_only_as_it_is(space, said, deep_mlp_diagnosis
                                   "the diagnosis suggests 2^20.40"]  # fmt: skip
 
 
+def test_a_suggestion_a_seed_baseline_already_measures_is_not_trained_twice(tmp_path, deep_mlp_diagnosis):
+    """deep-mlp-sum's diagnosis suggests seed-2's setting; here PyTorch's default plays that part."""
+    default = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    data = {**json.loads(deep_mlp_diagnosis.read_text()), "suggested_setting": default}
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
+                   tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert ("note: baseline diagnosis not added: the setting the diagnosis suggests is baseline seed-1's, measured once "
+            "as that") in proc.stderr  # fmt: skip
+    study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    tags = [t.user_attrs.get("baseline") for t in study.trials]
+    assert "diagnosis" not in tags and tags.count("seed-1") == 1
+    (seed1,) = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
+    assert run_cli(["--out", "r.html"], tmp_path, module="search.report").returncode == 0
+    assert (f"the setting it suggested: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000, "
+            f"trial #{seed1.number} (baseline seed-1), objective {seed1.value:.3g}.") in (tmp_path / "r.html").read_text()
+
+
 def test_a_file_written_before_suggested_settings_starts_a_search_without_one(tmp_path, deep_mlp_diagnosis):
     data = {k: v for k, v in json.loads(deep_mlp_diagnosis.read_text()).items() if k != "suggested_setting"}
     (tmp_path / "d.json").write_text(json.dumps(data))

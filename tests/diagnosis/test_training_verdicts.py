@@ -18,7 +18,7 @@ import torch
 from search.core import ScalerConfig
 from search.diagnosis import CHRONIC_RATE, HEALTHY_ADVICE, diagnosis_runs, growth_window, judge
 from search.diagnosis._suggestion import suggested_setting
-from search.diagnosis._training_verdict import check_command
+from search.diagnosis._training_verdict import check_flags
 from search.scalers import RULES, RuleSetting
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
@@ -220,7 +220,8 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     growth = round(2.0 ** (overflowing / 256), 3)
     assert verdict.suggested_setting == {"init_scale": start, "growth_factor": growth, "backoff_factor": 0.5,
                                          "growth_interval": 1}  # fmt: skip
-    assert "start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1" in verdict.advice
+    assert ("start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1 (rerun this "
+            "diagnosis with --init-scale 2097152 --growth-factor 1.228 --growth-interval 1 to check it)") in verdict.advice
     # In the plain loop it learns where the default does not, and ahead of both controls (it skips the corrupted
     # batches): 0.031 against the default's 0.73 and the bf16 control's 0.57 here.
     suggested = plain_run(problem, start, growth, 0.5, 1, 256)
@@ -261,9 +262,9 @@ def test_the_suggested_setting_on_hand_counted_runs():
     assert suggested_setting(ScalerConfig(2.0**16, 1.5, 0.4, 10), 2.0**8, (64, None), 0, 64) == ScalerConfig(
         2.0**8, 1.5, 0.4, 64)  # fmt: skip
     assert suggested_setting(user, 2.0**21, None, 0, 256) is None and suggested_setting(user, math.nan, (1, 4), 76, 256) is None
-    assert check_command(ScalerConfig(2.0**21, 1.43, 0.3, 1)) == (
-        "search.diagnose --init-scale 2097152 --growth-factor 1.43 --backoff-factor 0.3 --growth-interval 1")
-    assert check_command(ScalerConfig(2.0**20, 2.0, 0.5, 2000)) == "search.diagnose --init-scale 1048576"
+    assert check_flags(ScalerConfig(2.0**21, 1.43, 0.3, 1)) == (
+        "--init-scale 2097152 --growth-factor 1.43 --backoff-factor 0.3 --growth-interval 1")
+    assert check_flags(ScalerConfig(2.0**20, 2.0, 0.5, 2000)) == "--init-scale 1048576"
 
 
 @pytest.mark.parametrize(

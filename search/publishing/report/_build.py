@@ -105,7 +105,7 @@ def build_report(
     )
     safe, safe_data = _safe_section(done, space, tolerance)
     confirmation = _confirmation_section(snapshot)
-    suggested = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)
+    suggested = _suggested_trial(done, snapshot.diagnoses[0])
     diagnosis, diagnosis_data = _diagnosis_section(snapshot.study_name, *snapshot.diagnoses, suggested)
     report.sections = [
         recommendation,
@@ -170,3 +170,13 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_json_safe(v) for v in value]
     return value
+
+
+def _suggested_trial(done: list[optuna.trial.FrozenTrial], started: dict[str, Any] | None) -> optuna.trial.FrozenTrial | None:
+    """The complete trial of the setting the starting diagnosis suggested: baseline ``diagnosis``, or the seed
+    baseline whose setting it is (then not trained twice)."""
+    own = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)
+    setting = (started or {}).get("suggested_setting")
+    if own is not None or not setting:
+        return own
+    return next((t for t in done if baseline_of(t) is not None and t.params == setting), None)

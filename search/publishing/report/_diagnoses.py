@@ -13,6 +13,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
+from search.core import baseline_of
 from search.diagnosis import scale_text, setting_text
 from search.publishing.report._section import SECTION_TITLES, Section
 
@@ -67,7 +68,7 @@ def _suggested_text(setting: Mapping[str, float] | None, trial: FrozenTrial | No
     text = f"; the setting it suggested: {setting_text(dict(setting))}"
     if trial is None:
         return text + " (no complete trial of it: left out of the space, or not finished)."
-    return text + f", trial #{trial.number} (baseline diagnosis), objective {trial.value:.3g}."
+    return text + f", trial #{trial.number} (baseline {baseline_of(trial)}), objective {trial.value:.3g}."
 
 
 def _recorded_at(started: dict[str, Any]) -> str | None:
