@@ -32,7 +32,7 @@ def _failures_section(done: list[FrozenTrial], space: SpaceConfig, answer: Froze
         SECTION_TITLES["failures"],
         "Every complete trial at its init_scale (log axis, powers of two marked) and objective (log axis when it "
         "spans more than 10x), "
-        "coloured by failure code; the answer's trial and PyTorch's default (seed-1) are marked. Other settings "
+        "coloured by failure code; the answer's trial and PyTorch's default (seed-1, where the study has it) are marked. Other settings "
         "vary between the points, so a failure at one init_scale may come from them (the safe ranges say which acted).",
     )
     if not done:

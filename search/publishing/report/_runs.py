@@ -11,7 +11,15 @@ from collections import Counter
 import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 
-from search.core import FAILURE, LOSS_CURVE, SKIPPED_STEPS, SpaceConfig, showcase
+from search.core import (
+    DEFAULT_BASELINE,
+    FAILURE,
+    LOSS_CURVE,
+    SKIPPED_STEPS,
+    SpaceConfig,
+    baseline_trials,
+    showcase,
+)
 from search.publishing import curves_figure
 from search.publishing.report._section import SECTION_TITLES, Section
 
@@ -56,7 +64,9 @@ def _curves_section(
     if worst is not None and all(worst.number != t.number for _, t in named):
         named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
     notes = []
-    if default is None:
+    if default is None and DEFAULT_BASELINE not in {tag for tag, _params in baseline_trials(space)[0]}:
+        notes.append("the seed's default (seed-1) lies outside this study's search space (not run)")
+    elif default is None:
         notes.append("the seed's default (seed-1) has no complete trial yet")
     if worst is not None and lead is not None and worst.number == lead[1].number:
         notes.append(f"the worst finite trial is the {lead[0].split()[0]} one (a single finite trial)")
