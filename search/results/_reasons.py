@@ -78,7 +78,8 @@ def deepest_reasons(
             "recommendation; more trials would show how wide it is."
         )
     reasons.append(
-        f"{len(landscape.good)} of {len(landscape.done)} trials are good (within {pct} of the best objective "
+        f"{len(landscape.good)} of {len(landscape.done)} trials {'is' if len(landscape.good) == 1 else 'are'} good "
+        f"(within {pct} of the best objective "
         f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
         f"deepest inside that region (the farthest, in the four settings' log2 combined, from anything not good): "
         f"{_nearest_text(landscape, deepest.number)}, and "

@@ -140,3 +140,4 @@ def test_one_good_trial_is_the_only_good_trial_not_the_deepest_of_1():
     assert f"(trial #{rec['source_trial']}, the only good trial: the nearest trial that is not good" in verdict
     assert "deepest of 1 " not in verdict
     assert "no other trial lies nearer than it." in rec["text"] and "all 1 trials" not in rec["text"]
+    assert "1 of 2 trials is good (within" in rec["text"], rec["text"]
