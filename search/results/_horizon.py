@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial
 
-from search.core import LOSS_CURVE
+from search.core import LOSS_CURVE, SpaceConfig
 from search.results._minimal import PYTORCH_DEFAULT
 
 
@@ -20,10 +20,16 @@ def trial_steps(trial: FrozenTrial | None) -> int | None:
     return len(curve) if curve else None
 
 
-def horizon_note(steps: int | None) -> str | None:
-    """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's growth."""
+def horizon_note(steps: int | None, space: SpaceConfig | None = None) -> str | None:
+    """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's growth, or
+    when ``space`` searches no growth_interval longer than them (a search from a diagnosis whose growth window
+    says the scale must move: every interval it tried acted)."""
     if steps is None or steps >= PYTORCH_DEFAULT.growth_interval:
         return None
+    if space is not None:
+        interval = space.growth_interval
+        if (interval.fixed if interval.fixed is not None else interval.high) < steps:
+            return None
     return (
         f"horizon: each trial ran {steps} optimizer steps, and GradScaler grows the scale only after "
         f"growth_interval unskipped steps in a row, so these trials show nothing of a growth_interval above "

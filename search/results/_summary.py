@@ -121,7 +121,7 @@ def summarize(
         "study_name": study.study_name,
         "evaluation": evaluation,
         "evaluation_note": dominance_note(best_overall, evaluation),
-        "horizon_note": horizon_note(trial_steps(best_overall)),
+        "horizon_note": horizon_note(trial_steps(best_overall), space),
         "verdict": recommended[primary]["verdict"] if primary else None,
         "paste": recommended[primary]["paste"] if primary else {},
         "states": {s.name: states.get(s.name, 0) for s in TrialState},

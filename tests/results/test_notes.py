@@ -49,5 +49,13 @@ def test_the_horizon_note_says_what_short_trials_cannot_show_of_the_growth_setti
     note = horizon_note(30)
     assert note.startswith("horizon: each trial ran 30 optimizer steps") and "above 30 (PyTorch's default is 2000)" in note
     assert horizon_note(2000) is None and horizon_note(None) is None  # long enough: the default's growth can act
+    # A search whose growth_interval stays below the trials' steps (a diagnosis's window <= 4): every one acted.
+    from dataclasses import replace
+
+    from search.core import DEFAULTS, ParamRange
+
+    short = replace(DEFAULTS.space, growth_interval=ParamRange(1, 4, True))
+    assert horizon_note(256, short) is None and horizon_note(256, DEFAULTS.space) is not None
+    assert horizon_note(3, short) is not None  # 4 is above 3 steps: it could not act
     trial = optuna.trial.create_trial(value=0.4, user_attrs={"loss_curve": [0.7] * 64})
     assert trial_steps(trial) == 64 and trial_steps(None) is None

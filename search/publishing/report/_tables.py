@@ -197,7 +197,7 @@ def _recommendation_section(
         "search.confirm has trained every corner without failure.",
     )
     rec = recommend(done, space, tolerance, confirmation=confirmation)
-    notes = [n for n in (dominance_note(best_trial(done), evaluation), horizon_note(trial_steps(best_trial(done)))) if n]
+    notes = [n for n in (dominance_note(best_trial(done), evaluation), horizon_note(trial_steps(best_trial(done)), space)) if n]
     if notes:
         section.message = " ".join(("" if n.startswith("horizon:") else "Note: ") + f"{n[0].upper()}{n[1:]}." for n in notes)
     if rec is None:
