@@ -232,7 +232,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
     session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
-    with interrupts_as_exceptions():  # Ctrl-C: one line, exit 130, nothing recorded or written.
+    # Ctrl-C: one line, exit 130, nothing recorded or written; kept pending too, for the observer to raise at the
+    # next step should the first raise land where Python loses it (a __del__ during training).
+    with interrupts_as_exceptions(keep_pending=True):
         runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
     values = dict(setting.values) if run.scaler != TORCH else dict(setting.__dict__)

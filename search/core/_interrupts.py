@@ -86,13 +86,16 @@ def _handling(handler: Callable[[int, Any], object]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
+def interrupts_as_exceptions(first_only: bool = True, keep_pending: bool = False) -> Iterator[None]:
     """Turns SIGINT and SIGTERM into :class:`Interrupted` while the block runs.
 
     By default only the first signal raises: a second Ctrl-C (or a parent forwarding one) must not
     cut short the write of the trial that the first one interrupted. ``first_only=False`` raises
     on every signal, for a block that leaves nothing half-written when it is cut short
     (``search.confirm`` writes each run finished, in one transaction, after it has trained).
+    ``keep_pending``: each signal is also recorded, for :func:`raise_pending` to raise again, since a
+    raise that lands in a ``__del__`` or a weakref callback is printed and lost (``search.diagnose``'s
+    observer asks at every step).
     """
     raise_pending()  # A signal recorded while the command was starting: now is the time to stop.
     if not first_only:
@@ -102,6 +105,8 @@ def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
     raised: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
+        if keep_pending:
+            _pending.append(signum)
         if not raised:
             raised.append(signum)
             raise Interrupted(signum)

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from search.core import raise_pending
 from search.diagnosis._evidence import FP16_ROUNDS_TO_ZERO, LOWEST_OCTAVE, OCTAVES
 
 _LOG2_ZERO = math.log2(FP16_ROUNDS_TO_ZERO)
@@ -98,6 +99,7 @@ class RunObserver:
 
     def gradients(self, step: int, scale: torch.Tensor) -> None:
         """Called after a step's backward, before unscaling: reads the gradients at ``scale``."""
+        raise_pending()  # A Ctrl-C whose first raise was lost (search.core._interrupts): stop at this step.
         assert self._histograms is not None
         device = scale.device
         unscale = scale.double()

@@ -217,3 +217,25 @@ def test_help_and_bad_input_never_import_torch(tmp_path):
         assert not result["torch"], f"{case} imported torch"
         assert len(result["stderr"].splitlines()) == (0 if code == 0 else 1), (case, result["stderr"])
         assert sorted(pathlib.Path(folder).iterdir()) == before[folder], case
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop it shows
+def test_a_signal_whose_raise_is_lost_in_a_del_is_raised_again_where_kept():
+    """A Ctrl-C during search.diagnose's training once ran on for a minute: its Interrupted was raised inside a
+    ``__del__``, where Python prints and drops it. With ``keep_pending`` the signal is kept, and the diagnosis
+    observer's per-step ``raise_pending`` raises it."""
+    import signal
+
+    from search.core import Interrupted, interrupts_as_exceptions, raise_pending
+
+    class Finalised:
+        def __del__(self) -> None:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # as if the signal landed here
+
+    with interrupts_as_exceptions(keep_pending=True):
+        Finalised()  # dropped at once: its __del__ raises, and Python only prints it
+        with pytest.raises(Interrupted):
+            raise_pending()
+    with interrupts_as_exceptions():  # without: nothing kept, the signal is gone
+        Finalised()
+        raise_pending()
