@@ -119,10 +119,12 @@ def baseline_trials(space: SpaceConfig, scaler: str = TORCH) -> tuple[list[tuple
     return _points(SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines, space, scaler)
 
 
-def diagnosis_trial(setting: dict[str, float], space: SpaceConfig) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+def diagnosis_trial(
+    setting: dict[str, float], space: SpaceConfig, seeds: Iterable[tuple[str, dict[str, Any]]] = ()
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
     ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the seed's: left out with a note
-    when it lies outside the space."""
+    when it lies outside the space, and not added when one of ``seeds`` (the study's baselines) has its params."""
     config = ScalerConfig(float(setting["init_scale"]), float(setting["growth_factor"]),
                           float(setting["backoff_factor"]), int(setting["growth_interval"]))  # fmt: skip
     # Not the suggestion if the space would train another setting: a fixed value, or a start rounded to 2^k.
@@ -134,7 +136,12 @@ def diagnosis_trial(setting: dict[str, float], space: SpaceConfig) -> tuple[list
     if space.init_scale.powers_of_two and not math.log2(config.init_scale).is_integer():
         return [], [f"baseline {DIAGNOSIS_BASELINE} left out: the config samples powers of two of init_scale, and the "
                     f"diagnosis suggests 2^{math.log2(config.init_scale):.2f}"]  # fmt: skip
-    return _points(((DIAGNOSIS_BASELINE, config),), space, TORCH)
+    kept, notes = _points(((DIAGNOSIS_BASELINE, config),), space, TORCH)
+    same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
+    if same:  # A seed baseline already measures it: not a trial spent twice on one point.
+        return [], [f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
+                    f"{same[0]}'s, measured once as that"]  # fmt: skip
+    return kept, notes
 
 
 def _points(

@@ -286,12 +286,7 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     baselines, notes = baseline_trials(settings.space, settings.run.scaler)
     started = study.user_attrs.get(STUDY_DIAGNOSIS)
     if isinstance(started, dict) and started.get("suggested_setting") and settings.run.scaler == TORCH:
-        suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space)
-        same = [tag for tag, params in baselines for _, wanted in suggested if params == wanted]
-        if same:  # A seed baseline already measures it: not a trial spent twice on one point.
-            left_out = [f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
-                        f"{same[0]}'s, measured once as that"]  # fmt: skip
-            suggested = []
+        suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space, baselines)
         baselines, notes = baselines + suggested, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     added = with_retry(
