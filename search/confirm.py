@@ -246,7 +246,7 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
         + (f"{settings.run.steps} optimizer steps" if settings.run.steps else f"{settings.run.epochs} epochs")
         + f", {settings.run.amp_dtype} "
         f"on {plan.device.type}"
-        + (f", {RULES[settings.run.scaler].title}'s loss-scale rule" if settings.run.scaler != TORCH else "")
+        + f", {RULES[settings.run.scaler].title}'s loss-scale rule"
     )
     stored = len(plan.candidates) * len(seeds)
     if done:

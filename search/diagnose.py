@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         run.add_argument(flag, type=kind, default=None, metavar="N" if kind is int else "X",
                          help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]")  # fmt: skip
     run.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                     help="a framework's setting under --scaler, by its own name (initial_scale_power=12); repeatable")  # fmt: skip
+                     help="a setting of the --scaler rule by its own name (initial_scale_power=12); repeatable")  # fmt: skip
     run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")
     run.add_argument("--storage", default=None, metavar="URL",
                      help="record the diagnosis in this Optuna storage, in the study search.optimize would use; "
@@ -85,7 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# GradScaler's four settings as flags: (flag, type, PyTorch's default).
+# GradScaler's four settings as flags: (flag, type, PyTorch's default as help shows it). The defaults the
+# diagnosis uses are GradScaler's knobs' (search.scalers); a test holds these to them, and importing the
+# scalers here would cost every --help and bad-input exit its start-up.
 _TORCH_FLAGS = (
     ("--init-scale", float, "65536"),
     ("--growth-factor", float, "2"),
@@ -177,7 +179,6 @@ def _read(args: argparse.Namespace):  # noqa: ANN202 (search.diagnosis.LogReadin
 def _training(session: Session, args: argparse.Namespace) -> int:
     """A training diagnosis: bad input before torch, then the three runs, then the lines and files."""
     from search.core import ConfigError, load_settings
-    from search.scalers import TORCH
     from search.tasks import TaskError, task_target
 
     overrides = {"task": args.task, "device": args.device, "epochs": args.epochs, "steps": args.steps,
@@ -237,7 +238,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     with interrupts_as_exceptions(keep_pending=True):
         runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
-    values = dict(setting.values) if run.scaler != TORCH else dict(setting.__dict__)
+    values = dict(setting.values)
     diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
     # Everything written is made before anything is printed: a reader that goes away costs no file.
     text = json.dumps(diagnosis.to_dict(), indent=2, allow_nan=False) if args.json else None
@@ -304,52 +305,40 @@ def _search_line(args: argparse.Namespace, record: dict, settings, searched: boo
 
 
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)
-    """The settings to diagnose, from the flags; bad values are one line each."""
-    from search.core import ScalerConfig
-    from search.scalers import RULES, TORCH, RuleSetting
+    """The settings to diagnose, from the flags: the rule's defaults, then GradScaler's four flags, then each
+    ``--knob NAME=VALUE``; bad values are one line each."""
+    from search.scalers import RULES
 
-    torch_flags = [flag for flag, _, _ in _TORCH_FLAGS if getattr(args, flag[2:].replace("-", "_")) is not None]
-    if scaler == TORCH:
-        if args.knob:
-            raise UsageError("--knob sets a framework's setting: add --scaler deepspeed, megatron or fairseq")
-        init, growth, backoff, interval = (getattr(args, f[2:].replace("-", "_")) for f, _, _ in _TORCH_FLAGS)
-        config = ScalerConfig(
-            65536.0 if init is None else init,
-            2.0 if growth is None else growth,
-            0.5 if backoff is None else backoff,
-            2000 if interval is None else interval,
-        )
-        if not (math.isfinite(config.init_scale) and config.init_scale > 0):
-            raise UsageError(f"--init-scale must be a finite number > 0, got {config.init_scale:g}")
-        if not (math.isfinite(config.growth_factor) and config.growth_factor > 1):
-            raise UsageError(f"--growth-factor must be > 1 (GradScaler's rule), got {config.growth_factor:g}")
-        if not 0 < config.backoff_factor < 1:
-            raise UsageError(f"--backoff-factor must be in (0, 1) (GradScaler's rule), got {config.backoff_factor:g}")
-        if config.growth_interval < 1:
-            raise UsageError(f"--growth-interval must be >= 1, got {config.growth_interval}")
-        return config
     rule = RULES[scaler]
-    if torch_flags:
-        raise UsageError(f"{torch_flags[0]} is GradScaler's; {rule.title}'s settings are given as --knob NAME=VALUE")
     values = dict(rule.default)
+    for flag, _, _ in _TORCH_FLAGS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        name = flag[2:].replace("-", "_")
+        if name not in rule.names:
+            raise UsageError(f"{flag} is GradScaler's; {rule.title}'s settings are given as --knob NAME=VALUE")
+        if not (math.isfinite(value) and rule.knob(name).valid(value)):
+            raise UsageError(f"{flag} must be {rule.knob(name).rule} ({rule.title}'s rule), got {value:g}")
+        values[name] = rule.knob(name).cast(value)
     for item in args.knob:
         name, sep, text = item.partition("=")
-        names = [knob.name for knob in rule.knobs]
-        if not sep or name not in names:
-            raise UsageError(f"--knob {item}: {rule.title}'s settings are {', '.join(names)} (as NAME=VALUE)")
+        if not sep or name not in rule.names:
+            raise UsageError(f"--knob {item}: {rule.title}'s settings are {', '.join(rule.names)} (as NAME=VALUE)")
         knob = rule.knob(name)
         try:
             value = float(text)
         except ValueError:
             raise UsageError(f"--knob {item}: not a number") from None
-        if not knob.valid(value):
+        if not (math.isfinite(value) and knob.valid(value)):
             raise UsageError(f"--knob {item}: {name} must be {knob.rule}")
         values[name] = knob.cast(value)
+    setting = rule.setting(values)
     try:
-        RuleSetting(scaler, values).make()
+        setting.make()
     except ValueError as e:  # Knobs valid alone but not together (a minimum above the start).
         raise UsageError(f"{rule.title}'s settings: {e}") from None
-    return RuleSetting(scaler, values)
+    return setting
 
 
 def _lines(binary: BinaryIO) -> Iterator[str]:

@@ -2,8 +2,7 @@
 
 * ``_config``: the settings: the defaults (once), TOML loading;
 * ``_validation``: each setting against what the service and the chosen scaler accept;
-* ``_scaler_config``: the four GradScaler settings of one trial and the line that reproduces them;
-* ``_space``: the search space as Optuna distributions, the seed's five baselines, ``format_scale``;
+* ``_space``: a rule's search space as Optuna distributions, a trial's setting, the baselines, ``format_scale``;
 * ``_record``: the trial record, its one owner: attr keys, baseline names, failure codes, finished
   states, reading a trial back;
 * ``_devices``: ``--device`` resolution, the device and process labels stored with trials;
@@ -26,24 +25,27 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "RunConfig",
             "Settings",
             "SpaceConfig",
-            "TORCH_PARAMS",
             "knob_range",
+            "own_space",
+            "space_layout",
             "default_study_name",
             "load_settings",
             "settings_from_dict",
             "with_run",
         ),
         "_validation": ("MAX_POPULATION", "MAX_STUDY_NAME", "SAMPLERS"),
-        "_scaler_config": ("ScalerConfig",),
         "_space": (
             "PARAM_NAMES",
             "POW2_NAME",
+            "PYTORCH_DEFAULT",
             "SEED_BASELINES",
+            "ScalerConfig",
             "baseline_trials",
             "diagnosis_trial",
             "distributions",
             "format_scale",
             "growth_note",
+            "pow2_name",
             "scaler_config",
             "setting_of",
             "suggest",
@@ -92,6 +94,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "device_kind",
             "failure_of",
             "scale_moves",
+            "skipped_of",
             "showcase",
             "unfinished_baselines",
             "waiting_baseline",

@@ -11,7 +11,7 @@ import tomllib
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from search.scalers import RULES, TORCH, Knob
+from search.scalers import FRAMEWORKS, GRADSCALER, RULES, Knob
 
 
 class ConfigError(ValueError):
@@ -38,7 +38,7 @@ class ParamRange:
 
 
 def knob_range(knob: Knob) -> ParamRange:
-    """The range a framework's knob is searched over by default (or the value it is fixed at)."""
+    """The range a rule's knob is searched over by default (or the value it is fixed at)."""
     return ParamRange(knob.low, knob.high, knob.log, knob.fixed)
 
 
@@ -49,24 +49,24 @@ def _rule_ranges(name: str) -> dict[str, ParamRange]:
 @dataclass(frozen=True)
 class SpaceConfig:
     """The search space: one :class:`ParamRange` per GradScaler setting, and per knob of each
-    framework's own scaler (``[space.deepspeed.hysteresis]``), searched under ``--scaler NAME``."""
+    framework's own scaler (``[space.deepspeed.hysteresis]``), searched under ``--scaler NAME``.
+    The defaults are the knobs' own (:mod:`search.scalers`)."""
 
-    init_scale: ParamRange = ParamRange(2.0**-20, 2.0**32, log=True)
-    growth_factor: ParamRange = ParamRange(1.01, 8.0, log=True)
-    backoff_factor: ParamRange = ParamRange(0.05, 0.95, log=False)
-    growth_interval: ParamRange = ParamRange(1, 2000, log=True)
+    init_scale: ParamRange = knob_range(GRADSCALER.knob("init_scale"))
+    growth_factor: ParamRange = knob_range(GRADSCALER.knob("growth_factor"))
+    backoff_factor: ParamRange = knob_range(GRADSCALER.knob("backoff_factor"))
+    growth_interval: ParamRange = knob_range(GRADSCALER.knob("growth_interval"))
     deepspeed: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("deepspeed"))
     megatron: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("megatron"))
     fairseq: dict[str, ParamRange] = field(default_factory=lambda: _rule_ranges("fairseq"))
 
     def ranges(self, scaler: str) -> dict[str, ParamRange]:
-        """The ranges ``--scaler scaler`` searches: GradScaler's four settings, or a framework's knobs."""
-        if scaler == TORCH:
-            return {name: getattr(self, name) for name in TORCH_PARAMS}
-        return dict(getattr(self, scaler))
-
-
-TORCH_PARAMS = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+        """The ranges ``--scaler scaler`` searches, by knob: at the top of ``[space]`` (GradScaler's four
+        settings) or in the rule's own table (a framework's knobs)."""
+        rule = RULES[scaler]
+        if rule.space_table:
+            return dict(getattr(self, rule.space_table))
+        return {name: getattr(self, name) for name in rule.names}
 
 
 @dataclass(frozen=True)
@@ -129,13 +129,26 @@ class Settings:
         """A plain nested dict (the TOML layout), with unset ``fixed`` values left out."""
         data = asdict(self)
         for name, param in data["space"].items():
-            for knob in param.values() if name in RULES else ():
+            for knob in param.values() if name in FRAMEWORKS else ():
                 _drop_unset(knob, keep_powers=False)
                 if "fixed" in knob:  # A fixed knob is written as configs/default.toml writes it: fixed alone.
                     del knob["low"], knob["high"], knob["log"]
-            if name not in RULES:
-                _drop_unset(param, keep_powers=name == "init_scale")
+            if name not in FRAMEWORKS:
+                _drop_unset(param, keep_powers=GRADSCALER.knob(name).powers_of_two)
         return data
+
+
+def own_space(space: dict[str, Any], scaler: str) -> dict[str, Any]:
+    """The part of a config's ``[space]`` (as :meth:`Settings.to_dict` writes it) that ``scaler``'s rule searches:
+    its own table, or GradScaler's four at the top. A study records this much."""
+    table = RULES[scaler].space_table
+    return dict(space[table]) if table else {k: v for k, v in space.items() if k in RULES[scaler].names}
+
+
+def space_layout(own: dict[str, Any], scaler: str) -> dict[str, Any]:
+    """:func:`own_space`'s result put back where a config's ``[space]`` holds it."""
+    table = RULES[scaler].space_table
+    return {table: own} if table else dict(own)
 
 
 def _drop_unset(param: dict[str, Any], keep_powers: bool) -> None:
@@ -212,7 +225,7 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
 def _unfix_searched(defaults: dict[str, Any], space: Any) -> None:
     """A knob fixed by default (fairseq's threshold_loss_scale) that ``space`` gives low/high/log is searched:
     its default ``fixed`` is dropped before the merge, or it would silently win."""
-    for rule in RULES:
+    for rule in FRAMEWORKS:
         tables = space.get(rule) if isinstance(space, dict) else None
         for knob, table in tables.items() if isinstance(tables, dict) else ():
             default = defaults[rule].get(knob)
@@ -236,7 +249,7 @@ def _space_tables(space: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """``(where, table)`` of every parameter table of a ``[space]``: ``init_scale``, ``deepspeed.hysteresis``."""
     tables = []
     for name, spec in space.items():
-        if name in RULES and isinstance(spec, dict):
+        if name in FRAMEWORKS and isinstance(spec, dict):
             tables += [(f"{name}.{knob}", table) for knob, table in spec.items() if isinstance(table, dict)]
         elif isinstance(spec, dict):
             tables.append((name, spec))
@@ -244,9 +257,11 @@ def _space_tables(space: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _space_of(data: dict[str, Any]) -> SpaceConfig:
-    torch_ranges = {n: _build(ParamRange, s, f"space.{n}") for n, s in data.items() if n not in RULES}
+    torch_ranges = {n: _build(ParamRange, s, f"space.{n}") for n, s in data.items() if n not in FRAMEWORKS}
     rule_ranges = {
-        rule: {knob: _knob_range(rule, knob, spec) for knob, spec in data[rule].items()} for rule in RULES if rule in data
+        rule: {knob: _knob_range(rule, knob, spec) for knob, spec in data[rule].items()}
+        for rule in FRAMEWORKS
+        if rule in data
     }
     return SpaceConfig(**torch_ranges, **rule_ranges)
 

@@ -5,14 +5,14 @@ study's space), its value (the objective) and its state; this module owns everyt
 service writes into a trial, so that no other module spells a key:
 
 * user attrs written by :func:`search.training._objective.run_trial` for every run (:data:`RUN_ATTRS`): the
-  losses and evaluation (``final_loss``, ``eval_loss``, ...), ``skipped_steps``, ``nonfinite``,
-  ``failure``, the curves, the zero-gradient fractions, ``device``, ``versions``,
-  ``train_seconds``;
+  losses and evaluation (``final_loss``, ``eval_loss``, ...), ``skipped_steps`` and which steps they were
+  (``overflow_steps``), ``nonfinite``, ``failure``, the curves, the zero-gradient fractions, ``device``,
+  ``versions``, ``train_seconds``;
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
   configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
   default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a search started
   from suggests (its ``suggested_setting``), enqueued once after them;
-* under a framework's rule (``--scaler``), also ``overflow_steps``, ``ended_by_rule``,
+* under a rule with a minimum scale (a framework's, ``--scaler``), also ``ended_by_rule``,
   ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
 * ``population`` (:data:`POPULATION`): written only by a member of a population
   (``--population K``, :func:`search.training._objective.run_population`): how many trials trained together
@@ -62,8 +62,8 @@ SCALE_CURVE = "scale_curve"
 DEVICE = "device"
 TRAIN_SECONDS = "train_seconds"
 POPULATION = "population"  # size of the population a trial trained in; population mode only
-# Written only by a trial under a framework's rule (--scaler deepspeed|megatron|fairseq), beside RUN_ATTRS:
-OVERFLOW_STEPS = "overflow_steps"  # the steps (from 0) that overflowed and were skipped
+OVERFLOW_STEPS = "overflow_steps"  # the steps (from 0) that overflowed and were skipped, as measured (found_inf)
+# Written only by a trial under a rule with a minimum scale (--scaler deepspeed|megatron|fairseq), beside RUN_ATTRS:
 ENDED_BY_RULE = "ended_by_rule"  # why the framework would have ended the run, or ""
 STEPS_AT_MINIMUM = "steps_at_minimum"  # steps taken with the scale at the rule's minimum
 OVERFLOWS_AT_MINIMUM = "overflows_at_minimum"  # how many of those overflowed
@@ -95,9 +95,10 @@ RUN_ATTRS = (
     DEVICE,
     "versions",
     TRAIN_SECONDS,
+    OVERFLOW_STEPS,
 )
 
-RULE_ATTRS = (OVERFLOW_STEPS, ENDED_BY_RULE, STEPS_AT_MINIMUM, OVERFLOWS_AT_MINIMUM)
+RULE_ATTRS = (ENDED_BY_RULE, STEPS_AT_MINIMUM, OVERFLOWS_AT_MINIMUM)
 
 # -- values --------------------------------------------------------------------------------------
 # The failure codes of a run that stayed finite but did not learn as it should (search.training._penalty).
@@ -136,22 +137,39 @@ def unfinished_baselines(trials: Iterable[FrozenTrial], tags: Iterable[str]) -> 
     return [tag for tag in tags if tag not in finished]
 
 
-def scale_moves(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
-    """Per optimizer step, how GradScaler's ``update()`` moved the stored scale: -1 it backed off (the
-    step was skipped; a missing value counts so), +1 it grew, 0 neither.
+def scale_moves(
+    scale_curve: Sequence[float | None], init_scale: float, overflow_steps: Iterable[int] | None = None
+) -> list[int]:
+    """Per optimizer step, how the step moved the stored scale: -1 it was skipped (an overflow), +1 the scale
+    grew, 0 neither.
 
-    GradScaler keeps its scale in float32, so the first step is compared with ``init_scale`` rounded
-    to float32 (a float64 init_scale that rounds down would otherwise look like a backoff).
+    ``overflow_steps`` are the skipped steps as the trainer measured them (``found_inf``; a trial stores them
+    as :data:`OVERFLOW_STEPS`): with them, a step is -1 exactly when it was skipped, under every rule (an
+    overflow that a framework's hysteresis absorbs leaves the scale where it was). Without them (a study that
+    stored none), a step is -1 when the scale dropped or is missing, which under GradScaler is the same. The
+    scale is float32, so the first step is compared with ``init_scale`` rounded to float32 (a float64
+    init_scale that rounds down would otherwise look like a backoff).
     """
+    skipped = None if overflow_steps is None else set(overflow_steps)
     moves = []
     before: float | None = float(np.float32(init_scale))
-    for after in scale_curve:
-        if after is None or before is None or after < before:
+    for step, after in enumerate(scale_curve):
+        if skipped is not None and step in skipped:
             moves.append(-1)
+        elif after is None or before is None or after < before:
+            moves.append(0 if skipped is not None else -1)
         else:
             moves.append(1 if after > before else 0)
         before = after
     return moves
+
+
+def skipped_of(trial: FrozenTrial, init_scale: float) -> list[int]:
+    """The steps (from 0) a trial skipped: as recorded (:data:`OVERFLOW_STEPS`), else read from its scale curve."""
+    if OVERFLOW_STEPS in trial.user_attrs:
+        return list(trial.user_attrs[OVERFLOW_STEPS])
+    curve = trial.user_attrs.get(SCALE_CURVE) or []
+    return [step for step, move in enumerate(scale_moves(curve, init_scale)) if move < 0]
 
 
 def failure_of(trial: FrozenTrial) -> str:

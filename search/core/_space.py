@@ -1,53 +1,63 @@
-"""The search space: GradScaler settings (or a framework's knobs) as Optuna distributions, and the baselines.
+"""The search space: a rule's knobs as Optuna distributions, one trial's setting, and the baselines.
 
-Under ``--scaler torch`` the params are GradScaler's four settings and the baselines the seed script's
-five; under a framework's rule (:mod:`search.scalers`) they are that framework's own knobs, under its
-own names, and the baselines its defaults.
+Every rule (:mod:`search.scalers`) is searched the same way: each of its knobs that the config does not fix
+becomes an Optuna distribution under the knob's own name (an integer one for a whole number or a flag; an
+integer exponent ``NAME_log2`` for a knob the config searches as powers of two), and a trial's params plus
+the fixed values make the rule's setting. The baselines are the rule's own (GradScaler's five, or a
+framework's defaults).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
 from search.core._config import ParamRange, SpaceConfig
-from search.core._record import DEFAULT_BASELINE, DIAGNOSIS_BASELINE
-from search.core._scaler_config import ScalerConfig
-from search.scalers import BOOL, INT, RULES, TORCH, RuleSetting
+from search.core._record import DIAGNOSIS_BASELINE
+from search.scalers import (
+    BOOL,
+    GRADSCALER,
+    INT,
+    PARAM_NAMES,
+    RULES,
+    TORCH,
+    RuleSetting,
+    ScalerConfig,
+)
+from search.scalers import format_scale as format_scale  # Named by core's face too.
 
-PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 POW2_NAME = "init_scale_log2"
 
-# The seed script's table, with PyTorch's default growth_interval, which the seed left implicit.
-SEED_BASELINES: tuple[tuple[str, ScalerConfig], ...] = (
-    (DEFAULT_BASELINE, ScalerConfig(2.0**16, 2.0, 0.5, 2000)),  # PyTorch's default
-    ("seed-2", ScalerConfig(2.0**8, 2.0, 0.5, 2000)),  # low init_scale
-    ("seed-3", ScalerConfig(2.0**24, 2.0, 0.5, 2000)),  # high init_scale
-    ("seed-4", ScalerConfig(2.0**16, 1.5, 0.5, 2000)),  # slow growth
-    ("seed-5", ScalerConfig(2.0**16, 4.0, 0.25, 2000)),  # fast growth, deep backoff
+# GradScaler's baselines as settings: PyTorch's default first (baseline seed-1).
+SEED_BASELINES: tuple[tuple[str, ScalerConfig], ...] = tuple(
+    (tag, GRADSCALER.setting(values)) for tag, values in GRADSCALER.baselines
 )
+PYTORCH_DEFAULT: ScalerConfig = GRADSCALER.setting(GRADSCALER.default)
+
+
+def pow2_name(name: str) -> str:
+    """The param of a knob searched as powers of two: its exponent (``init_scale_log2``)."""
+    return f"{name}_log2"
 
 
 def distributions(space: SpaceConfig, scaler: str = TORCH) -> dict[str, BaseDistribution]:
-    """The Optuna distributions of the searched (not fixed) parameters, by param name."""
-    if scaler != TORCH:
-        return _rule_distributions(space, scaler)
+    """The Optuna distributions of the searched (not fixed) knobs of ``scaler``'s rule, by param name."""
     out: dict[str, BaseDistribution] = {}
-    for name in PARAM_NAMES:
-        p: ParamRange = getattr(space, name)
+    ranges = space.ranges(scaler)
+    for knob in RULES[scaler].knobs:
+        p: ParamRange = ranges[knob.name]
         if p.fixed is not None:
             continue
-        if name == "init_scale" and p.powers_of_two:
-            low, high = math.ceil(math.log2(p.low)), math.floor(math.log2(p.high))
-            out[POW2_NAME] = IntDistribution(low, high)
-        elif name == "growth_interval":
-            out[name] = IntDistribution(int(p.low), int(p.high), log=p.log)
+        if p.powers_of_two:
+            out[pow2_name(knob.name)] = IntDistribution(math.ceil(math.log2(p.low)), math.floor(math.log2(p.high)))
+        elif knob.kind in (INT, BOOL):  # A flag is searched as 0/1.
+            out[knob.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
         else:
-            out[name] = FloatDistribution(p.low, p.high, log=p.log)
+            out[knob.name] = FloatDistribution(p.low, p.high, log=p.log)
     return out
 
 
@@ -63,60 +73,38 @@ def suggest(trial: optuna.Trial, space: SpaceConfig, scaler: str = TORCH) -> Sca
     return setting_of(params, space, scaler)
 
 
-def setting_of(params: dict[str, Any], space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
-    """A trial's full setting from its params and the fixed values of ``space``: GradScaler's four
-    settings, or every knob of the framework's rule."""
-    if scaler == TORCH:
-        return scaler_config(params, space)
+def setting_of(params: Mapping[str, Any], space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
+    """A trial's full setting from its params and the fixed values of ``space``: every knob of the rule."""
     rule = RULES[scaler]
     ranges = space.ranges(scaler)
-    values = {
-        knob.name: knob.cast(ranges[knob.name].fixed if ranges[knob.name].fixed is not None else params[knob.name])
-        for knob in rule.knobs
-    }
-    return RuleSetting(scaler, values)
-
-
-def _rule_distributions(space: SpaceConfig, scaler: str) -> dict[str, BaseDistribution]:
-    out: dict[str, BaseDistribution] = {}
-    for knob in RULES[scaler].knobs:
-        p = space.ranges(scaler)[knob.name]
+    values = {}
+    for knob in rule.knobs:
+        p = ranges[knob.name]
         if p.fixed is not None:
-            continue
-        if knob.kind in (INT, BOOL):  # A flag is searched as 0/1.
-            out[knob.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
+            value = p.fixed
+        elif p.powers_of_two:
+            value = 2.0 ** params[pow2_name(knob.name)]
         else:
-            out[knob.name] = FloatDistribution(p.low, p.high, log=p.log)
-    return out
+            value = params[knob.name]
+        values[knob.name] = knob.cast(value)
+    return rule.setting(values)
 
 
-def scaler_config(params: dict[str, Any], space: SpaceConfig) -> ScalerConfig:
-    """Combines a trial's params with the fixed values of ``space``."""
-    values: dict[str, Any] = {}
-    for name in PARAM_NAMES:
-        p: ParamRange = getattr(space, name)
-        if p.fixed is not None:
-            values[name] = p.fixed
-        elif name == "init_scale" and p.powers_of_two:
-            values[name] = 2.0 ** params[POW2_NAME]
-        else:
-            values[name] = params[name]
-    return ScalerConfig(
-        init_scale=float(values["init_scale"]),
-        growth_factor=float(values["growth_factor"]),
-        backoff_factor=float(values["backoff_factor"]),
-        growth_interval=int(values["growth_interval"]),
-    )
+def scaler_config(params: Mapping[str, Any], space: SpaceConfig) -> ScalerConfig:
+    """GradScaler's four settings of a trial: its params with the fixed values of ``space``."""
+    setting = setting_of(params, space, TORCH)
+    assert isinstance(setting, ScalerConfig)
+    return setting
 
 
 def baseline_trials(space: SpaceConfig, scaler: str = TORCH) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The baselines as params of ``space``, and a note for each one left out: the seed script's five
-    (``--scaler torch``) or the framework's defaults.
+    """The rule's baselines as params of ``space``, and a note for each one left out.
 
-    A parameter fixed in the config keeps its fixed value in the baselines too. A baseline
-    whose value lies outside a searched range is left out: it is not a point of this space.
+    A baseline is a setting: it is trained as it is or not at all. One whose value lies outside a searched
+    range, or differs from a value the config fixes, is left out with a note (a row named after the default
+    that trained the config's fixed values would claim a default that never ran).
     """
-    return _points(SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines, space, scaler)
+    return _points(RULES[scaler].baselines, space, scaler)
 
 
 def diagnosis_trial(
@@ -125,18 +113,8 @@ def diagnosis_trial(
     """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
     ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the seed's: left out with a note
     when it lies outside the space, and not added when one of ``seeds`` (the study's baselines) has its params."""
-    config = ScalerConfig(float(setting["init_scale"]), float(setting["growth_factor"]),
-                          float(setting["backoff_factor"]), int(setting["growth_interval"]))  # fmt: skip
-    # Not the suggestion if the space would train another setting: a fixed value, or a start rounded to 2^k.
-    for name in PARAM_NAMES:
-        fixed = getattr(space, name).fixed
-        if fixed is not None and float(fixed) != float(getattr(config, name)):
-            return [], [f"baseline {DIAGNOSIS_BASELINE} left out: the config fixes {name} at {fixed:g}, the diagnosis "
-                        f"suggests {getattr(config, name):g}"]  # fmt: skip
-    if space.init_scale.powers_of_two and not math.log2(config.init_scale).is_integer():
-        return [], [f"baseline {DIAGNOSIS_BASELINE} left out: the config samples powers of two of init_scale, and the "
-                    f"diagnosis suggests 2^{math.log2(config.init_scale):.2f}"]  # fmt: skip
-    kept, notes = _points(((DIAGNOSIS_BASELINE, config),), space, TORCH)
+    values = {name: setting[name] for name in PARAM_NAMES}
+    kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, TORCH, "the diagnosis suggests")
     same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
     if same:  # A seed baseline already measures it: not a trial spent twice on one point.
         return [], [f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
@@ -145,26 +123,40 @@ def diagnosis_trial(
 
 
 def _points(
-    points: Iterable[tuple[str, Any]], space: SpaceConfig, scaler: str
+    points: Iterable[tuple[str, Mapping[str, Any]]], space: SpaceConfig, scaler: str, source: str = ""
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    dists = distributions(space, scaler)
+    """Each ``(tag, values)`` as the params of ``space``, or left out with a note where ``space`` would train
+    another setting: a value the config fixes otherwise, a start the config rounds to a power of two, or a
+    value outside a searched range."""
+    rule = RULES[scaler]
+    ranges, dists = space.ranges(scaler), distributions(space, scaler)
     kept, notes = [], []
-    for tag, cfg in points:
+    for tag, values in points:
+        why = _not_trainable(rule, ranges, values, source or "the baseline has")
+        if why:
+            notes.append(f"baseline {tag} left out: {why}")
+            continue
         params: dict[str, Any] = {}
         for name, dist in dists.items():
-            if isinstance(cfg, dict):
-                value = cfg[name]
-            else:
-                value = math.log2(cfg.init_scale) if name == POW2_NAME else getattr(cfg, name)
-            if isinstance(dist, IntDistribution):
-                value = int(value)
-            params[name] = value
+            knob = name.removesuffix("_log2") if name not in values else name
+            value = math.log2(values[knob]) if name != knob else values[name]
+            params[name] = int(value) if isinstance(dist, IntDistribution) else value
         outside = [n for n, v in params.items() if not dists[n].low <= v <= dists[n].high]
         if outside:
             notes.append(f"baseline {tag} left out: {', '.join(outside)} outside the search space")
         else:
             kept.append((tag, params))
     return kept, notes
+
+
+def _not_trainable(rule: Any, ranges: Mapping[str, ParamRange], values: Mapping[str, Any], source: str) -> str:
+    for knob in rule.knobs:
+        p, value = ranges[knob.name], values[knob.name]
+        if p.fixed is not None and float(p.fixed) != float(value):
+            return f"the config fixes {knob.name} at {p.fixed:g}, {source} {float(value):g}"
+        if p.fixed is None and p.powers_of_two and not math.log2(value).is_integer():
+            return f"the config samples powers of two of {knob.name}, and {source} 2^{math.log2(value):.2f}"
+    return ""
 
 
 def growth_note(space: SpaceConfig, epochs: int) -> str | None:
@@ -177,11 +169,3 @@ def growth_note(space: SpaceConfig, epochs: int) -> str | None:
             "never grows, so growth_factor cannot matter"
         )
     return None
-
-
-def format_scale(value: float) -> str:
-    """A loss scale as people read it: ``2^16`` for an exact power of two, else ``2^16.37``."""
-    exponent = math.log2(value) if value > 0 else math.nan
-    if not math.isfinite(exponent):
-        return f"{value:g}"
-    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"

@@ -6,7 +6,7 @@ import math
 import re
 
 from search.core._config import ConfigError, ParamRange, Settings, SpaceConfig
-from search.scalers import RULES, SCALERS, TORCH
+from search.scalers import RULES, SCALERS
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random")
 PRUNERS = ("none", "median", "hyperband")
@@ -76,41 +76,18 @@ def validate(s: Settings) -> None:
         raise ConfigError("task must not be empty")
     if run.scaler not in SCALERS:
         raise ConfigError(f"unknown scaler {run.scaler!r}: use one of {', '.join(SCALERS)}")
-    if run.scaler != TORCH and run.amp_dtype != "float16":
+    rule = RULES[run.scaler]
+    if run.amp_dtype not in rule.amp_dtypes:
         raise ConfigError(
-            f"--scaler {run.scaler} scales fp16 only ({RULES[run.scaler].title} does not scale {run.amp_dtype}): "
+            f"--scaler {run.scaler} scales fp16 only ({rule.title} does not scale {run.amp_dtype}): "
             "use --amp-dtype float16"
         )
-    if run.scaler != TORCH and run.population > 1:
+    if not rule.population and run.population > 1:
         raise ConfigError(
             f"population mode trains GradScaler's rule only: --scaler {run.scaler} runs one trial at a time "
             "(leave --population at 1)"
         )
     _validate_rule_space(s.space)
-
-    # Open or closed intervals per GradScaler's own constraints.
-    limits = {
-        "init_scale": (lambda v: v > 0, "> 0"),
-        "growth_factor": (lambda v: v > 1, "> 1"),
-        "backoff_factor": (lambda v: 0 < v < 1, "in (0, 1)"),
-        "growth_interval": (lambda v: v >= 1 and float(v).is_integer(), "a whole number >= 1"),
-    }
-    for name, (ok, rule) in limits.items():
-        p: ParamRange = getattr(s.space, name)
-        where = f"[space.{name}]"
-        if p.fixed is not None:
-            if not ok(p.fixed):
-                raise ConfigError(f"{where} fixed must be {rule}, got {p.fixed:g}")
-            continue
-        for bound in ("low", "high"):
-            if not ok(getattr(p, bound)):
-                raise ConfigError(f"{where} {bound} must be {rule}, got {getattr(p, bound):g}")
-        if p.low > p.high:
-            raise ConfigError(f"{where} low ({p.low:g}) must not exceed high ({p.high:g})")
-        if p.powers_of_two and name != "init_scale":
-            raise ConfigError(f"{where} powers_of_two applies to init_scale only")
-        if p.powers_of_two and math.floor(math.log2(p.high)) < math.ceil(math.log2(p.low)):
-            raise ConfigError(f"{where} contains no power of two")
 
     pen = s.penalty
     if pen.evaluation not in EVALUATIONS:
@@ -124,12 +101,13 @@ def validate(s: Settings) -> None:
 
 
 def _validate_rule_space(space: SpaceConfig) -> None:
-    """Each framework knob's range (or fixed value) against what the framework accepts."""
+    """Each knob's range (or fixed value) against what its rule accepts."""
     for rule in RULES.values():
         ranges = space.ranges(rule.name)
         for knob in rule.knobs:
-            p, where = ranges[knob.name], f"[space.{rule.name}.{knob.name}]"
-            if p.powers_of_two:
+            p = ranges[knob.name]
+            where = f"[space.{rule.space_table}.{knob.name}]" if rule.space_table else f"[space.{knob.name}]"
+            if p.powers_of_two and not knob.powers_of_two:
                 raise ConfigError(f"{where} powers_of_two applies to [space.init_scale] only")
             values = [("fixed", p.fixed)] if p.fixed is not None else [("low", p.low), ("high", p.high)]
             for bound, value in values:
@@ -139,6 +117,8 @@ def _validate_rule_space(space: SpaceConfig) -> None:
                 raise ConfigError(f"{where} low ({p.low:g}) must not exceed high ({p.high:g})")
             if p.fixed is None and p.log and p.low <= 0:
                 raise ConfigError(f"{where} low must be > 0 on a log scale, got {p.low:g}")
+            if p.fixed is None and p.powers_of_two and math.floor(math.log2(p.high)) < math.ceil(math.log2(p.low)):
+                raise ConfigError(f"{where} contains no power of two")
     megatron = space.ranges("megatron")
     lowest_initial = _lowest(megatron["initial_loss_scale"])
     if _highest(megatron["min_loss_scale"]) > lowest_initial:  # DynamicGradScaler asserts it.

@@ -47,11 +47,10 @@ def diagnosis_runs(
     Example:
         ::
 
-            from search.core import ScalerConfig
+            from search.core import PYTORCH_DEFAULT as default
             from search.diagnosis import diagnosis_runs, judge
             from search.tasks.deep_mlp import build
 
-            default = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
             runs = diagnosis_runs(build(42), default)
             print(judge(runs.fp16, runs.fp32, runs.bf16, default).verdict)  # underflow
 
@@ -77,7 +76,7 @@ def diagnosis_runs(
     fp32, fp32_seconds = _timed(lambda: train(
         problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=None, observer=fp32_observer))  # fmt: skip
     fp32_zeros = fp32.zero_grad_fraction
-    min_scale = setting.make().min_loss_scale if isinstance(setting, RuleSetting) else None
+    min_scale = fp16.min_scale  # The rule's floor, or None where it has none (GradScaler).
     runs = {
         "fp16": _evidence("fp16", fp16, fp16_observer, fp32_zeros, penalty, fp16_seconds, min_scale),
         "fp32": _evidence("fp32", fp32, fp32_observer, fp32_zeros, penalty, fp32_seconds, None),

@@ -12,6 +12,7 @@ from typing import Any
 
 from search.diagnosis._evidence import FP16_MAX, FP16_ROUNDS_TO_ZERO, DiagnosisRuns, RunEvidence
 from search.diagnosis._training_verdict import TrainingVerdict, scale_text
+from search.scalers import RULES
 
 SHOWN_SKIPS = 12  # Skipped steps listed one by one; the rest are counted.
 
@@ -190,6 +191,4 @@ def _title(run: RunEvidence) -> str:
 
 
 def _rule_title(scaler: str) -> str:
-    from search.scalers import RULES
-
-    return "GradScaler" if scaler not in RULES else RULES[scaler].title + "'s rule"
+    return f"{RULES[scaler].title}'s rule"

@@ -49,7 +49,7 @@ from search.core import PenaltyConfig, ScalerConfig
 from search.diagnosis._evidence import FP16_MAX, FP16_SMALLEST, RunEvidence
 from search.diagnosis._log_reading import CHRONIC_RATE
 from search.diagnosis._suggestion import moving_start, suggested_setting
-from search.scalers import RuleSetting
+from search.scalers import RULES, RuleSetting
 
 VERDICTS = ("healthy", "underflow", "chronic-skipping", "forward-overflow", "diverges-in-fp32", "scale-collapse")
 
@@ -125,24 +125,18 @@ class TrainingVerdict:
 
 
 def init_scale_of(setting: ScalerConfig | RuleSetting, scales: tuple[float, ...]) -> float:
-    """The scale a run starts at: ``init_scale``, or the scale a framework's setting starts from."""
-    if isinstance(setting, ScalerConfig):
-        return setting.init_scale
-    return scales[0] if scales else setting.make().scale
+    """The scale a run starts at: the setting's start knob, as the rule holds it (Megatron's float32)."""
+    machine = setting.make()  # None: GradScaler, which starts at the start knob's value.
+    if machine is None:
+        return float(setting.values[RULES[setting.rule].start_knob])
+    return scales[0] if scales else machine.scale
 
 
 def expected_skip_rate(setting: ScalerConfig | RuleSetting) -> float:
     """Skips per step of a scale that sits at its overflow edge: it grows after a window of clean steps, the
     next step overflows, and it backs off (``hysteresis`` overflows where the rule has one); with a backoff
     deeper than one growth, it takes several windows to reach the edge again."""
-    if isinstance(setting, ScalerConfig):
-        window, growth, backoff, overflows = setting.growth_interval, setting.growth_factor, setting.backoff_factor, 1
-    else:
-        rule = setting.make()
-        window = getattr(rule, "loss_scale_window", None) or getattr(rule, "fp16_scale_window", None) or 1
-        growth = getattr(rule, "growth_factor", None) or 2.0  # DeepSpeed and fairseq double and halve.
-        backoff = getattr(rule, "backoff_factor", None) or 1 / growth
-        overflows = int(getattr(rule, "hysteresis", 1) or 1)
+    window, growth, backoff, overflows = RULES[setting.rule].cycle(setting.values)
     windows = max(1, math.ceil(math.log(1 / backoff) / math.log(growth) - 1e-9))
     return overflows / (window * windows + overflows)
 
@@ -368,8 +362,8 @@ def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: Scale
             return (f"start at init_scale {scale_text(scale)}, growth_interval {whole.growth_interval} (growth need "
                     f"not act within these steps; {check})")  # fmt: skip
         return f"start at init_scale {scale_text(scale)} ({check})"
-    knob = {"deepspeed": "initial_scale_power", "megatron": "initial_loss_scale", "fairseq": "fp16_init_scale"}[setting.rule]
-    value = _plain(math.log2(scale)) if knob == "initial_scale_power" else _plain(scale)
+    rule = RULES[setting.rule]
+    knob, value = rule.start_knob, _plain(rule.start_value(scale))
     return f"start at {scale_text(scale)}: {knob} {value} (rerun this diagnosis with --knob {knob}={value} to check it)"
 
 

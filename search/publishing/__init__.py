@@ -14,7 +14,7 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "_figures": ("curves_figure", "skipped_steps_of", "trial_curves"),
+        "_figures": ("curves_figure", "trial_curves"),
         "_publish": (
             "CURVES_ID",
             "EXPLORER_ID",

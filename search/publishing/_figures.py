@@ -14,29 +14,22 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
-from search.core import LOSS_CURVE, OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, scale_moves, scaler_config
+from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scaler_config, skipped_of
 
 # One colour per role, so that the best/default/worst read the same in every figure.
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def skipped_steps_of(scale_curve: Sequence[float | None], init_scale: float) -> list[int]:
-    """Steps (0-based) whose optimizer step GradScaler skipped: the scale dropped at ``update()``
-    (:func:`search.core._record.scale_moves`)."""
-    return [step for step, move in enumerate(scale_moves(scale_curve, init_scale)) if move < 0]
-
-
 def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:
-    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None."""
+    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None. The skipped steps
+    are the ones the trainer measured (:func:`search.core.skipped_of`)."""
     loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
     scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
-    if OVERFLOW_STEPS in trial.user_attrs:  # A framework's rule: each overflow skips, moved scale or not (hysteresis).
-        return loss, scale, list(trial.user_attrs[OVERFLOW_STEPS])
     try:  # Every setting fixed: no params, and the space still knows init_scale.
         init_scale = scaler_config(trial.params, space).init_scale
-    except KeyError:  # A searched setting this trial never got (it failed before suggesting).
+    except KeyError:  # A searched setting this trial never got (it failed, or a framework's knobs).
         init_scale = math.nan
-    return loss, scale, skipped_steps_of(scale, init_scale)
+    return loss, scale, skipped_of(trial, init_scale)
 
 
 def curves_figure(

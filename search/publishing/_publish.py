@@ -265,7 +265,7 @@ def publish(
     writes: dict[str, Any] = {}
     figures: list[str] = []
     if named:
-        default = "the seed default" if scaler == TORCH else f"{RULES[scaler].title}'s default"
+        default = f"{RULES[scaler].title}'s default"
         curves = curves_figure(named, space, title=f"Best vs {default} vs the worst finite trial")
         writes.update(_figure_attrs(CURVES_ID, curves.to_json(), system_attrs))
         writes.update(_figure_attrs(EXPLORER_ID, explorer_json(trials, space), system_attrs))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 
-from search.core import Settings, format_scale, setting_of
+from search.core import Settings, setting_of
 from search.results._confirmations import ALPHA, ConfigRuns, is_default, mean_sd, paired_comparison
-from search.scalers import BOOL, RULES, TORCH, Knob, shortest
+from search.scalers import RULES
 
 
 def _pm(mean: float, sd: float, fmt: str = ".4f") -> str:
@@ -58,30 +58,15 @@ def _source(s: ConfigRuns, baselines: dict[int, str]) -> str:
 
 
 def _setting_columns(scaler: str) -> tuple[list[str], list[int]]:
-    """The setting's column names and widths: GradScaler's four, or every knob of the framework's rule."""
-    if scaler == TORCH:
-        return ["init_scale", "growth", "backoff", "interval"], [10, 7, 7, 8]
-    names = [k.name for k in RULES[scaler].knobs]
-    return names, [max(len(n), 8) for n in names]
+    """The setting's column names and widths: every knob of the study's rule."""
+    names = [knob.label or knob.name for knob in RULES[scaler].knobs]
+    return names, [max(len(n), 7) for n in names]
 
 
 def _setting_cells(params: dict, settings: Settings) -> list[str]:
+    # As each knob's table writes it: these are the values the runs used.
     setting = setting_of(params, settings.space, settings.run.scaler)
-    if settings.run.scaler == TORCH:
-        return [
-            format_scale(setting.init_scale),
-            f"{setting.growth_factor:.3g}",
-            f"{setting.backoff_factor:.3g}",
-            str(setting.growth_interval),
-        ]
-    # Every digit the framework is given: these are the values the runs used.
-    return [_knob_cell(knob, setting.values[knob.name]) for knob in RULES[settings.run.scaler].knobs]
-
-
-def _knob_cell(knob: Knob, value: float) -> str:
-    if knob.kind == BOOL:
-        return "true" if value else "false"
-    return shortest(value) if isinstance(value, float) else str(value)
+    return [knob.cell(setting.values[knob.name]) for knob in RULES[settings.run.scaler].knobs]
 
 
 def _verdict(seeds: list[int], stats: list[ConfigRuns]) -> list[str]:

@@ -33,22 +33,22 @@ from search.core import (
     failure_of,
 )
 from search.results._score import run_score
-from search.scalers import RULES, TORCH
+from search.scalers import GRADSCALER, RULES, TORCH
 from search.storage import StorageError, close_storage, open_existing_storage
 
 SUFFIX = CONFIRM_SUFFIX
-DEFAULT_LABEL = "seed-1 (default)"  # PyTorch's default GradScaler settings.
+DEFAULT_LABEL = GRADSCALER.default_label  # PyTorch's default GradScaler settings: "seed-1 (default)".
 ALPHA = 0.05
 
 
 def default_label(scaler: str = TORCH) -> str:
-    """The label of the default's runs: PyTorch's (``seed-1 (default)``) or the framework rule's own."""
-    return DEFAULT_LABEL if scaler == TORCH else f"{RULES[scaler].default_tag} (default)"
+    """The label of the default's runs: the rule's (``seed-1 (default)``, ``deepspeed-default (default)``)."""
+    return RULES[scaler].default_label
 
 
 def is_default(label: str) -> bool:
     """Whether ``label`` names the default's runs, under any rule."""
-    return label == DEFAULT_LABEL or any(label == default_label(name) for name in RULES)
+    return any(label == rule.default_label for rule in RULES.values())
 
 
 def config_key(source_trial: int | None, params: dict[str, Any]) -> str:

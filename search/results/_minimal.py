@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from optuna.trial import FrozenTrial
 
-from search.core import PARAM_NAMES, SCALE_CURVE, SEED_BASELINES, ScalerConfig, scale_moves
+from search.core import OVERFLOW_STEPS, PARAM_NAMES, SCALE_CURVE, SEED_BASELINES, ScalerConfig, scale_moves
 
 PYTORCH_DEFAULT = SEED_BASELINES[0][1]  # ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 
@@ -38,7 +38,7 @@ def minimal_change(trial: FrozenTrial, config: ScalerConfig) -> tuple[ScalerConf
     curve = trial.user_attrs.get(SCALE_CURVE)
     if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
         return config, {}
-    moves = scale_moves(curve, config.init_scale)
+    moves = scale_moves(curve, config.init_scale, trial.user_attrs.get(OVERFLOW_STEPS))
     longest = stretch = 0  # The longest stretch of unskipped steps (without growth, the tracker's run).
     for move in moves:
         stretch = stretch + 1 if move == 0 else 0

@@ -26,8 +26,7 @@ Example:
 
 from __future__ import annotations
 
-from search.core import DEFAULT_BASELINE, PARAM_NAMES, SEED_BASELINES, ScalerConfig
-from search.core._scaler_config import _pretty_scale, _shortest
+from search.core import PARAM_NAMES, PYTORCH_DEFAULT, ScalerConfig
 
 __all__ = ["FRAMEWORKS", "paste_lines", "scaler_line"]
 
@@ -39,9 +38,6 @@ FRAMEWORKS = {
     "lightning": "Lightning",
     "hf_trainer": "the Hugging Face Trainer",
 }
-
-# PyTorch's defaults (torch/amp/grad_scaler.py): 2.0**16, 2.0, 0.5, 2000.
-_PYTORCH_DEFAULT: ScalerConfig = dict(SEED_BASELINES)[DEFAULT_BASELINE]
 
 # accelerate's Accelerator.__init__ (accelerator.py) builds a scaler only when
 # `distributed_type not in (DEEPSPEED, MEGATRON_LM)`: those backends scale the loss themselves.
@@ -80,16 +76,8 @@ def scaler_line(config: ScalerConfig, device_type: str = "cuda") -> str:
 
 def _keywords(config: ScalerConfig) -> list[str]:
     """``name=value`` for each setting that differs from PyTorch's default, in GradScaler's order."""
-    written = {
-        "init_scale": _pretty_scale,
-        "growth_factor": _shortest,
-        "backoff_factor": _shortest,
-        "growth_interval": str,
-    }
     return [
-        f"{name}={written[name](getattr(config, name))}"
-        for name in PARAM_NAMES
-        if getattr(config, name) != getattr(_PYTORCH_DEFAULT, name)
+        f"{name}={config.written(name)}" for name in PARAM_NAMES if getattr(config, name) != getattr(PYTORCH_DEFAULT, name)
     ]
 
 

@@ -38,7 +38,7 @@ from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, s
 from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
 from search.results._trials import DEFAULT_TOLERANCE, completed, good_trials
 from search.results._verdict import comparison_verdict
-from search.scalers import FLOAT, RULES, FrameworkRule, RuleSetting, ScaleAtMinimum
+from search.scalers import FLOAT, RULES, RuleSetting, ScaleAtMinimum, ScalerRule
 
 DEFAULT_MARGIN = 2.0  # As GradScaler's answer: keep the default when it is good and this deep.
 
@@ -65,7 +65,7 @@ class RuleAnswer:
         confirmation: Their sentences.
     """
 
-    rule: FrameworkRule
+    rule: ScalerRule
     verdict: str
     values: dict[str, Any]
     source_trial: int | None
@@ -202,7 +202,7 @@ def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfi
 
 
 def minimal_values(
-    trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
+    trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
 ) -> tuple[dict[str, Any], dict[str, str]]:
     """``values`` with every knob put back to the framework's default where replay shows it did not act."""
     current = dict(values)
@@ -223,7 +223,7 @@ def minimal_values(
     return current, reset
 
 
-def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule) -> Callable[[Mapping[str, Any]], bool] | None:
+def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule) -> Callable[[Mapping[str, Any]], bool] | None:
     """Whether other values replay ``trial``'s recorded run (its overflow steps) as ``values`` do; None when the
     trial recorded no whole run to replay."""
     overflows = trial.user_attrs.get(OVERFLOW_STEPS)
@@ -236,7 +236,7 @@ def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: Frame
 
 
 def rounded_values(
-    trial: FrozenTrial, values: Mapping[str, Any], rule: FrameworkRule
+    trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
 ) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
     """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module docstring)."""
     current = dict(values)
@@ -267,7 +267,7 @@ def _roundings(value: float, log: bool) -> list[float]:
     return out
 
 
-def replay(rule: FrameworkRule, values: Mapping[str, Any], overflows: set[int], steps: int) -> tuple[Any, ...]:
+def replay(rule: ScalerRule, values: Mapping[str, Any], overflows: set[int], steps: int) -> tuple[Any, ...]:
     """The scale before each step (float32, as GradScaler holds it) and the step the rule ends the run at,
     running ``rule`` with ``values`` on a recorded overflow sequence."""
     machine = rule.build(values)

@@ -21,7 +21,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import PARAM_NAMES, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
+from search.core import OVERFLOW_STEPS, PARAM_NAMES, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
 from search.results._format import format_ends, format_value, trial_list
 from search.results._trials import (
     DEFAULT_TOLERANCE,
@@ -260,7 +260,7 @@ def idle_settings(
     curve = trial.user_attrs.get(SCALE_CURVE)
     if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
         return frozenset()
-    moves = scale_moves(curve, values["init_scale"])
+    moves = scale_moves(curve, values["init_scale"], trial.user_attrs.get(OVERFLOW_STEPS))
     grew, skipped = 1 in moves, -1 in moves
     longest = stretch = 0  # The longest run of steps that neither skipped nor grew.
     for move in moves:

@@ -20,7 +20,15 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import PARAM_NAMES, SCALE_CURVE, ParamRange, ScalerConfig, SpaceConfig, scale_moves
+from search.core import (
+    OVERFLOW_STEPS,
+    PARAM_NAMES,
+    SCALE_CURVE,
+    ParamRange,
+    ScalerConfig,
+    SpaceConfig,
+    scale_moves,
+)
 from search.results._format import format_point, format_range
 from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
 from search.results._trials import is_safe, searched_params
@@ -233,7 +241,7 @@ def box_limits(
         if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
             used |= set(box)  # Unreadable: it may have used anything.
             continue
-        moves = scale_moves(curve, values[t.number]["init_scale"])
+        moves = scale_moves(curve, values[t.number]["init_scale"], t.user_attrs.get(OVERFLOW_STEPS))
         longest = stretch = 0
         for move in moves:
             stretch = stretch + 1 if move == 0 else 0

@@ -1,25 +1,48 @@
 """The loss-scale rules a study searches: PyTorch's GradScaler and DeepSpeed's, Megatron-LM's and fairseq's own.
 
-* ``_knob``: one setting of a framework's scaler: its own name, default, search range and rule;
-* ``_rule``: a framework's rule as the service uses it (:class:`FrameworkRule`) and one trial's setting
-  (:class:`RuleSetting`);
+* ``_knob``: one setting of a rule: its own name, default, search range and what it accepts;
+* ``_rule``: a rule as the service uses it (:class:`ScalerRule`), how its scale cycles (:class:`Cycle`) and
+  one trial's setting of a framework's rule (:class:`RuleSetting`);
+* ``_gradscaler``: GradScaler's rule, its four settings (:class:`ScalerConfig`) and PyTorch's defaults;
 * ``_deepspeed``, ``_megatron``, ``_fairseq``: each framework's rule step for step, its knobs, its
   baselines and its config form, with the source it was read from;
 * ``_catalogue``: the ``--scaler`` choices.
 
-Pure Python (numpy for Megatron's float32): imports neither torch nor optuna, so every layer can read it.
+Everything above this package asks the rule (``RULES[name]``) rather than testing which one it is.
+Pure Python: imports neither torch, optuna nor numpy, so every layer and every command's start-up can read it.
 """
 
-from search._exports import lazy_exports
+from search.scalers._catalogue import FRAMEWORKS, RULES, SCALERS
+from search.scalers._deepspeed import DEEPSPEED, DeepSpeedScale, ScaleAtMinimum
+from search.scalers._fairseq import FAIRSEQ, FairseqScale
+from search.scalers._gradscaler import GRADSCALER, PARAM_NAMES, TORCH, ScalerConfig
+from search.scalers._knob import BOOL, FLOAT, INT, Knob, format_scale, shortest
+from search.scalers._megatron import MEGATRON, MegatronScale
+from search.scalers._rule import Cycle, RuleSetting, ScalerRule, ScaleRule
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_knob": ("BOOL", "FLOAT", "INT", "Knob", "shortest"),
-        "_rule": ("FrameworkRule", "RuleSetting", "ScaleRule"),
-        "_deepspeed": ("DEEPSPEED", "DeepSpeedScale", "ScaleAtMinimum"),
-        "_megatron": ("MEGATRON", "MegatronScale"),
-        "_fairseq": ("FAIRSEQ", "FairseqScale"),
-        "_catalogue": ("RULES", "SCALERS", "TORCH"),
-    },
-)
+__all__ = [
+    "BOOL",
+    "DEEPSPEED",
+    "FAIRSEQ",
+    "FLOAT",
+    "FRAMEWORKS",
+    "GRADSCALER",
+    "INT",
+    "MEGATRON",
+    "PARAM_NAMES",
+    "RULES",
+    "SCALERS",
+    "TORCH",
+    "Cycle",
+    "DeepSpeedScale",
+    "FairseqScale",
+    "Knob",
+    "format_scale",
+    "MegatronScale",
+    "RuleSetting",
+    "ScaleAtMinimum",
+    "ScaleRule",
+    "ScalerConfig",
+    "ScalerRule",
+    "shortest",
+]

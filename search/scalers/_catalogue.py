@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from search.scalers._deepspeed import DEEPSPEED
 from search.scalers._fairseq import FAIRSEQ
+from search.scalers._gradscaler import GRADSCALER
 from search.scalers._megatron import MEGATRON
-from search.scalers._rule import FrameworkRule
+from search.scalers._rule import ScalerRule
 
-TORCH = "torch"  # GradScaler's own rule: search.core's four settings, not a FrameworkRule.
-RULES: dict[str, FrameworkRule] = {rule.name: rule for rule in (DEEPSPEED, MEGATRON, FAIRSEQ)}
-SCALERS = (TORCH, *RULES)  # --scaler's choices, in the order the docs list them.
+RULES: dict[str, ScalerRule] = {rule.name: rule for rule in (GRADSCALER, DEEPSPEED, MEGATRON, FAIRSEQ)}
+SCALERS = tuple(RULES)  # --scaler's choices, in the order the docs list them.
+# The frameworks' rules: each has a [space.NAME] table of its own, where GradScaler's four sit at the top.
+FRAMEWORKS = tuple(name for name, rule in RULES.items() if rule.space_table)

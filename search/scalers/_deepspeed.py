@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from search.scalers._knob import BOOL, INT, Knob, flag, shortest, whole_at_least
-from search.scalers._rule import FrameworkRule
+from search.scalers._rule import Cycle, ScalerRule
 
 
 class ScaleAtMinimum(Exception):
@@ -161,7 +161,7 @@ def _notes(values: Mapping[str, float]) -> list[str]:
     ]
 
 
-DEEPSPEED = FrameworkRule(
+DEEPSPEED = ScalerRule(
     name="deepspeed",
     title="DeepSpeed",
     knobs=KNOBS,
@@ -172,6 +172,8 @@ DEEPSPEED = FrameworkRule(
     ),
     build=_build,
     block=_block,
+    cycle=lambda values: Cycle(int(values["loss_scale_window"]), 2.0, 0.5, int(values["hysteresis"])),
+    start_knob="initial_scale_power",
     source="deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale), runtime/constants.py",
     notes=_notes,
 )

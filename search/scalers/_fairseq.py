@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from search.scalers._deepspeed import ScaleAtMinimum
 from search.scalers._knob import FLOAT, INT, Knob, positive, shortest, whole_at_least
-from search.scalers._rule import FrameworkRule
+from search.scalers._rule import Cycle, ScalerRule
 
 
 @dataclass
@@ -134,13 +134,15 @@ def _notes(values: Mapping[str, float]) -> list[str]:
     return ["--fp16-scale-window is written out: unset, fairseq divides 2^14 by the data-parallel size x --update-freq"]
 
 
-FAIRSEQ = FrameworkRule(
+FAIRSEQ = ScalerRule(
     name="fairseq",
     title="fairseq",
     knobs=KNOBS,
     baselines=(("fairseq-default", {k.name: k.default for k in KNOBS}),),
     build=_build,
     block=_block,
+    cycle=lambda values: Cycle(int(values["fp16_scale_window"]), 2.0, 0.5, 1),
+    start_knob="fp16_init_scale",
     source="fairseq f591cc94 fairseq/optim/dynamic_loss_scaler.py (DynamicLossScaler), fairseq/dataclass/configs.py",
     notes=_notes,
 )

@@ -9,10 +9,9 @@ what the framework does when the key is not given (``default``).
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import numpy as np
 
 # A knob's kind; a bool is searched as 0/1.
 INT = "int"
@@ -37,6 +36,9 @@ class Knob:
         fixed: Not searched by default but fixed at this value (None: searched).
         octaves: Whether a step of 1 in the value is an octave already (a power of two's exponent):
             the landscape then reads the value as it is, not its log2.
+        powers_of_two: Whether a config may search it as powers of two only (an integer exponent).
+        label: Its column's name in a table (its name unless given).
+        text: How a table writes a value (None: every digit the rule is given, :func:`shortest`).
     """
 
     name: str
@@ -50,12 +52,23 @@ class Knob:
     comment: str
     fixed: float | None = None
     octaves: bool = False
+    powers_of_two: bool = False
+    label: str = ""
+    text: Callable[[float], str] | None = None
 
     def coordinate(self, value: float) -> float:
         """The value's place on the axis the answer measures distances on (:mod:`search.results`):
         octaves for a scale, a window or a count searched on a log scale; the value itself otherwise
         (an exponent, a share, a flag)."""
         return math.log2(value) if self.log and value > 0 else float(value)
+
+    def cell(self, value: float) -> str:
+        """``value`` as a table writes it (:attr:`text`; else a flag as true/false, a number with every digit)."""
+        if self.text is not None:
+            return self.text(value)
+        if self.kind == BOOL:
+            return "true" if value else "false"
+        return shortest(value) if isinstance(value, float) else str(value)
 
     def cast(self, value: float) -> float | int:
         """``value`` as the framework takes it: a whole number for an int or bool knob."""
@@ -82,9 +95,26 @@ def shortest(value: float, float32: bool = False) -> str:
     with ``float32``, the same float32, for a framework that holds the value as one (Megatron's scales)."""
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
-    same = (lambda text: np.float32(float(text)) == np.float32(value)) if float32 else (lambda text: float(text) == value)
+    same = (lambda text: float32_of(float(text)) == float32_of(value)) if float32 else (lambda text: float(text) == value)
     for digits in range(1, 18):
         text = f"{value:.{digits}g}"
         if same(text):
             return text
     return repr(value)
+
+
+def float32_of(value: float) -> float:
+    """``value`` rounded to the nearest float32, as a float (inf past float32's range), as
+    ``float(numpy.float32(value))`` gives it, without importing numpy (a command's start-up)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def format_scale(value: float) -> str:
+    """A loss scale as people read it: ``2^16`` for an exact power of two, else ``2^16.37``."""
+    exponent = math.log2(value) if value > 0 else math.nan
+    if not math.isfinite(exponent):
+        return f"{value:g}"
+    return f"2^{exponent:.0f}" if exponent == round(exponent) else f"2^{exponent:.2f}"

@@ -21,10 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from search.scalers._knob import FLOAT, INT, Knob, positive, shortest, whole_at_least
-from search.scalers._rule import FrameworkRule
+from search.scalers._knob import FLOAT, INT, Knob, float32_of, positive, shortest, whole_at_least
+from search.scalers._rule import Cycle, ScalerRule
 
 
 @dataclass
@@ -57,27 +55,27 @@ class MegatronScale:
             raise ValueError("loss_scale_window and hysteresis must be >= 1")
         if not self.growth_factor > 1 or not 0 < self.backoff_factor < 1:
             raise ValueError("growth_factor must be > 1 and backoff_factor in (0, 1)")
-        self.scale = float(np.float32(self.initial_loss_scale))
-        self.min_loss_scale = float(np.float32(self.min_loss_scale))  # Megatron holds it as a float32 tensor too.
+        self.scale = float32_of(self.initial_loss_scale)
+        self.min_loss_scale = float32_of(self.min_loss_scale)  # Megatron holds it as a float32 tensor too.
         self._left = self.hysteresis
 
     def update(self, overflow: bool) -> str:
         """Moves the scale after one step: ``"backed off"``, ``"hysteresis"``, ``"at minimum"`` (backed off
         but clamped where it was), ``"grew"`` or ``"kept"``."""
-        f32 = np.float32
+        f32 = float32_of  # A float32 product: the exact float64 product of two float32s, rounded once.
         if overflow:
             self._growth = 0
             self._left -= 1
             if self._left > 0:
                 return "hysteresis"
             before = self.scale
-            self.scale = float(max(f32(self.scale) * f32(self.backoff_factor), f32(self.min_loss_scale)))
+            self.scale = max(f32(f32(self.scale) * f32(self.backoff_factor)), f32(self.min_loss_scale))
             return "at minimum" if self.scale == before else "backed off"
         self._growth += 1
         if self._growth == self.loss_scale_window:
             self._growth = 0
             self._left = self.hysteresis
-            self.scale = float(f32(self.scale) * f32(self.growth_factor))
+            self.scale = f32(f32(self.scale) * f32(self.growth_factor))
             return "grew"
         return "kept"
 
@@ -113,12 +111,14 @@ def _block(values: Mapping[str, float]) -> str:
     )
 
 
-MEGATRON = FrameworkRule(
+MEGATRON = ScalerRule(
     name="megatron",
     title="Megatron-LM",
     knobs=KNOBS,
     baselines=(("megatron-default", {k.name: k.default for k in KNOBS}),),
     build=_build,
     block=_block,
+    cycle=lambda values: Cycle(int(values["loss_scale_window"]), 2.0, 0.5, int(values["hysteresis"])),
+    start_knob="initial_loss_scale",
     source="Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update), megatron/training/arguments.py",
 )

@@ -1,16 +1,21 @@
-"""A framework's loss-scale rule as the service uses it: its knobs, its baselines, its config form.
+"""A loss-scale rule as the service uses it: its knobs, its baselines, how it moves the scale, its written form.
 
-:class:`FrameworkRule` describes one framework (DeepSpeed, Megatron-LM, fairseq): the knobs a study
-searches, the framework's defaults (the study's baselines), how to build the step-for-step state
-machine of one run from a setting, and how to write a setting the way the user's config writes it.
-:class:`RuleSetting` is one trial's setting under such a rule.
+:class:`ScalerRule` describes one rule: PyTorch's GradScaler (``torch``) or a framework's (DeepSpeed,
+Megatron-LM, fairseq). Everything rule-specific lives on it, so the layers above ask the rule instead of
+testing which one it is: the knobs a study searches and their defaults (the study's baselines), one
+trial's setting (:meth:`ScalerRule.setting`), the step-for-step state machine of one run (None where
+GradScaler moves the scale itself), how the scale cycles at its overflow edge, the precisions it scales,
+and how a setting is written the way the user's code or config writes it.
+:class:`RuleSetting` is one trial's setting under a framework's rule; GradScaler's is
+:class:`~search.scalers.ScalerConfig`. Both have ``rule``, ``values``, ``make()`` and ``block()``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from search.scalers._knob import Knob
 
@@ -29,44 +34,102 @@ class ScaleRule(Protocol):
     def update(self, overflow: bool) -> str: ...
 
 
+class Cycle(NamedTuple):
+    """How a rule's scale cycles at its overflow edge: after ``window`` clean steps it grows by ``growth``;
+    ``overflows`` overflows in a row (its hysteresis) then back it off by ``backoff``."""
+
+    window: int
+    growth: float
+    backoff: float
+    overflows: int
+
+
 @dataclass(frozen=True)
-class FrameworkRule:
-    """One framework's scaler, as a study of ``--scaler NAME`` searches it.
+class ScalerRule:
+    """One loss-scale rule, as a study of ``--scaler NAME`` searches it.
+
+    Example:
+        ::
+
+            from search.scalers import RULES
+
+            rule = RULES["deepspeed"]
+            setting = rule.setting(rule.default)
+            print(setting.block())  # DeepSpeed's fp16 JSON block, every key written out
 
     Args:
         name: The ``--scaler`` value (``"deepspeed"``).
-        title: How people name the framework (``"DeepSpeed"``).
+        title: How people name the rule (``"DeepSpeed"``).
         knobs: Its settings, in the order its config lists them.
-        baselines: ``(tag, values)`` of the framework's defaults, enqueued once per study; the first
-            is *the* default the answer is measured against.
-        build: A fresh state machine for one run from a setting's values.
-        block: The setting as the user writes it (a JSON block, command-line flags).
+        baselines: ``(tag, values)`` of the settings every study of it measures once; the first is *the*
+            default the answer is measured against.
+        build: A fresh state machine for one run from a setting's values; None where GradScaler's own
+            ``update()`` moves the scale.
+        block: The setting as the user writes it (a GradScaler line, a JSON block, command-line flags).
         source: Where the rule comes from (file and version or commit).
+        cycle: How the scale cycles at its overflow edge under a setting (:class:`Cycle`).
+        start_knob: The knob that sets the scale at the start.
         notes: Caveats the answer states with the block (where the framework honours a knob).
+        setting: One trial's setting from its values (:class:`RuleSetting` unless given).
+        amp_dtypes: The autocast precisions the rule scales.
+        population: Whether population mode (K trials in one vectorised run) can train it.
+        space_table: Where its ranges sit in a config's ``[space]``: ``""`` at the top
+            (``[space.init_scale]``), else a table of its own (``[space.deepspeed.hysteresis]``).
+        default_label: How tables name its default's row.
     """
 
     name: str
     title: str
     knobs: tuple[Knob, ...]
     baselines: tuple[tuple[str, Mapping[str, float]], ...]
-    build: Callable[[Mapping[str, float]], ScaleRule]
+    build: Callable[[Mapping[str, float]], ScaleRule | None]
     block: Callable[[Mapping[str, float]], str]
     source: str
+    cycle: Callable[[Mapping[str, float]], Cycle]
+    start_knob: str
     notes: Callable[[Mapping[str, float]], list[str]] = lambda values: []
+    setting: Callable[[Mapping[str, Any]], Any] | None = None
+    amp_dtypes: tuple[str, ...] = ("float16",)
+    population: bool = False
+    space_table: str | None = None
+    default_label: str = ""
+
+    def __post_init__(self) -> None:
+        if self.setting is None:
+            object.__setattr__(self, "setting", lambda values: RuleSetting(self.name, dict(values)))
+        if self.space_table is None:
+            object.__setattr__(self, "space_table", self.name)
+        if not self.default_label:
+            object.__setattr__(self, "default_label", f"{self.default_tag} (default)")
+        _BY_NAME[self.name] = self
 
     @property
     def default(self) -> dict[str, float]:
-        """The framework's default values of every knob."""
+        """The rule's default values of every knob."""
         return {knob.name: knob.default for knob in self.knobs}
 
     @property
     def default_tag(self) -> str:
-        """The baseline tag of the framework's default (``deepspeed-default``)."""
+        """The baseline tag of the rule's default (``seed-1``, ``deepspeed-default``)."""
         return self.baselines[0][0]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The knobs' names, in order."""
+        return tuple(knob.name for knob in self.knobs)
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``."""
         return next(k for k in self.knobs if k.name == name)
+
+    def start_value(self, scale: float) -> float:
+        """``scale`` as :attr:`start_knob` writes it (its exponent for DeepSpeed's ``initial_scale_power``)."""
+        knob = self.knob(self.start_knob)
+        return math.log2(scale) if knob.octaves else scale
+
+
+# Every rule by name, as each is defined: a setting finds its rule here (the catalogue orders them for --scaler).
+_BY_NAME: dict[str, ScalerRule] = {}
 
 
 @dataclass(frozen=True)
@@ -86,10 +149,9 @@ class RuleSetting:
     values: Mapping[str, Any]
 
     @property
-    def framework(self) -> FrameworkRule:
-        from search.scalers._catalogue import RULES  # The catalogue imports this module.
-
-        return RULES[self.rule]
+    def framework(self) -> ScalerRule:
+        """The rule this setting is of."""
+        return _BY_NAME[self.rule]
 
     def make(self) -> ScaleRule:
         """A fresh state machine for one run with this setting."""

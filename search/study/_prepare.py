@@ -20,11 +20,13 @@ from search.core import (
     Settings,
     baseline_trials,
     diagnosis_trial,
+    own_space,
     settings_from_dict,
+    space_layout,
     waiting_baseline,
 )
 from search.diagnosis import setting_text
-from search.scalers import RULES, TORCH
+from search.scalers import TORCH
 from search.storage import TrialWriter, orm_models, with_retry
 from search.study._recorded_diagnosis import DiagnosedRun, diagnosis_conflict
 
@@ -58,7 +60,7 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
     data = settings.to_dict()
     scaler = settings.run.scaler
     # The space of the study's own rule only: GradScaler's four settings as always, or the framework's knobs.
-    space = {k: v for k, v in data["space"].items() if k not in RULES} if scaler == TORCH else data["space"][scaler]
+    space = own_space(data["space"], scaler)
     return {  # "measurement" first: a study that has "task" has it too (the attrs are set in order).
         "measurement": MEASUREMENT_VERSION,
         "task": settings.run.task,
@@ -78,7 +80,7 @@ def settings_of(study: optuna.Study) -> Settings:
     attrs = study.user_attrs
     run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs}
     scaler = attrs.get("scaler", TORCH)
-    space = attrs.get("space", {}) if scaler == TORCH else {scaler: attrs.get("space", {})}
+    space = space_layout(attrs.get("space", {}), scaler)
     return settings_from_dict({"run": run, "space": space, "penalty": attrs.get("penalty", {})})
 
 

@@ -22,9 +22,8 @@ from search.core import (
     POPULATION,
     STEPS_AT_MINIMUM,
     PenaltyConfig,
-    ScalerConfig,
 )
-from search.scalers import RuleSetting
+from search.scalers import RuleSetting, ScalerConfig
 from search.tasks.base import Problem
 from search.training._penalty import assess
 from search.training._population import train_population
@@ -197,9 +196,10 @@ def outcome_of(
         "device": device_label,
         "versions": VERSIONS,
         "train_seconds": round(result.train_seconds, 6),
+        # The skipped steps as measured (found_inf), under every rule: nothing reads them back from the scale.
+        OVERFLOW_STEPS: [step for step, skipped in enumerate(result.skipped) if skipped],
     }
-    if result.rule:  # What a framework's rule did, beside what every run records.
-        attrs[OVERFLOW_STEPS] = [step for step, skipped in enumerate(result.skipped) if skipped]
+    if result.min_scale is not None:  # A rule with a minimum scale: what it did there.
         attrs[ENDED_BY_RULE] = result.ended_by_rule
         attrs[STEPS_AT_MINIMUM] = result.steps_at_minimum
         attrs[OVERFLOWS_AT_MINIMUM] = result.overflows_at_minimum

@@ -34,8 +34,7 @@ from typing import Protocol
 
 import torch
 
-from search.core import ScalerConfig
-from search.scalers import RuleSetting, ScaleAtMinimum, ScaleRule
+from search.scalers import RuleSetting, ScaleAtMinimum, ScalerConfig, ScaleRule
 from search.tasks import LoaderProblem, Problem
 from search.training._evaluation import (
     LAST_STEP,
@@ -54,7 +53,7 @@ class TrainResult:
     Attributes:
         loss_curve: Loss of each optimizer step's forward pass under autocast, before that step.
         scale_curve: GradScaler's (float32) scale after each step's ``update()``.
-        skipped: Per step, whether GradScaler skipped it (its ``found_inf`` was non-zero).
+        skipped: Per step, whether GradScaler skipped it (its ``found_inf`` was non-zero), under every rule.
         final_loss: ``loss_curve[-1]``, the last step's training loss (the seed script's definition).
         final_loss_fp32: Loss of the final weights on the training data in fp32, without autocast.
         eval_loss: The evaluation loss every trial is judged on (:mod:`search.training._evaluation`).
@@ -76,9 +75,10 @@ class TrainResult:
         ended_by_rule: When a framework's scale rule ended the run at its minimum scale, why
             (DeepSpeed's and fairseq's rules do); the last step, skipped, is in the curves.
         planned_steps: The optimizer steps the run was to take (``steps`` is those it took).
-        steps_at_minimum: Under a framework's rule, the steps taken with the scale at its minimum.
+        steps_at_minimum: Under a rule with a minimum scale, the steps taken with the scale there.
         overflows_at_minimum: How many of those overflowed (Megatron clamps and goes on skipping).
-        rule: The framework whose rule moved the scale, when ``train`` got a :class:`~search.scalers.RuleSetting`.
+        rule: The rule whose setting the run trained (``torch``, ``deepspeed``, ...).
+        min_scale: The lowest scale the rule trains at, or None where it has none (GradScaler).
     """
 
     loss_curve: list[float]
@@ -102,7 +102,8 @@ class TrainResult:
     planned_steps: int = 0
     steps_at_minimum: int = 0
     overflows_at_minimum: int = 0
-    rule: str = ""  # The framework whose rule moved the scale (a RuleSetting's), or "".
+    rule: str = ""
+    min_scale: float | None = None
 
 
 class StepObserver(Protocol):
@@ -155,8 +156,8 @@ def train(
 
     Args:
         problem: The problem, already on the target device (see :meth:`Problem.to`).
-        scaler_config: GradScaler settings, or a framework's setting (:class:`~search.scalers.RuleSetting`),
-            whose rule then moves the scale as ``scale_rule`` does.
+        scaler_config: The setting of a rule: GradScaler's four settings, or a framework's setting
+            (:class:`~search.scalers.RuleSetting`), whose rule then moves the scale as ``scale_rule`` does.
         epochs: Passes over the data (full-batch tasks: optimizer steps).
         steps: Optimizer steps instead of ``epochs``, or None.
         amp_dtype: ``torch.float16`` or ``torch.bfloat16`` for autocast; None trains in fp32
@@ -175,9 +176,8 @@ def train(
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
     """
-    rule = ""
-    if isinstance(scaler_config, RuleSetting):
-        rule, scale_rule, scaler_config = scaler_config.rule, scaler_config.make(), _RULE_PLACEHOLDER
+    if scale_rule is None:
+        scale_rule = scaler_config.make()  # None: GradScaler's own update() moves the scale.
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
     fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps) if fp32_reference else math.nan
     feed = feed_of(problem, epochs, steps)
@@ -187,12 +187,10 @@ def train(
     device_type, plan = feed.device_type, feed.plan
     model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights (and buffers).
     optimizer = problem.make_optimizer(model.parameters())
+    # Under a framework's rule GradScaler still scales, unscales and finds infs, from the rule's scale; the
+    # rule, not GradScaler's own update(), then sets each next scale.
     scaler = torch.amp.GradScaler(
-        device_type,
-        init_scale=scaler_config.init_scale if scale_rule is None else scale_rule.scale,
-        growth_factor=scaler_config.growth_factor,
-        backoff_factor=scaler_config.backoff_factor,
-        growth_interval=scaler_config.growth_interval,
+        device_type, **(scaler_config.values if scale_rule is None else {"init_scale": scale_rule.scale})
     )
     params = list(model.parameters())
     if observer is not None:
@@ -298,12 +296,9 @@ def train(
         planned_steps=len(plan),
         steps_at_minimum=at_minimum,
         overflows_at_minimum=overflows_at_minimum,
-        rule=rule,
+        rule=scaler_config.rule,
+        min_scale=None if scale_rule is None else scale_rule.min_loss_scale,
     )
-
-
-# GradScaler's own update is not used under a framework's rule: only init_scale (the rule's) matters.
-_RULE_PLACEHOLDER = ScalerConfig(1.0, 2.0, 0.5, 2000)
 
 
 def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:

@@ -21,7 +21,7 @@ def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
                    module="search.diagnose")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.startswith("Diagnosis of deep-mlp (seed 42, 48 steps, cpu), GradScaler: init_scale 2^16, growth_factor 2")
+    assert out.startswith("Diagnosis of deep-mlp (seed 42, 48 steps, cpu), GradScaler's rule: init_scale 2^16, growth_factor 2")
     assert "  verdict: underflow\n" in out and "start at init_scale 2^20" in out
     assert "  skipped steps: 0 of 48\n" in out
     data = json.loads((tmp_path / "d.json").read_text())
@@ -69,11 +69,12 @@ def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--init-scale", "0"], "--init-scale must be a finite number > 0"),
+        (["--init-scale", "0"], "--init-scale must be > 0 (GradScaler's rule), got 0"),
+        (["--init-scale", "inf"], "--init-scale must be > 0 (GradScaler's rule), got inf"),
         (["--growth-factor", "1"], "--growth-factor must be > 1"),
         (["--backoff-factor", "1.5"], "--backoff-factor must be in (0, 1)"),
-        (["--growth-interval", "0"], "--growth-interval must be >= 1"),
-        (["--knob", "hysteresis=2"], "--knob sets a framework's setting"),
+        (["--growth-interval", "0"], "--growth-interval must be a whole number >= 1"),
+        (["--knob", "hysteresis=2"], "GradScaler's settings are init_scale, growth_factor, backoff_factor, growth_interval"),
         (["--scaler", "deepspeed", "--knob", "window=3"], "DeepSpeed's settings are initial_scale_power"),
         (["--scaler", "deepspeed", "--knob", "hysteresis=0"], "hysteresis must be a whole number >= 1"),
         (["--scaler", "megatron", "--init-scale", "8"], "--init-scale is GradScaler's"),
@@ -113,3 +114,13 @@ def test_ctrl_c_while_it_trains_is_one_line_exit_130_and_records_and_writes_noth
     assert proc.returncode == 130 and out == ""
     assert err == "search.diagnose: error: interrupted (SIGINT)\n"
     assert list(tmp_path.iterdir()) == []  # no study.db, no study, no JSON
+
+
+def test_the_flags_help_shows_gradscalers_own_defaults():
+    """--help writes PyTorch's defaults as text (no import of the rules at start-up): they are GradScaler's knobs'."""
+    from search.diagnose import _TORCH_FLAGS
+    from search.scalers import GRADSCALER
+
+    for flag, kind, shown in _TORCH_FLAGS:
+        knob = GRADSCALER.knob(flag[2:].replace("-", "_"))
+        assert kind(shown) == knob.default, flag

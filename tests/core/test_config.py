@@ -42,7 +42,7 @@ def test_round_trip_through_dict():
         ("[space.growth_factor]\nlow = 1.0\n", "growth_factor] low must be > 1"),
         ("[space.growth_factor]\nfixed = 0.5\n", "fixed must be > 1"),
         ("[space.growth_interval]\nlow = 0.5\n", "whole number"),
-        ("[space.growth_factor]\npowers_of_two = true\n", "init_scale only"),
+        ("[space.growth_factor]\npowers_of_two = true\n", "init_scale] only"),
         ("[run]\ntrials = -1\n", "trials must be >= 0"),
         ("[run]\nsampler = 'grid'\n", "unknown sampler"),
         ("[run]\ndevice = 'tpu'\n", "unknown device"),

@@ -115,7 +115,7 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
         if route == "ours":
             publishing.publish(study)
         else:
-            title = "Best vs the seed default vs the worst finite trial"
+            title = "Best vs GradScaler's default vs the worst finite trial"
             named = publishing._named_trials(trials)
             save_plotly_graph_object(study, curves_figure(named, space, title=title), graph_object_id=publishing.CURVES_ID)
             save_plotly_graph_object(
@@ -209,7 +209,7 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir, tmp_pa
         graphs = {g["id"] for g in detail["plotly_graph_objects"]}
         assert {publishing.CURVES_ID, publishing.EXPLORER_ID} <= graphs
         curves = next(g for g in detail["plotly_graph_objects"] if g["id"] == publishing.CURVES_ID)
-        assert "Best vs the seed default" in curves["graph_object"]
+        assert "Best vs GradScaler's default" in curves["graph_object"]
         assert "Seed baselines vs the best" in detail["note"]["body"]
         trials = detail["trials"]
         assert len(trials) == 12
@@ -259,7 +259,7 @@ def test_publishing_is_one_transaction_and_replaces_stale_chunks(study_dir, tmp_
     assert calls == []
     system = study._storage.get_study_system_attrs(study._study_id)
     figure = json.loads(get_plotly_graph_objects(system)[publishing.CURVES_ID])
-    assert figure["layout"]["title"]["text"].startswith("Best vs the seed default")
+    assert figure["layout"]["title"]["text"].startswith("Best vs GradScaler's default")
     assert all(system[f"{key}{i}"] == "" for i in range(chunks, chunks + 3))
 
 

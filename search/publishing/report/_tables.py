@@ -15,7 +15,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import CONFIRM_SUFFIX, SEED_BASELINES, SpaceConfig, baseline_of, baseline_trials
+from search.core import CONFIRM_SUFFIX, SpaceConfig, baseline_of, baseline_trials
 from search.publishing.report._reading import StudySnapshot
 from search.publishing.report._section import SECTION_TITLES, Section
 from search.results import (
@@ -116,7 +116,7 @@ def _baselines_section(
         rows,
         "numbers",
     )
-    every = SEED_BASELINES if scaler == TORCH else RULES[scaler].baselines
+    every = RULES[scaler].baselines
     in_space = {tag for tag, _params in baseline_trials(space, scaler)[0]}
     missing = [tag for tag, _config in every if tag not in baselines]
     outside = [tag for tag in missing if tag not in in_space]

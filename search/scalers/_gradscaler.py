@@ -1,0 +1,135 @@
+"""PyTorch's own rule, ``torch.amp.GradScaler``: its four settings, their defaults, and one trial's setting.
+
+``GradScaler.update`` (torch 2.13, ``torch/amp/grad_scaler.py``; the arithmetic is
+``torch._amp_update_scale_``) keeps its scale as a float32 tensor and, after each step:
+
+* on an overflow (``found_inf``, the step skipped), multiplies the scale by ``backoff_factor`` and resets
+  its count of clean steps;
+* on a clean step, counts it; at ``growth_interval`` clean steps in a row it multiplies the scale by
+  ``growth_factor`` and starts counting again.
+
+The defaults (``GradScaler.__init__``): ``init_scale`` 2^16, ``growth_factor`` 2.0, ``backoff_factor`` 0.5,
+``growth_interval`` 2000. They are defined here once, as the knobs' defaults (:data:`GRADSCALER`); the
+trainer lets GradScaler itself move the scale, so this rule builds no state machine of its own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from search.scalers._knob import FLOAT, INT, Knob, format_scale, shortest, whole_at_least
+from search.scalers._rule import Cycle, ScalerRule
+
+TORCH = "torch"  # --scaler's value for GradScaler's own rule.
+
+
+@dataclass(frozen=True)
+class ScalerConfig:
+    """The four ``torch.amp.GradScaler`` settings one trial uses.
+
+    Example:
+        ::
+
+            from search.scalers import ScalerConfig
+
+            setting = ScalerConfig(2.0**16, 2.0, 0.5, 2000)  # PyTorch's defaults
+            print(setting.as_code("cpu"))  # torch.amp.GradScaler("cpu", init_scale=2.0**16, ...)
+    """
+
+    init_scale: float
+    growth_factor: float
+    backoff_factor: float
+    growth_interval: int
+
+    rule: ClassVar[str] = TORCH
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The four settings by name, as a framework setting's :attr:`~search.scalers.RuleSetting.values`."""
+        return {name: getattr(self, name) for name in PARAM_NAMES}
+
+    def make(self) -> None:
+        """None: GradScaler's own ``update()`` moves the scale (a framework's setting returns its state machine)."""
+        return None
+
+    def block(self) -> str:
+        """The setting as the user writes it: the ``torch.amp.GradScaler`` line (:meth:`as_code`)."""
+        return self.as_code()
+
+    def as_code(self, device_type: str = "cuda") -> str:
+        """A copy-paste ``torch.amp.GradScaler(...)`` line that reproduces these settings exactly.
+
+        Each value is written with the fewest digits that give back the same number (``init_scale``
+        the same float32, which is what GradScaler keeps), so pasting the line re-runs the measured
+        setting rather than a neighbour of it.
+        """
+        keywords = ", ".join(f"{name}={self.written(name)}" for name in PARAM_NAMES)
+        return f'torch.amp.GradScaler("{device_type}", {keywords})'
+
+    def written(self, name: str) -> str:
+        """One setting as the GradScaler line writes it: ``2.0**16``, or the fewest digits that give back the
+        same number (``init_scale`` the same float32, which is what GradScaler keeps)."""
+        value = getattr(self, name)
+        if name == "init_scale":
+            return _pretty_scale(value)
+        return str(value) if name == "growth_interval" else shortest(value)
+
+
+PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+
+
+def _pretty_scale(value: float) -> str:
+    exponent = math.log2(value)
+    if exponent == round(exponent):
+        return f"2.0**{int(exponent)}"
+    return shortest(value, float32=True)
+
+
+KNOBS = (
+    Knob("init_scale", FLOAT, 2.0**16, 2.0**-20, 2.0**32, True, (lambda v: v > 0), "> 0",
+         "the scale at the start; PyTorch's default 2^16", powers_of_two=True, text=format_scale),
+    Knob("growth_factor", FLOAT, 2.0, 1.01, 8.0, True, (lambda v: v > 1), "> 1",
+         "the scale's factor after growth_interval clean steps; PyTorch's default 2", label="growth",
+         text=lambda v: f"{v:.3g}"),
+    Knob("backoff_factor", FLOAT, 0.5, 0.05, 0.95, False, (lambda v: 0 < v < 1), "in (0, 1)",
+         "the scale's factor on an overflow; PyTorch's default 0.5", label="backoff", text=lambda v: f"{v:.3g}"),
+    Knob("growth_interval", INT, 2000, 1, 2000, True, *whole_at_least(1),
+         "clean steps in a row before a growth; PyTorch's default 2000", label="interval", text=str),
+)  # fmt: skip
+
+
+def _setting(values: Mapping[str, Any]) -> ScalerConfig:
+    return ScalerConfig(float(values["init_scale"]), float(values["growth_factor"]),
+                        float(values["backoff_factor"]), int(values["growth_interval"]))  # fmt: skip
+
+
+def _cycle(values: Mapping[str, Any]) -> Cycle:
+    return Cycle(int(values["growth_interval"]), float(values["growth_factor"]), float(values["backoff_factor"]), 1)
+
+
+GRADSCALER = ScalerRule(
+    name=TORCH,
+    title="GradScaler",
+    knobs=KNOBS,
+    # The five settings of the script this service grew from (a table of init_scale and factor pairs), with
+    # PyTorch's default growth_interval, which that script left implicit. The tags are stored in studies.
+    baselines=(
+        ("seed-1", {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
+        ("seed-2", {"init_scale": 2.0**8, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
+        ("seed-3", {"init_scale": 2.0**24, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
+        ("seed-4", {"init_scale": 2.0**16, "growth_factor": 1.5, "backoff_factor": 0.5, "growth_interval": 2000}),
+        ("seed-5", {"init_scale": 2.0**16, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 2000}),
+    ),
+    build=lambda values: None,
+    block=lambda values: _setting(values).as_code(),
+    source="torch 2.13 torch/amp/grad_scaler.py (GradScaler.update, GradScaler.__init__)",
+    setting=_setting,
+    cycle=_cycle,
+    start_knob="init_scale",
+    amp_dtypes=("float16", "bfloat16"),
+    population=True,
+    space_table="",
+)
