@@ -32,7 +32,8 @@ from search._exports import lazy_exports  # noqa: E402
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
-        "core": ("DEFAULTS", "SEED_BASELINES", "ConfigError", "PenaltyConfig", "ScalerConfig", "Settings", "load_settings"),
+        "core": ("DEFAULTS", "SEED_BASELINES", "ConfigError", "PenaltyConfig", "Settings", "load_settings"),
+        "scalers": ("ScalerConfig",),
         "tasks": ("LoaderProblem", "Problem", "resolve_task"),
         "training": ("Assessment", "Evaluation", "PopulationError", "TrainResult", "assess", "batch_plan", "evaluate",
                      "train", "train_population"),

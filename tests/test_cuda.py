@@ -16,7 +16,8 @@ import optuna
 import pytest
 import torch
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
+from search.scalers import ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_trial, train

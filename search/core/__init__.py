@@ -2,7 +2,7 @@
 
 * ``_config``: the settings: the defaults (once), TOML loading;
 * ``_validation``: each setting against what the service and the chosen scaler accept;
-* ``_space``: a rule's search space as Optuna distributions, a trial's setting, the baselines, ``format_scale``;
+* ``_space``: a rule's search space as Optuna distributions, a trial's setting, the baselines;
 * ``_record``: the trial record, its one owner: attr keys, baseline names, failure codes, finished
   states, reading a trial back;
 * ``_devices``: ``--device`` resolution, the device and process labels stored with trials;
@@ -35,15 +35,12 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "_validation": ("MAX_POPULATION", "MAX_STUDY_NAME", "SAMPLERS"),
         "_space": (
-            "PARAM_NAMES",
             "POW2_NAME",
             "PYTORCH_DEFAULT",
             "SEED_BASELINES",
-            "ScalerConfig",
             "baseline_trials",
             "diagnosis_trial",
             "distributions",
-            "format_scale",
             "growth_note",
             "pow2_name",
             "scaler_config",

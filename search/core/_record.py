@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from optuna.trial import FrozenTrial, TrialState, create_trial
 
-from search.scalers import RULES
+from search.scalers import GRADSCALER, RULES
 
 # -- keys ----------------------------------------------------------------------------------------
 BASELINE = "baseline"
@@ -111,10 +111,10 @@ CONFIRM_SUFFIX = ".confirm"
 STUDY_DIAGNOSIS = "diagnosis"  # study user attr: the diagnosis a search started from (--from-diagnosis)
 # study user attr: the last diagnosis search.diagnose --storage recorded in the study (its --json less the runs)
 RECORDED_DIAGNOSIS = "recorded_diagnosis"
-DEFAULT_BASELINE = "seed-1"  # PyTorch's default GradScaler settings, the first of the seed's five
+DEFAULT_BASELINE = GRADSCALER.default_tag  # PyTorch's default GradScaler settings (seed-1), its first baseline
 # The setting a diagnosis suggests, trained first by a search started from it (--from-diagnosis).
 DIAGNOSIS_BASELINE = "diagnosis"
-DEFAULT_TAGS = (DEFAULT_BASELINE, *(rule.default_tag for rule in RULES.values()))  # Each rule's default baseline
+DEFAULT_TAGS = tuple(rule.default_tag for rule in RULES.values())  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials
 
 

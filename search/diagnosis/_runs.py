@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 import torch
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
 from search.diagnosis._evidence import DiagnosisRuns, LayerForward, ParameterGradients, RunEvidence
 from search.diagnosis._observer import RunObserver
-from search.scalers import RuleSetting
+from search.scalers import RuleSetting, ScalerConfig
 from search.tasks import LoaderProblem, Problem
 from search.training import TrainResult, assess, train
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import math
 
-from search.core import ScalerConfig
-from search.scalers import RuleSetting
+from search.scalers import RuleSetting, ScalerConfig
 
 
 def moving_start(needed: float) -> float:

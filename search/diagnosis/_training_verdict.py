@@ -45,11 +45,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
 from search.diagnosis._evidence import FP16_MAX, FP16_SMALLEST, RunEvidence
 from search.diagnosis._log_reading import CHRONIC_RATE
 from search.diagnosis._suggestion import moving_start, suggested_setting
-from search.scalers import RULES, RuleSetting
+from search.scalers import RULES, RuleSetting, ScalerConfig
 
 VERDICTS = ("healthy", "underflow", "chronic-skipping", "forward-overflow", "diverges-in-fp32", "scale-collapse")
 

@@ -1,8 +1,8 @@
 """Plotly figures of training runs, shared by the HTML report and the dashboard.
 
-Each trial stores its per-step ``loss_curve`` and ``scale_curve`` (GradScaler's scale after each
-``update()``) as user attrs. A step GradScaler skipped shows as a drop of the scale (backoff),
-so the skipped steps are read off the scale curve and the trial's ``init_scale``.
+Each trial stores its per-step ``loss_curve`` and ``scale_curve`` (the rule's scale after each update) and
+the steps it skipped, as the trainer measured them, as user attrs; a study that stored no skipped steps has
+them read off the scale curve (a GradScaler skip is a drop of the scale) and the trial's ``init_scale``.
 """
 
 from __future__ import annotations

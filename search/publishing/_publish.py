@@ -30,7 +30,7 @@ import plotly.graph_objects as go
 import plotly.utils
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showcase
+from search.core import BASELINE, SpaceConfig, baseline_of, showcase
 
 # optuna-dashboard's own attrs (what save_note / save_plotly_graph_object store, attr for attr), written
 # here in one transaction: the public functions commit each ~2 kB chunk on its own. A finished
@@ -40,7 +40,7 @@ from search.core import BASELINE, SpaceConfig, baseline_of, format_scale, showca
 from search.publishing._dashboard_attrs import figure_prefix, note_text_prefix, note_version_key, split_text
 from search.publishing._figures import curves_figure, trial_curves
 from search.results import format_summary, summarize, summarize_confirmation
-from search.scalers import RULES, TORCH
+from search.scalers import RULES, TORCH, format_scale
 from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
 from search.study import settings_of
 

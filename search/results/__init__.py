@@ -91,6 +91,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
         "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
         "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),
         "_rule_answer": ("RuleAnswer", "answer_rule_study"),
-        "_rule_summary": ("format_rule_summary", "format_rule_verdict", "summarize_rule_study"),
+        "_rule_summary": ("format_rule_summary", "format_rule_verdict", "rule_row", "summarize_rule_study"),
     },
 )

@@ -1,8 +1,8 @@
 """Settings as people read them: one value, a range, a point, a list of trials.
 
 Every sentence of the analysis and every table of the summary and the report writes a setting the
-same way: ``init_scale`` as a power of two, ``growth_interval`` in whole steps, the factors to three
-significant digits.
+same way: a start scale (``init_scale``, Megatron-LM's ``initial_loss_scale``) as a power of two, a whole-number
+knob (``growth_interval``, a window, a hysteresis) in whole numbers, the factors to three significant digits.
 """
 
 from __future__ import annotations
@@ -10,14 +10,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from search.core import format_scale
+from search.scalers import BOOL, INT, RULES, format_scale
+
+# The knobs written as powers of two (a start scale the rule takes as a scale, not as its exponent), and those
+# written as whole numbers, by name across every rule.
+_SCALES = frozenset(r.start_knob for r in RULES.values() if not r.knob(r.start_knob).octaves)
+_WHOLE = frozenset(k.name for r in RULES.values() for k in r.knobs if k.kind in (INT, BOOL)) - _SCALES - frozenset(
+    k.name for r in RULES.values() for k in r.knobs if k.kind not in (INT, BOOL)
+)  # min_loss_scale is whole for DeepSpeed only: written with digits for every rule
 
 
 def format_value(param: str, value: float) -> str:
     """A setting as people read it: ``2^7.74`` for init_scale, ``1.93``, ``0.469``, ``662``."""
-    if param == "init_scale":
+    if param in _SCALES:
         return format_scale(value)
-    if param == "growth_interval":
+    if param in _WHOLE:
         return str(round(value))
     return f"{value:.3g}"
 
@@ -28,15 +35,15 @@ _MOST_DIGITS = 6  # Ends that still read the same at this many digits are one va
 def format_ends(param: str, low: float, high: float) -> tuple[str, str]:
     """A range's two ends as :func:`format_value` writes them, with more digits only where that would write two
     different values the same (``2^19.701``, ``2^19.704``, not ``2^19.70`` twice); equal values read the same."""
-    if low == high or param == "growth_interval":
+    if low == high or param in _WHOLE:
         return format_value(param, low), format_value(param, high)
-    if param == "init_scale" and low > 0 and high > 0:
+    if param in _SCALES and low > 0 and high > 0:
         ends = (math.log2(low), math.log2(high))
         for digits in range(2, _MOST_DIGITS + 1):  # format_scale's two decimals first
             if f"{ends[0]:.{digits}f}" != f"{ends[1]:.{digits}f}":
                 first, last = (f"2^{e:.0f}" if e == round(e) else f"2^{e:.{digits}f}" for e in ends)
                 return first, last
-    elif param != "init_scale":
+    elif param not in _SCALES:
         for digits in range(3, _MOST_DIGITS + 2):  # format_value's three significant digits first
             if f"{low:.{digits}g}" != f"{high:.{digits}g}":
                 return f"{low:.{digits}g}", f"{high:.{digits}g}"

@@ -1,9 +1,10 @@
-"""What trials of a given length can and cannot show about GradScaler's growth settings.
+"""What trials of a given length can and cannot show about a rule's growth window.
 
-GradScaler grows its scale only after ``growth_interval`` unskipped steps in a row, so a trial of
-N steps never sees a growth at an interval above N, PyTorch's default 2000 included. Its answer on
-``init_scale`` and ``backoff_factor`` holds for those N steps; on the growth settings it says only
-what happens within them, not in the user's run of 100,000 steps.
+Every rule grows its scale only after a window of steps without an overflow (GradScaler's
+``growth_interval``, DeepSpeed's and Megatron-LM's ``loss_scale_window``, fairseq's
+``fp16_scale_window``), so a trial of N steps never sees a growth at a window above N, the rule's own
+default included. Its answer on the start scale and the back-off holds for those N steps; on the growth
+settings it says only what happens within them, not in the user's run of 100,000 steps.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from optuna.trial import FrozenTrial
 
 from search.core import LOSS_CURVE, SpaceConfig
-from search.results._minimal import PYTORCH_DEFAULT
+from search.scalers import RULES, TORCH
 
 
 def trial_steps(trial: FrozenTrial | None) -> int | None:
@@ -20,19 +21,22 @@ def trial_steps(trial: FrozenTrial | None) -> int | None:
     return len(curve) if curve else None
 
 
-def horizon_note(steps: int | None, space: SpaceConfig | None = None) -> str | None:
+def horizon_note(steps: int | None, space: SpaceConfig | None = None, scaler: str = TORCH) -> str | None:
     """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's growth, or
-    when ``space`` searches no growth_interval longer than them (a search from a diagnosis whose growth window
-    says the scale must move: every interval it tried acted)."""
-    if steps is None or steps >= PYTORCH_DEFAULT.growth_interval:
+    when ``space`` searches no growth window longer than them (a search from a diagnosis whose window says the
+    scale must move: every window it tried acted)."""
+    rule = RULES[scaler]
+    default = rule.cycle(rule.default).window
+    if steps is None or steps >= default:
         return None
     if space is not None:
-        interval = space.growth_interval
-        if (interval.fixed if interval.fixed is not None else interval.high) < steps:
+        window = space.ranges(scaler)[rule.window_knob]
+        if (window.fixed if window.fixed is not None else window.high) < steps:
             return None
+    name = rule.window_knob
     return (
-        f"horizon: each trial ran {steps} optimizer steps, and GradScaler grows the scale only after "
-        f"growth_interval unskipped steps in a row, so these trials show nothing of a growth_interval above "
-        f"{steps} (PyTorch's default is {PYTORCH_DEFAULT.growth_interval}) nor of how the scale moves later in "
+        f"horizon: each trial ran {steps} optimizer steps, and {rule.title} grows the scale only after "
+        f"{name} steps in a row without an overflow, so these trials show nothing of a {name} above "
+        f"{steps} ({rule.maker}'s default is {default}) nor of how the scale moves later in "
         "a longer run; to judge the growth settings, run trials as long as that (--steps)"
     )

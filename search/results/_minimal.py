@@ -18,7 +18,8 @@ from dataclasses import replace
 
 from optuna.trial import FrozenTrial
 
-from search.core import OVERFLOW_STEPS, PARAM_NAMES, SCALE_CURVE, SEED_BASELINES, ScalerConfig, scale_moves
+from search.core import OVERFLOW_STEPS, SCALE_CURVE, SEED_BASELINES, scale_moves
+from search.scalers import PARAM_NAMES, ScalerConfig
 
 PYTORCH_DEFAULT = SEED_BASELINES[0][1]  # ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 

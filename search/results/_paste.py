@@ -18,7 +18,7 @@ Example:
 
     .. code::
 
-        from search.core import ScalerConfig
+        from search.scalers import ScalerConfig
         from search.results import paste_lines
 
         print(paste_lines(ScalerConfig(1234.5, 3.7, 0.31, 77))["lightning"])
@@ -26,7 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from search.core import PARAM_NAMES, PYTORCH_DEFAULT, ScalerConfig
+from search.core import PYTORCH_DEFAULT
+from search.scalers import PARAM_NAMES, ScalerConfig
 
 __all__ = ["FRAMEWORKS", "paste_lines", "scaler_line"]
 

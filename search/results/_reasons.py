@@ -13,11 +13,12 @@ from collections.abc import Sequence
 
 from optuna.trial import FrozenTrial
 
-from search.core import FAILURE, ScalerConfig
+from search.core import FAILURE
 from search.results._format import format_point, offsets_text
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings
 from search.results._rounding import Rounding
+from search.scalers import ScalerConfig
 
 
 def _nearest_text(landscape: Landscape, number: int) -> str:

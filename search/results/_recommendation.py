@@ -27,15 +27,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import (
-    PARAM_NAMES,
-    SEED_BASELINES,
-    ScalerConfig,
-    SpaceConfig,
-    default_trial,
-    device_kind,
-    scaler_config,
-)
+from search.core import SEED_BASELINES, SpaceConfig, default_trial, device_kind, scaler_config
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
@@ -53,6 +45,7 @@ from search.results._rounding import Rounding, measured_rounding
 from search.results._together import box_limits, safe_together
 from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
 from search.results._verdict import weigh_confirmation
+from search.scalers import PARAM_NAMES, ScalerConfig
 
 VERDICTS = ("keep-default", "change", "none-safe")  # The answer's one word, in every output.
 DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.

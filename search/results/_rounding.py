@@ -29,9 +29,10 @@ from typing import Any
 from optuna.distributions import IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import POW2_NAME, ScalerConfig, SpaceConfig, distributions, scaler_config
+from search.core import POW2_NAME, SpaceConfig, distributions, scaler_config
 from search.results._landscape import Landscape
 from search.results._minimal import changed_settings, minimal_change
+from search.scalers import ScalerConfig
 
 
 @dataclass(frozen=True)

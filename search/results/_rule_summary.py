@@ -26,6 +26,7 @@ from search.core import (
     device_kind,
 )
 from search.results._format import study_heading
+from search.results._horizon import horizon_note, trial_steps
 from search.results._rule_answer import answer_rule_study, rule_values
 from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
 from search.scalers import RULES, shortest
@@ -85,6 +86,7 @@ def summarize_rule_study(
         "silent_failures": {code: failures.get(code, 0) for code in SILENT_FAILURES + RULE_FAILURES[1:]},
         "ended_at_minimum": failures.get(RULE_FAILURES[0], 0),
         "fail_reasons": fail_reasons(trials),
+        "horizon_note": horizon_note(trial_steps(best), space, scaler),
     }
 
 
@@ -122,6 +124,8 @@ def format_rule_summary(data: dict[str, Any]) -> str:
         lines.append(line(tag, row))
     lines.append("")
     lines += format_rule_verdict(data)
+    if data.get("horizon_note"):
+        lines.append(f"  {data['horizon_note']}")
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(
         f"  nonfinite trials: {data['nonfinite_trials']}; ended at the minimum scale: {data['ended_at_minimum']}; "

@@ -21,7 +21,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import OVERFLOW_STEPS, PARAM_NAMES, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
+from search.core import OVERFLOW_STEPS, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
 from search.results._format import format_ends, format_value, trial_list
 from search.results._trials import (
     DEFAULT_TOLERANCE,
@@ -31,12 +31,7 @@ from search.results._trials import (
     param_values,
     searched_params,
 )
-
-_IDLE_WHY = {  # What would have to happen in a run for the setting to act in it.
-    "growth_factor": "the scale grew",
-    "backoff_factor": "a step was skipped",
-    "growth_interval": "the scale grew",
-}
+from search.scalers import RULES, TORCH, ScalerRule
 
 
 @dataclass(frozen=True)
@@ -105,32 +100,34 @@ class SafeRange:
 
 
 def safe_ranges(
-    trials: Iterable[FrozenTrial], space: SpaceConfig, tolerance: float = DEFAULT_TOLERANCE
+    trials: Iterable[FrozenTrial], space: SpaceConfig, tolerance: float = DEFAULT_TOLERANCE, scaler: str = TORCH
 ) -> list[SafeRange]:
-    """The safe range of every GradScaler setting (fixed ones say so), see the module docstring.
+    """The safe range of every knob of ``scaler``'s rule (fixed ones say so), see the module docstring.
 
     Args:
         trials: The study's trials, any states (only COMPLETE ones count).
         space: The study's search space.
         tolerance: A good trial's objective is at most ``best + tolerance * |best|``.
+        scaler: The study's rule.
     """
+    rule = RULES[scaler]
     done = completed(trials)
     good = good_trials(done, tolerance)
     good_ids = {t.number for t in good}
     bad = [t for t in done if t.number not in good_ids]
     best = best_trial(done)
-    values = {t.number: param_values(t, space) for t in done}
-    searched = searched_params(space)
+    values = {t.number: param_values(t, space, scaler) for t in done}
+    searched = searched_params(space, scaler)
     bounds = {
         name: (min(values[t.number][name] for t in good), max(values[t.number][name] for t in good))
         for name in searched
         if good
     }
     pct = f"{tolerance * 100:g}%"
-    idle = {t.number: idle_settings(t, values[t.number], bounds) for t in done}
+    idle = {t.number: idle_settings(t, values[t.number], bounds, scaler) for t in done}
     out = []
-    for name in PARAM_NAMES:
-        p: ParamRange = getattr(space, name)
+    for name in rule.names:
+        p: ParamRange = space.ranges(scaler)[name]
         if p.fixed is not None:
             text = f"{name} was fixed at {format_value(name, float(p.fixed))} in this study, not searched."
             out.append(
@@ -154,10 +151,11 @@ def safe_ranges(
             for t in inside
         }
         holes = [t for t in inside if not culprits_of[t.number]]
-        idle_in_good = name != "init_scale" and all(name in idle[t.number] for t in good)
+        idle_in_good = name != rule.start_knob and all(name in idle[t.number] for t in good)
         clean_low, clean_high = _clean_stretch(name, good, holes, best, values)
         text = _range_text(
-            name, low, high, pct, len(good), len(done), inside, holes, culprits_of, idle_in_good, clean_low, clean_high
+            name, low, high, pct, len(good), len(done), inside, holes, culprits_of, idle_in_good, clean_low, clean_high,
+            rule,
         )
         out.append(
             SafeRange(
@@ -192,6 +190,7 @@ def _range_text(
     idle_in_good: bool,
     clean_low: float | None,
     clean_high: float | None,
+    rule: ScalerRule,
 ) -> str:
     """A searched setting's safe range in words: the range, then what the bad trials inside it show."""
     lo_txt, hi_txt = format_ends(name, low, high)
@@ -201,9 +200,10 @@ def _range_text(
         "of the best objective without non-finite values or silent failures"
     )
     if idle_in_good:
+        why = "a step was skipped" if name in rule.skips_with else "the scale grew"  # what would make it act
         text += (
-            f" ({_IDLE_WHY[name]} in none of the good trials, so any {name}"
-            + (f" above {hi_txt}" if name == "growth_interval" else "")
+            f" ({why} in none of the good trials, so any {name}"
+            + (f" above {hi_txt}" if name == rule.window_knob else "")
             + " would have run them the same: the range is only what was tried)"
         )
     if not inside:
@@ -239,28 +239,29 @@ def _outside(values: dict[str, float], param: str, bounds: dict[str, tuple[float
 
 
 def idle_settings(
-    trial: FrozenTrial, values: dict[str, float], bounds: dict[str, tuple[float, float]]
+    trial: FrozenTrial, values: dict[str, float], bounds: dict[str, tuple[float, float]], scaler: str = TORCH
 ) -> frozenset[str]:
-    """The settings that could not have changed this trial's run, read from its scale curve.
+    """The knobs that could not have changed this trial's run, read from its scale curve and skipped steps.
 
-    GradScaler multiplies the scale by ``growth_factor`` only when it grows and by
-    ``backoff_factor`` only on a skipped step, and it grows only after ``growth_interval``
-    unskipped steps in a row. So when the scale never grew, ``growth_factor`` did not act, nor
-    would any ``growth_interval`` longer than the longest unskipped stretch (that stretch is
-    shorter than the trial's own interval); when no step was skipped, ``backoff_factor`` did not
-    act. ``init_scale`` always acts. A trial without a readable scale curve gets no idle setting.
+    Every rule grows the scale only after its window (GradScaler's ``growth_interval``) of steps without an
+    overflow, by a factor only a growth uses (GradScaler's ``growth_factor``); its back-off, hysteresis and
+    floor act only after an overflow (GradScaler's ``backoff_factor``). So when the scale never grew, the
+    growth knobs did not act, nor would any window longer than the longest clean stretch (that stretch is
+    shorter than the trial's own window); when no step was skipped, the overflow knobs did not act. The start
+    scale always acts. A trial without a readable scale curve gets no idle knob.
 
     Args:
         trial: A COMPLETE trial.
-        values: Its four settings (:func:`~search.results._trials.param_values`).
-        bounds: The safe ranges, ``{setting: (low, high)}``: ``growth_interval`` is idle when the
-            whole stretch above the longest unskipped run is out of reach, i.e. when the range
-            holds an interval that would run the same.
+        values: Every knob of its setting (:func:`~search.results._trials.param_values`).
+        bounds: The safe ranges, ``{knob: (low, high)}``: the window is idle when the whole stretch above the
+            longest clean run is out of reach, i.e. when the range holds a window that would run the same.
+        scaler: The study's rule.
     """
+    rule = RULES[scaler]
     curve = trial.user_attrs.get(SCALE_CURVE)
     if not curve or not all(isinstance(v, (int, float)) and 0 < v < math.inf for v in curve):
         return frozenset()
-    moves = scale_moves(curve, values["init_scale"], trial.user_attrs.get(OVERFLOW_STEPS))
+    moves = scale_moves(curve, rule.start_scale(values), trial.user_attrs.get(OVERFLOW_STEPS))
     grew, skipped = 1 in moves, -1 in moves
     longest = stretch = 0  # The longest run of steps that neither skipped nor grew.
     for move in moves:
@@ -268,11 +269,12 @@ def idle_settings(
         longest = max(longest, stretch)
     idle = set()
     if not grew:
-        idle.add("growth_factor")
-        if "growth_interval" not in bounds or bounds["growth_interval"][1] > longest:
-            idle.add("growth_interval")
+        idle.update(rule.grows_with)
+        window = rule.window_knob
+        if window not in bounds or bounds[window][1] > longest:
+            idle.add(window)
     if not skipped:
-        idle.add("backoff_factor")
+        idle.update(rule.skips_with)
     return frozenset(idle)
 
 

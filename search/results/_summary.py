@@ -23,8 +23,8 @@ from search.core import (
     SpaceConfig,
     baseline_of,
     device_kind,
-    format_scale,
     scaler_config,
+    setting_of,
 )
 from search.results._dominance import dominance_note
 from search.results._format import format_range, offsets_text, study_heading
@@ -34,21 +34,17 @@ from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
 from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
-from search.scalers import TORCH
+from search.scalers import TORCH, format_scale
 
 
-def trial_row(trial: FrozenTrial, space: SpaceConfig) -> dict[str, Any]:
-    """One trial as a table row: its number, tag, value, full scaler settings and run attrs."""
-    cfg = scaler_config(trial.params, space)
+def trial_row(trial: FrozenTrial, space: SpaceConfig, scaler: str = TORCH) -> dict[str, Any]:
+    """One trial as a table row: its number, tag, value, every knob of its setting and run attrs."""
     attrs = trial.user_attrs
     return {
         "number": trial.number,
         "baseline": baseline_of(trial),
         "value": trial.value,
-        "init_scale": cfg.init_scale,
-        "growth_factor": cfg.growth_factor,
-        "backoff_factor": cfg.backoff_factor,
-        "growth_interval": cfg.growth_interval,
+        **setting_of(trial.params, space, scaler).values,
         "final_loss": attrs.get("final_loss"),
         "eval_loss": attrs.get("eval_loss"),
         "eval_median": attrs.get(EVAL_MEDIAN),

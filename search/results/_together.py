@@ -20,18 +20,11 @@ from typing import Any
 
 from optuna.trial import FrozenTrial
 
-from search.core import (
-    OVERFLOW_STEPS,
-    PARAM_NAMES,
-    SCALE_CURVE,
-    ParamRange,
-    ScalerConfig,
-    SpaceConfig,
-    scale_moves,
-)
+from search.core import OVERFLOW_STEPS, SCALE_CURVE, ParamRange, SpaceConfig, scale_moves
 from search.results._format import format_point, format_range
 from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
 from search.results._trials import is_safe, searched_params
+from search.scalers import PARAM_NAMES, ScalerConfig
 
 CHECK_ROUNDS = 3  # After the candidate box, this many halvings (in octaves) of it are tried.
 

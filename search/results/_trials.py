@@ -20,7 +20,8 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import FAIL_REASON, PARAM_NAMES, ScalerConfig, SpaceConfig, scaler_config
+from search.core import FAIL_REASON, SpaceConfig, setting_of
+from search.scalers import RULES, TORCH, ScalerConfig
 
 # Every FAIL this service writes has a reason; one without was failed by Optuna's stale-trial check: its
 # worker stopped sending heartbeats (killed, host lost).
@@ -67,20 +68,20 @@ def good_trials(trials: Iterable[FrozenTrial], tolerance: float = DEFAULT_TOLERA
     return [t for t in done if is_safe(t) and t.value <= limit]
 
 
-def searched_params(space: SpaceConfig) -> list[str]:
-    """The GradScaler settings the space searches (not fixed), in the usual order."""
-    return [name for name in PARAM_NAMES if getattr(space, name).fixed is None]
+def searched_params(space: SpaceConfig, scaler: str = TORCH) -> list[str]:
+    """The knobs of ``scaler``'s rule the space searches (not fixed), in the rule's order."""
+    ranges = space.ranges(scaler)
+    return [name for name in RULES[scaler].names if ranges[name].fixed is None]
 
 
-def param_values(trial: FrozenTrial, space: SpaceConfig) -> dict[str, float]:
-    """The four GradScaler settings of a trial (``init_scale`` as a scale even for powers of two)."""
-    return param_values_of(trial.params, space)
+def param_values(trial: FrozenTrial, space: SpaceConfig, scaler: str = TORCH) -> dict[str, float]:
+    """Every knob of a trial's setting (GradScaler's ``init_scale`` as a scale even for powers of two)."""
+    return param_values_of(trial.params, space, scaler)
 
 
-def param_values_of(params: dict[str, Any], space: SpaceConfig) -> dict[str, float]:
-    """The four settings of a params dict in ``space`` (like :func:`param_values` for a trial)."""
-    cfg = scaler_config(params, space)
-    return {name: float(getattr(cfg, name)) for name in PARAM_NAMES}
+def param_values_of(params: dict[str, Any], space: SpaceConfig, scaler: str = TORCH) -> dict[str, float]:
+    """Every knob of a params dict in ``space`` (like :func:`param_values` for a trial)."""
+    return {name: float(value) for name, value in setting_of(params, space, scaler).values.items()}
 
 
 def as_config(values: dict[str, float]) -> ScalerConfig:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.core import ScalerConfig, SpaceConfig
+from search.core import SpaceConfig
 from search.results._trials import as_config, param_values_of
+from search.scalers import ScalerConfig
 
 
 def confirmation_verdict(

@@ -174,6 +174,9 @@ DEEPSPEED = ScalerRule(
     block=_block,
     cycle=lambda values: Cycle(int(values["loss_scale_window"]), 2.0, 0.5, int(values["hysteresis"])),
     start_knob="initial_scale_power",
+    window_knob="loss_scale_window",
+    skips_with=("hysteresis", "consecutive_hysteresis", "min_loss_scale"),
+    contour_with="hysteresis",
     source="deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale), runtime/constants.py",
     notes=_notes,
 )

@@ -143,6 +143,9 @@ FAIRSEQ = ScalerRule(
     block=_block,
     cycle=lambda values: Cycle(int(values["fp16_scale_window"]), 2.0, 0.5, 1),
     start_knob="fp16_init_scale",
+    window_knob="fp16_scale_window",
+    skips_with=("fp16_scale_tolerance", "min_loss_scale", "threshold_loss_scale"),
+    contour_with="fp16_scale_window",
     source="fairseq f591cc94 fairseq/optim/dynamic_loss_scaler.py (DynamicLossScaler), fairseq/dataclass/configs.py",
     notes=_notes,
 )

@@ -113,6 +113,8 @@ def _cycle(values: Mapping[str, Any]) -> Cycle:
 GRADSCALER = ScalerRule(
     name=TORCH,
     title="GradScaler",
+    maker="PyTorch",
+    baselines_about="seed-1 to seed-5, the five configurations of the original example (docs/fairness.md)",
     knobs=KNOBS,
     # The five settings of the script this service grew from (a table of init_scale and factor pairs), with
     # PyTorch's default growth_interval, which that script left implicit. The tags are stored in studies.
@@ -129,6 +131,10 @@ GRADSCALER = ScalerRule(
     setting=_setting,
     cycle=_cycle,
     start_knob="init_scale",
+    window_knob="growth_interval",
+    grows_with=("growth_factor",),
+    skips_with=("backoff_factor",),
+    contour_with="backoff_factor",
     amp_dtypes=("float16", "bfloat16"),
     population=True,
     space_table="",

@@ -120,5 +120,8 @@ MEGATRON = ScalerRule(
     block=_block,
     cycle=lambda values: Cycle(int(values["loss_scale_window"]), 2.0, 0.5, int(values["hysteresis"])),
     start_knob="initial_loss_scale",
+    window_knob="loss_scale_window",
+    skips_with=("hysteresis", "min_loss_scale"),
+    contour_with="hysteresis",
     source="Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update), megatron/training/arguments.py",
 )

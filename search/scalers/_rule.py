@@ -69,6 +69,10 @@ class ScalerRule:
         source: Where the rule comes from (file and version or commit).
         cycle: How the scale cycles at its overflow edge under a setting (:class:`Cycle`).
         start_knob: The knob that sets the scale at the start.
+        window_knob: The knob that sets how many clean steps the scale waits before it grows.
+        grows_with: The knobs that act only when the scale grows (GradScaler's ``growth_factor``).
+        skips_with: The knobs that act only after an overflow (a back-off factor, a hysteresis, a floor).
+        contour_with: The knob the report's contour pairs with :attr:`start_knob`.
         notes: Caveats the answer states with the block (where the framework honours a knob).
         setting: One trial's setting from its values (:class:`RuleSetting` unless given).
         amp_dtypes: The autocast precisions the rule scales.
@@ -76,6 +80,8 @@ class ScalerRule:
         space_table: Where its ranges sit in a config's ``[space]``: ``""`` at the top
             (``[space.init_scale]``), else a table of its own (``[space.deepspeed.hysteresis]``).
         default_label: How tables name its default's row.
+        baselines_about: Where the baselines come from, for tables that list them (empty: the defaults only).
+        maker: Whose default the rule's defaults are (``"PyTorch"`` for GradScaler; the title otherwise).
     """
 
     name: str
@@ -87,18 +93,26 @@ class ScalerRule:
     source: str
     cycle: Callable[[Mapping[str, float]], Cycle]
     start_knob: str
+    window_knob: str
+    grows_with: tuple[str, ...] = ()
+    skips_with: tuple[str, ...] = ()
+    contour_with: str = ""
     notes: Callable[[Mapping[str, float]], list[str]] = lambda values: []
     setting: Callable[[Mapping[str, Any]], Any] | None = None
     amp_dtypes: tuple[str, ...] = ("float16",)
     population: bool = False
     space_table: str | None = None
     default_label: str = ""
+    maker: str = ""
+    baselines_about: str = ""
 
     def __post_init__(self) -> None:
         if self.setting is None:
             object.__setattr__(self, "setting", lambda values: RuleSetting(self.name, dict(values)))
         if self.space_table is None:
             object.__setattr__(self, "space_table", self.name)
+        if not self.maker:
+            object.__setattr__(self, "maker", self.title)
         if not self.default_label:
             object.__setattr__(self, "default_label", f"{self.default_tag} (default)")
         _BY_NAME[self.name] = self
@@ -118,9 +132,20 @@ class ScalerRule:
         """The knobs' names, in order."""
         return tuple(knob.name for knob in self.knobs)
 
+    @property
+    def replays(self) -> bool:
+        """Whether the service moves the scale by replaying the rule step by step (a framework's rule), rather
+        than by GradScaler's own ``update()``: then the answer is the rule's own config block, found by replay."""
+        return self.build(self.default) is not None
+
     def knob(self, name: str) -> Knob:
         """The knob called ``name``."""
         return next(k for k in self.knobs if k.name == name)
+
+    def start_scale(self, values: Mapping[str, float]) -> float:
+        """The scale a setting starts at (``2**initial_scale_power`` for DeepSpeed)."""
+        value = float(values[self.start_knob])
+        return 2.0**value if self.knob(self.start_knob).octaves else value
 
     def start_value(self, scale: float) -> float:
         """``scale`` as :attr:`start_knob` writes it (its exponent for DeepSpeed's ``initial_scale_power``)."""

@@ -45,7 +45,6 @@ from search.core import (
     NONFINITE,
     POINT,
     SOURCE_TRIAL,
-    ScalerConfig,
     Settings,
     device_label,
     distributions,
@@ -60,7 +59,7 @@ from search.results import (
     confirmation_data,
     recommend,
 )
-from search.scalers import TORCH
+from search.scalers import TORCH, ScalerConfig
 from search.storage import TrialWriter
 from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task

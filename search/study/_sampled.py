@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import Interrupted, ScalerConfig, deferred_interrupts, held_interrupts, suggest
-from search.scalers import RuleSetting
+from search.core import Interrupted, deferred_interrupts, held_interrupts, suggest
+from search.scalers import RuleSetting, ScalerConfig
 from search.storage import first_beat, heartbeat
 from search.study._trial_training import raise_task_exit
 from search.training import TrialOutcome

@@ -16,17 +16,9 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from search.core import (
-    DEVICE,
-    FAIL_REASON,
-    FAIL_TRACEBACK,
-    Interrupted,
-    ScalerConfig,
-    Settings,
-    process_token,
-)
+from search.core import DEVICE, FAIL_REASON, FAIL_TRACEBACK, Interrupted, Settings, process_token
 from search.core import WORKER as WORKER_ATTR
-from search.scalers import RuleSetting
+from search.scalers import RuleSetting, ScalerConfig
 from search.tasks import TaskError
 from search.tasks.base import Problem
 from search.training import TrialOutcome, TrialTimeout, run_population, run_trial

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.tasks.base import Problem
 from search.training._evaluation import (
     LAST_STEP,

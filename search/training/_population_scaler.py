@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import torch
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 
 __all__: list[str] = []
 

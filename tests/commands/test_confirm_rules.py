@@ -4,6 +4,8 @@ DeepSpeed 0.19.8's own DynamicLossScaler; the paired test against scipy; the ans
 
 from __future__ import annotations
 
+import html
+import json
 import math
 import pathlib
 
@@ -147,13 +149,22 @@ def test_paste_is_refused_for_a_framework_study_and_nothing_is_written(confirmed
     assert (tmp_path / "study.db").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
 
 
-def test_the_report_refuses_a_framework_study_in_one_line(confirmed, tmp_path):
-    """search.report reads GradScaler studies only so far: one line, exit 2, no page."""
-    folder, _, _ = confirmed
-    proc = run_cli(["--storage", f"sqlite:///{folder / 'study.db'}", "--out", str(tmp_path / "r.html")], tmp_path,
-                   module="search.report")  # fmt: skip
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "DeepSpeed" in proc.stderr, proc.stderr
-    assert list(tmp_path.iterdir()) == []
+def test_the_report_of_a_confirmed_framework_study_says_what_confirm_said(confirmed, tmp_path):
+    """search.report draws a DeepSpeed study: its verdict lines are the ones search.confirm printed (the
+    confirmation runs weigh the answer on both), its confirmation table lists the same configurations."""
+    folder, _, printed = confirmed
+    storage = f"sqlite:///{folder / 'study.db'}"
+    for out in (["--out", str(tmp_path / "r.html")], ["--format", "json", "--out", str(tmp_path / "r.json")]):
+        proc = run_cli(["--storage", storage, *out], tmp_path, module="search.report")
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    page = (tmp_path / "r.html").read_text()
+    said = [line.strip() for line in _verdict_block(printed).splitlines()]
+    verdict = said[: said.index("for DeepSpeed:")]
+    assert all(f'<p class="text">{html.escape(line)}</p>' in page for line in verdict[:1] + verdict[2:]), verdict
+    assert html.escape(verdict[1].strip("()")) in page  # the reasons, as confirm put them
+    data = json.loads((tmp_path / "r.json").read_text())
+    labels = {c["label"] for c in data["confirmation"]["configs"]}
+    assert default_label("deepspeed") in labels and all(html.escape(label) in page for label in labels)
 
 
 def test_the_dashboard_shows_the_rules_study_as_the_commands_do(confirmed):

@@ -9,14 +9,17 @@ framework's own config form.
 
 from __future__ import annotations
 
+import html
 import json
 
+import numpy as np
 import pytest
 from optuna.trial import TrialState
 from test_megatron_fairseq import fairseq_scales, megatron_scales
 
 from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, setting_of
 from search.optimize import main as optimize_main
+from search.results import idle_settings, param_values
 from search.scalers import RULES
 from search.study import settings_of
 from search.tasks.seed_mlp import build
@@ -107,6 +110,12 @@ def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, mon
         assert trial.user_attrs["skipped_steps"] == sum(skipped)
         assert (trial.user_attrs["failure"] == "ended_at_minimum") == ended
         overflowed += sum(skipped) > 0
+        # The knobs the report calls idle in a run are those the framework's own loop never used in it.
+        start = float(np.float32(initial))  # the scale the loop holds (float32), as the curve records it
+        grew = any(b > a for a, b in zip([start, *scales], scales) if a is not None and b is not None)
+        idle = idle_settings(trial, param_values(trial, space, scaler), {}, scaler)
+        assert (set(rule.skips_with) <= idle) == (not any(skipped)), trial.number
+        assert (rule.window_knob in idle) == (not grew), trial.number
     assert overflowed  # Some trial overflowed: the rule's backoff was compared, not only its growth.
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["scaler"] == scaler and best["verdict"] in ("keep-default", "change")
@@ -114,6 +123,22 @@ def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, mon
     assert block == rule.block(best["recommended"]["values"])
     assert "\n".join("      " + line for line in block.splitlines()) in run.stdout
     assert f"({rule.title}'s loss-scale rule)" in run.stdout
+    assert f"horizon: each trial ran {STEPS} optimizer steps, and {rule.title} grows the scale only after " in run.stdout
+
+    # search.report draws the study, and its answer is the summary's: the same verdict, values and block.
+    for out in (["--out", "report.html"], ["--format", "json", "--out", "report.json"]):
+        drawn = run_cli(["--storage", "sqlite:///study.db", *out], tmp_path, module="search.report")
+        assert drawn.returncode == 0, drawn.stderr
+    data = json.loads((tmp_path / "report.json").read_text())
+    rec = data["recommendation"]
+    assert {k: rec[k] for k in ("verdict", "values", "source_trial", "changed")} == {
+        k: best["recommended"][k] for k in ("verdict", "values", "source_trial", "changed")
+    }
+    assert [r["param"] for r in data["safe_ranges"]] == list(rule.names)
+    page = (tmp_path / "report.html").read_text()
+    assert f"<h1>{rule.title} search report: study " in page and html.escape(block) in page
+    assert all(f"<th>{name}</th>" in page for name in rule.names)  # the baselines table: the rule's own knobs
+    assert f"Horizon: each trial ran {STEPS} optimizer steps" in page
 
 
 def test_the_deepspeed_block_is_what_deepspeeds_config_reads():

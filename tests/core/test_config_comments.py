@@ -6,7 +6,8 @@ the key's comment in the file states that rule, so a comment cannot drift from t
 
 import pytest
 
-from search.core import DEFAULTS, SILENT_FAILURES, ScalerConfig, load_settings
+from search.core import DEFAULTS, SILENT_FAILURES, load_settings
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import LAST_STEP, TrainResult, assess, evaluation_of, train
 

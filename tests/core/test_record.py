@@ -6,8 +6,9 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
 from search.core import _record as record
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import run_trial
 

@@ -15,8 +15,8 @@ import math
 import pytest
 import torch
 
-from search.core import ScalerConfig
 from search.diagnosis import diagnosis_runs
+from search.scalers import ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 

@@ -15,11 +15,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from search.core import ScalerConfig
 from search.diagnosis import CHRONIC_RATE, HEALTHY_ADVICE, diagnosis_runs, growth_window, judge
 from search.diagnosis._suggestion import suggested_setting
 from search.diagnosis._training_verdict import check_flags
-from search.scalers import RULES, RuleSetting
+from search.scalers import RULES, RuleSetting, ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
 from search.tasks.sum_outliers import build as build_outliers

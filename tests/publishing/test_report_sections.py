@@ -22,6 +22,7 @@ import pytest
 from optuna.trial import TrialState
 
 from search import results
+from search.core import OVERFLOW_STEPS, SCALE_CURVE
 from search.publishing.report import SECTION_TITLES, build_report, load_snapshot, render_html
 from search.report import main
 from search.storage import open_storage
@@ -104,7 +105,7 @@ def test_every_section_from_a_real_study(study_dir):
     # 5. Curves: best, the default seed-1 and the worst finite trial.
     names = [t.name for t in report.figures["curves"].data if t.name]
     best, default, worst = data["curves"]["best"], data["curves"]["default"], data["curves"]["worst_finite"]
-    assert default == 0 and f"best #{best}" in names and "seed-1 default #0" in names
+    assert default == 0 and f"best #{best}" in names and "seed-1 (default) #0" in names
     assert any(n.startswith(f"worst finite #{worst}") for n in names)
     trials = {t.number: t for t in snapshot.trials}
     finite = [t for t in trials.values() if not t.user_attrs["nonfinite"]]
@@ -382,7 +383,8 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         t = copy.deepcopy(t)  # its number kept
         if t.state == TrialState.COMPLETE:
             start = float(np.float32(t.params["init_scale"]))  # GradScaler holds its scale in float32
-            t.user_attrs = {**t.user_attrs, "scale_curve": [start] * len(t.user_attrs["scale_curve"])}
+            curve = [start] * len(t.user_attrs[SCALE_CURVE])
+            t.user_attrs = {**t.user_attrs, SCALE_CURVE: curve, OVERFLOW_STEPS: []}
         flat.append(t)
     from search.publishing.report._visualization import _importance_section, _in_memory_study
 

@@ -11,8 +11,9 @@ import optuna
 import pytest
 import torch
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
 from search.results import changed_settings, minimal_change
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import run_trial
 

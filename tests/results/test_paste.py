@@ -22,8 +22,8 @@ from unittest import mock
 import pytest
 import torch
 
-from search.core import PARAM_NAMES, ScalerConfig
 from search.results import paste_lines
+from search.scalers import PARAM_NAMES, ScalerConfig
 
 ODD = ScalerConfig(1234.5, 3.7, 0.31, 77)  # No power of two, no default.
 INIT_ONLY = ScalerConfig(1234.5, 2.0, 0.5, 2000)

@@ -9,13 +9,14 @@ import math
 import pytest
 from optuna.distributions import IntDistribution
 
-from search.core import ParamRange, ScalerConfig, SpaceConfig, scaler_config
+from search.core import ParamRange, SpaceConfig, scaler_config
 from search.results import (
     box_corners,
     check_boxes,
     recommend,
     safe_ranges,
 )
+from search.scalers import ScalerConfig
 
 from test_analysis import DISTS, SPACE, _by_param, _study
 
@@ -252,9 +253,10 @@ def test_a_candidate_box_around_a_minimal_change_holds_its_centre():
     from optuna.distributions import FloatDistribution, IntDistribution
     from optuna.trial import TrialState, create_trial
 
-    from search.core import DEFAULTS, ScalerConfig
+    from search.core import DEFAULTS
     from search.results._landscape import Landscape
     from search.results._together import candidate_box
+    from search.scalers import ScalerConfig
 
     dists = {"init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True), "growth_factor": FloatDistribution(1.01, 8.0, log=True),
              "backoff_factor": FloatDistribution(0.05, 0.95), "growth_interval": IntDistribution(1, 2000, log=True)}  # fmt: skip

@@ -8,10 +8,11 @@ import optuna
 import pytest
 import torch
 
-from search.core import DEFAULTS, ParamRange, PenaltyConfig, ScalerConfig, distributions
+from search.core import DEFAULTS, ParamRange, PenaltyConfig, distributions
 from search.results import recommend
 from search.results._landscape import Landscape
 from search.results._rounding import candidate_params, measured_rounding, rounding_candidates, significant
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import run_trial
 

@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from search.core import ScalerConfig
-from search.scalers import DeepSpeedScale, ScaleAtMinimum
+from search.scalers import DeepSpeedScale, ScaleAtMinimum, ScalerConfig
 from search.training import train
 
 from plain_loop import plain_rule_run

@@ -12,8 +12,7 @@ import random
 import pytest
 import torch
 
-from search.core import ScalerConfig
-from search.scalers import FairseqScale, MegatronScale, ScaleAtMinimum
+from search.scalers import FairseqScale, MegatronScale, ScaleAtMinimum, ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import train
 

@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-from search.core import DEFAULTS, ScalerConfig
+from search.core import DEFAULTS
+from search.scalers import ScalerConfig
 from search.tasks import BUILTIN_TASKS, build_problem, resolve_task
 from search.tasks.deep_mlp import (
     EVAL_SAMPLES,

@@ -19,7 +19,7 @@ from torch import nn
 def build(seed: int) -> LoaderProblem:
     """The example's build (conftest.example_build: imported when a test runs)."""
     return example_build("digits_convnet", "scikit-learn")(seed)
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.tasks import LoaderProblem
 from search.training import TrainResult, train
 

@@ -11,7 +11,8 @@ import optuna
 import pytest
 import torch
 
-from search.core import SCALE_CURVE, PenaltyConfig, ScalerConfig
+from search.core import SCALE_CURVE, PenaltyConfig
+from search.scalers import ScalerConfig
 from search.tasks import build_problem
 from search.training import run_trial, train
 

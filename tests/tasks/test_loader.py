@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.tasks import BatchError, LoaderProblem
 from search.training import PopulationError, check_population, train
 

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import examples.noisy_regression
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
+from search.scalers import ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.deep_mlp import build_spikes, build_sum
 from search.tasks.seed_mlp import build as build_seed

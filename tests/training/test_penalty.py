@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from search.core import PenaltyConfig, ScalerConfig
+from search.core import PenaltyConfig
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import TrainResult, assess, train
 

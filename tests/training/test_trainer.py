@@ -4,7 +4,7 @@ import time
 import pytest
 import torch
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import TrialTimeout, train
 

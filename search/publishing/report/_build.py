@@ -22,6 +22,7 @@ from search.core import DIAGNOSIS_BASELINE, baseline_of
 from search.publishing.report._diagnoses import _diagnosis_section
 from search.publishing.report._failures import _failures_section
 from search.publishing.report._reading import StudySnapshot
+from search.publishing.report._rule_recommendation import _rule_recommendation_section
 from search.publishing.report._runs import _curves_section, _skipped_section
 from search.publishing.report._section import Section
 from search.publishing.report._tables import (
@@ -39,6 +40,7 @@ from search.publishing.report._visualization import (
     _slice_section,
 )
 from search.results import DEFAULT_TOLERANCE, best_trial, completed, good_trials
+from search.scalers import RULES
 
 
 @dataclass
@@ -72,6 +74,7 @@ def build_report(
         tolerance: The safe tolerance x as a fraction (0.01 = 1%).
     """
     space = snapshot.settings.space
+    scaler = snapshot.settings.run.scaler
     trials = list(snapshot.trials)
     done = completed(trials)
     best = best_trial(done)
@@ -85,25 +88,27 @@ def build_report(
     try:
         study = _in_memory_study(trials)
         history, history_rows = _history_section(study, done, snapshot.settings.penalty)
-        importances, importance_values, quantile = _importance_section(study, done, space)
-        slices = _slice_section(study, done, space)
-        contour = _contour_section(study, done, space)
-        parallel = _parallel_section(study, done, space)
+        importances, importance_values, quantile = _importance_section(study, done, space, scaler)
+        slices = _slice_section(study, done, space, scaler)
+        contour = _contour_section(study, done, space, scaler)
+        parallel = _parallel_section(study, done, space, scaler)
     finally:
         optuna.logging.set_verbosity(previous)
-    recommendation, rec_data = _recommendation_section(
-        done, space, tolerance, snapshot.confirmation, snapshot.settings.penalty.evaluation
-    )
+    evaluation = snapshot.settings.penalty.evaluation
+    if RULES[scaler].replays:  # A framework's rule: its own answer, in its own config form.
+        recommendation, rec_data = _rule_recommendation_section(
+            snapshot.study_name, done, space, scaler, snapshot.confirmation, evaluation
+        )
+    else:
+        recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation, evaluation)
     answer = next((t for t in done if rec_data and t.number == rec_data["source_trial"]), None)
     if rec_data and rec_data["verdict"] != "change":
         answer = None  # keep-default: the default's own curves are the answer's; none-safe: no answer
-    curves, chosen = _curves_section(done, space, best, answer)
-    failures = _failures_section(done, space, answer)
-    skipped, skipped_counts = _skipped_section(done)
-    baselines, baseline_data = _baselines_section(
-        done, space, best, snapshot.settings.penalty.evaluation, snapshot.settings.run.scaler
-    )
-    safe, safe_data = _safe_section(done, space, tolerance)
+    curves, chosen = _curves_section(done, space, best, answer, scaler)
+    failures = _failures_section(done, space, answer, scaler)
+    skipped, skipped_counts = _skipped_section(done, scaler)
+    baselines, baseline_data = _baselines_section(done, space, best, evaluation, scaler)
+    safe, safe_data = _safe_section(done, space, tolerance, scaler)
     confirmation = _confirmation_section(snapshot)
     suggested = _suggested_trial(done, snapshot.diagnoses[0])
     diagnosis, diagnosis_data = _diagnosis_section(snapshot.study_name, *snapshot.diagnoses, suggested)
@@ -132,6 +137,7 @@ def build_report(
             "steps": snapshot.settings.run.steps,
             "seed": snapshot.settings.run.seed,
             "amp_dtype": snapshot.settings.run.amp_dtype,
+            "scaler": scaler,
         },
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
         "n_complete": len(done),

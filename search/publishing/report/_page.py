@@ -7,6 +7,7 @@ import html
 import plotly.io as pio
 
 from search.publishing.report._build import Report
+from search.scalers import RULES, TORCH
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 0; color: #1d2330;
@@ -47,13 +48,14 @@ def render_html(report: Report) -> str:
     rec = data.get("recommendation")
     states = ", ".join(f"{n.lower()} {c}" for n, c in data["states"].items() if c) or "no trials"
     ignored = data["ignored"]
+    rule = RULES[data["settings"].get("scaler", TORCH)]
     lines = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(report.study_name)}: GradScaler search report</title>",
+        f"<title>{esc(report.study_name)}: {esc(rule.title)} search report</title>",
         f"<style>{_CSS}</style></head><body>",
         "<header>",
-        f"<h1>GradScaler search report: study {esc(report.study_name)}</h1>",
+        f"<h1>{esc(rule.title)} search report: study {esc(report.study_name)}</h1>",
         f"<p>storage <code>{esc(report.storage)}</code> · task {esc(str(data['settings']['task']))}, "
         f"{_length(data['settings'])}, {esc(str(data['settings']['amp_dtype']))} · trials: {esc(states)}"
         + (
@@ -64,14 +66,16 @@ def render_html(report: Report) -> str:
         + "</p>",
     ]
     if rec:
-        what = {"keep-default": "keep PyTorch's default", "none-safe": "no setting is safe here"}.get(
+        what = {"keep-default": f"keep {rule.maker}'s default", "none-safe": "no setting is safe here"}.get(
             rec["verdict"], "change " + ", ".join(rec["changed"])
         )
         lines.append(
             f'<p class="verdict"><b>Verdict: {esc(what)}</b>'
             + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
-            + (f": <code>{esc(rec['code'])}</code>" if rec["verdict"] != "none-safe" else "")
-            + ' · <a href="#recommendation">why, and the line for other frameworks</a></p>'
+            + (f": <code>{esc(rec['code'])}</code>" if rec.get("code") and rec["verdict"] != "none-safe" else "")
+            + ' · <a href="#recommendation">'
+            + (f"why, and {esc(rule.title)}'s block to paste" if rule.replays else "why, and the line for other frameworks")
+            + "</a></p>"
         )
     if data.get("best"):
         lines.append(f"<p>best objective {data['best']['value']:.4f} (trial #{data['best']['number']})</p>")

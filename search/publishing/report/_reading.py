@@ -15,7 +15,6 @@ from optuna.trial import FrozenTrial
 
 from search.core import RECORDED_DIAGNOSIS, STUDY_DIAGNOSIS, Settings, UsageError
 from search.results import summarize_confirmation
-from search.scalers import RULES, TORCH
 from search.storage import (
     StorageError,
     choose_study,
@@ -86,11 +85,6 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
             raise ReportError(f"study {name!r} is multi-objective; search.optimize studies are not")
         study = optuna.load_study(storage=storage, study_name=name)
         settings = settings_of(study)
-        if settings.run.scaler != TORCH:  # Its sections read GradScaler's four settings.
-            raise ReportError(
-                f"study {name!r} searched {RULES[settings.run.scaler].title}'s own loss-scale rule: search.report "
-                "reads GradScaler studies only so far (its answer is in search.optimize's summary and --best-out)"
-            )
         trials = tuple(sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number))
         confirmation, note = _read_confirmation(storage, name)
     finally:

@@ -12,7 +12,6 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 
 from search.core import (
-    DEFAULT_BASELINE,
     FAILURE,
     LOSS_CURVE,
     SKIPPED_STEPS,
@@ -22,6 +21,7 @@ from search.core import (
 )
 from search.publishing import curves_figure
 from search.publishing.report._section import SECTION_TITLES, Section
+from search.scalers import RULES, TORCH
 
 
 def _has_curves(trial: FrozenTrial) -> bool:
@@ -29,20 +29,25 @@ def _has_curves(trial: FrozenTrial) -> bool:
 
 
 def _curves_section(
-    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, answer: FrozenTrial | None = None
+    done: list[FrozenTrial],
+    space: SpaceConfig,
+    best: FrozenTrial | None,
+    answer: FrozenTrial | None = None,
+    scaler: str = TORCH,
 ) -> tuple[Section, dict[str, int | None]]:
     """The answer's run (when the verdict is a change) against the default's, and the worst finite run.
 
     When the verdict keeps the default (or nothing is safe), the best trial stands in for the answer,
     so the page still shows what the search could reach against the default.
     """
+    rule = RULES[scaler]
+    tag = rule.default_tag
     section = Section(
         "curves",
         SECTION_TITLES["curves"],
-        "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the "
-        "answer's trial (when the verdict is a change; else the best trial), the seed's default (seed-1, PyTorch's "
-        "GradScaler defaults) and the worst trial that stayed finite; x marks a step GradScaler skipped "
-        "(inf/NaN gradients).",
+        f"Loss per optimizer step (top) and {rule.title}'s loss scale after each update (bottom, log axis) of the "
+        f"answer's trial (when the verdict is a change; else the best trial), {rule.maker}'s default ({tag}) and "
+        "the worst trial that stayed finite; x marks a skipped step (inf/NaN gradients).",
     )
     shown = showcase(done)
     default = shown.default
@@ -60,14 +65,14 @@ def _curves_section(
     if lead is not None and _has_curves(lead[1]):
         named.append(lead)
     if default is not None and _has_curves(default):  # Shown even when it leads too: its label says so.
-        named.append((f"seed-1 default #{default.number}", default))
+        named.append((f"{rule.default_label} #{default.number}", default))
     if worst is not None and all(worst.number != t.number for _, t in named):
         named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
     notes = []
-    if default is None and DEFAULT_BASELINE not in {tag for tag, _params in baseline_trials(space)[0]}:
-        notes.append("the seed's default (seed-1) lies outside this study's search space (not run)")
+    if default is None and tag not in {name for name, _params in baseline_trials(space, scaler)[0]}:
+        notes.append(f"{rule.maker}'s default ({tag}) lies outside this study's search space (not run)")
     elif default is None:
-        notes.append("the seed's default (seed-1) has no complete trial yet")
+        notes.append(f"{rule.maker}'s default ({tag}) has no complete trial yet")
     if worst is not None and lead is not None and worst.number == lead[1].number:
         notes.append(f"the worst finite trial is the {lead[0].split()[0]} one (a single finite trial)")
     if not named:
@@ -80,12 +85,12 @@ def _curves_section(
     return section, chosen
 
 
-def _skipped_section(done: list[FrozenTrial]) -> tuple[Section, dict[str, int]]:
+def _skipped_section(done: list[FrozenTrial], scaler: str = TORCH) -> tuple[Section, dict[str, int]]:
     section = Section(
         "skipped",
         SECTION_TITLES["skipped"],
-        "How many complete trials skipped how many optimizer steps (GradScaler skips a step whose "
-        "gradients hold inf/NaN and backs the scale off).",
+        f"How many complete trials skipped how many optimizer steps ({RULES[scaler].title} skips a step whose "
+        "gradients hold inf/NaN and backs the scale off as its rule says).",
     )
     counts = Counter(
         int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if SKIPPED_STEPS in t.user_attrs

@@ -15,16 +15,16 @@ SECTION_TITLES = {
     # The answer first, then its evidence, then the study's generic plots.
     "recommendation": "The answer: verdict and the line to paste",
     "curves": "Loss and scale curves: the answer, the default, the worst finite trial",
-    "failures": "Where runs fail along init_scale",
+    "failures": "Where runs fail along the start scale",
     "confirmation": "Confirmation runs",
     "diagnosis": "Diagnosis: where the search started, what was measured",
     "safe_ranges": "Good ranges, one setting at a time",
-    "baselines": "The seed's configurations next to the best",
+    "baselines": "The baselines next to the best",
     "skipped": "Skipped steps",
     "history": "Optimisation history",
     "importances": "Parameter importances",
     "slices": "Slice plots",
-    "contour": "Contour: init_scale × backoff_factor",
+    "contour": "Contour: the start scale × a second setting",
     "parallel": "Parallel coordinates",
 }
 

@@ -59,23 +59,25 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], classes: str = 
 def _baselines_section(
     done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, evaluation: str = "mean", scaler: str = TORCH
 ) -> tuple[Section, dict[str, Any]]:
+    rule = RULES[scaler]
     section = Section(
         "baselines",
         SECTION_TITLES["baselines"],
-        "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured inside "
-        "the study (those inside its space), and in a study searched from a diagnosis the setting it suggested "
-        "(diagnosis), next to the best trial. The evaluation is the one the objective reads (the final weights' loss "
-        "over the evaluation set, or its median chunk loss with [penalty] evaluation = \"median\"), not a last "
-        "mini-batch's loss. Δ best: how much worse than the best objective.",
+        f"{rule.title}'s baselines ({rule.baselines_about + '; ' if rule.baselines_about else ''}{rule.default_tag} "
+        f"is {rule.maker}'s default), re-measured inside the study (those inside its space), and in a study "
+        "searched from a diagnosis the setting it suggested (diagnosis), next to the best trial. The evaluation is "
+        "the one the objective reads (the final weights' loss over the evaluation set, or its median chunk loss "
+        "with [penalty] evaluation = \"median\"), not a last mini-batch's loss. Δ best: how much worse than the best "
+        "objective.",
     )
     judged = "eval_median" if evaluation == "median" else "eval_loss"
     baselines: dict[str, dict[str, Any]] = {}
     for t in done:
         tag = baseline_of(t)
         if tag is not None and tag not in baselines:
-            baselines[str(tag)] = trial_row(t, space)
+            baselines[str(tag)] = trial_row(t, space, scaler)
     baselines = dict(sorted(baselines.items()))
-    data = {"best": trial_row(best, space) if best else None, "baselines": baselines}
+    data = {"best": trial_row(best, space, scaler) if best else None, "baselines": baselines}
     if best is None:
         section.message = "No complete trial yet: nothing to compare."
         return section, data
@@ -86,10 +88,7 @@ def _baselines_section(
             [
                 f"<b>{html.escape(label)}</b>",
                 f"#{row['number']}",
-                format_value("init_scale", row["init_scale"]),
-                f"{row['growth_factor']:.3g}",
-                f"{row['backoff_factor']:.3g}",
-                str(row["growth_interval"]),
+                *(html.escape(knob.cell(row[knob.name])) for knob in rule.knobs),
                 _fmt(row[judged]),
                 _fmt(row["skipped_steps"], "d"),
                 _fmt(row["learned"]),
@@ -98,24 +97,8 @@ def _baselines_section(
                 f"{delta:+.2f}%",
             ]
         )
-    section.body = _table(
-        [
-            "",
-            "trial",
-            "init_scale",
-            "growth_factor",
-            "backoff_factor",
-            "growth_interval",
-            judged,
-            "skipped steps",
-            "learned?",
-            "failure",
-            "objective",
-            "Δ best",
-        ],
-        rows,
-        "numbers",
-    )
+    header = ["", "trial", *rule.names, judged, "skipped steps", "learned?", "failure", "objective", "Δ best"]
+    section.body = _table(header, rows, "numbers")
     every = RULES[scaler].baselines
     in_space = {tag for tag, _params in baseline_trials(space, scaler)[0]}
     missing = [tag for tag, _config in every if tag not in baselines]
@@ -134,8 +117,10 @@ def _baselines_section(
 
 
 def _safe_section(
-    done: list[FrozenTrial], space: SpaceConfig, tolerance: float
+    done: list[FrozenTrial], space: SpaceConfig, tolerance: float, scaler: str = TORCH
 ) -> tuple[Section, list[dict[str, Any]]]:
+    rule = RULES[scaler]
+    grows = ", ".join([*rule.grows_with, rule.window_knob])
     pct = f"{tolerance * 100:g}%"
     section = Section(
         "safe_ranges",
@@ -146,12 +131,12 @@ def _safe_section(
         "among the good trials, one setting at a time: a combination of values each inside its range can "
         "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
         "a trial is inside its own good range too, or idle in its run (its scale curve shows that it could not "
-        "have acted: a growth_factor when the scale never grew, a backoff_factor when no step was skipped, a "
-        "growth_interval when the scale never grew and a longer interval in range would not have grown it either), "
+        f"have acted: {', '.join(rule.skips_with)} when no step was skipped; {grows} when the scale never grew, "
+        f"for {rule.window_knob} only where a longer one in range would not have grown it either), "
         "the good set is not an interval (not a box), and the stretch around the best trial without such a "
         "trial is given.",
     )
-    ranges = safe_ranges(done, space, tolerance)
+    ranges = safe_ranges(done, space, tolerance, scaler)
     data = [r.to_dict() for r in ranges]
     if not done:
         section.message = "No complete trial yet: no good range."

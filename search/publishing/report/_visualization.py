@@ -1,8 +1,8 @@
 """The sections :mod:`optuna.visualization` draws: history, importances, slices, contour, parallel.
 
 Optuna's plots want a study, so they run on an in-memory copy of the snapshot
-(:func:`_in_memory_study`) and never touch the storage. init_scale axes get powers of two as ticks
-(:func:`_pow2_axis`). A plot that needs more trials than the study has becomes a message box.
+(:func:`_in_memory_study`) and never touch the storage. Axes of the rule's start scale (GradScaler's
+init_scale, DeepSpeed's initial_scale_power) get powers of two as ticks (:func:`_pow2_axis`). A plot that needs more trials than the study has becomes a message box.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import optuna
 from optuna.importance import PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import POW2_NAME, PenaltyConfig, SpaceConfig, distributions
+from search.core import PenaltyConfig, SpaceConfig, distributions, pow2_name
 from search.publishing.report._section import SECTION_TITLES, Section
 from search.results import idle_settings, param_values
+from search.scalers import RULES, TORCH
 
 MIN_IMPORTANCE_TRIALS = 2  # Complete trials, with at least one searched setting varying.
 MIN_CONTOUR_TRIALS = 10  # Complete trials, with at least 3 distinct values of each setting.
@@ -43,13 +44,25 @@ def _in_memory_study(trials: Sequence[FrozenTrial]) -> optuna.Study:
     return study
 
 
-def _init_param(space: SpaceConfig) -> str:
-    """The init_scale param name: ``init_scale``, or ``init_scale_log2`` for powers of two."""
-    return POW2_NAME if space.init_scale.powers_of_two else "init_scale"
+def _init_param(space: SpaceConfig, scaler: str = TORCH) -> str:
+    """The param of the rule's start scale: ``init_scale``, or ``init_scale_log2`` for powers of two."""
+    start = RULES[scaler].start_knob
+    return pow2_name(start) if space.ranges(scaler)[start].powers_of_two else start
+
+
+def _exponent_axis(space: SpaceConfig, scaler: str) -> bool:
+    """Whether the start knob's param is already a power of two's exponent (a log2 param, DeepSpeed's power)."""
+    rule = RULES[scaler]
+    return space.ranges(scaler)[rule.start_knob].powers_of_two or rule.knob(rule.start_knob).octaves
 
 
 def _pow2_axis(
-    axis: Any, space: SpaceConfig, data_exponents: Sequence[float], max_ticks: int = 14, scale_values: bool = False
+    axis: Any,
+    space: SpaceConfig,
+    data_exponents: Sequence[float],
+    max_ticks: int = 14,
+    scale_values: bool = False,
+    scaler: str = TORCH,
 ) -> None:
     """Marks powers of two (2^-20 ... 2^32) on an init_scale axis: a log axis of the scale, or the
     log2 param of a powers-of-two space (unless ``scale_values``: the axis plots the scale itself).
@@ -59,14 +72,15 @@ def _pow2_axis(
     step = next((s for s in (1, 2, 4, 8) if span / s <= max_ticks), 16)
     exponents = list(range(lo - lo % step, hi + 1, step))
     text = [f"2<sup>{k}</sup>" for k in exponents]
-    if space.init_scale.powers_of_two and not scale_values:
-        axis.update(tickvals=exponents, ticktext=text, title_text="init_scale (log2 exponent searched)")
+    if _exponent_axis(space, scaler) and not scale_values:
+        axis.update(tickvals=exponents, ticktext=text, title_text=f"{RULES[scaler].start_knob} (log2 exponent searched)")
     else:
         axis.update(type="log", tickvals=[2.0**k for k in exponents], ticktext=text)
 
 
-def _exponents(trials: Sequence[FrozenTrial], space: SpaceConfig) -> list[float]:
-    return [math.log2(param_values(t, space)["init_scale"]) for t in trials]
+def _exponents(trials: Sequence[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> list[float]:
+    rule = RULES[scaler]
+    return [math.log2(rule.start_scale(param_values(t, space, scaler))) for t in trials]
 
 
 def _history_section(
@@ -95,10 +109,10 @@ def _history_section(
 
 
 def _importance_section(
-    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig
+    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH
 ) -> tuple[Section, dict[str, float] | None, float | None]:
     section = Section("importances", SECTION_TITLES["importances"])
-    params = list(distributions(space))
+    params = list(distributions(space, scaler))
     varying = [p for p in params if len({t.params.get(p) for t in done}) > 1]
     reason = None
     if len(done) < MIN_IMPORTANCE_TRIALS:
@@ -134,11 +148,12 @@ def _importance_section(
             f"Only {len(done)} complete trials: importances from so few trials are rough; "
             "PED-ANOVA wants at least 5 trials in the top group."
         )
-    never = _never_acted(done, space, [p for p in params if p in importances])  # In the space's order.
+    never = _never_acted(done, space, [p for p in params if p in importances], scaler)  # In the space's order.
     if never:
+        skips = set(never) & set(RULES[scaler].skips_with)
         notes.append(
             f"{', '.join(never[:-1]) + ' and ' if len(never) > 1 else ''}{never[-1]} acted in no complete trial's "
-            f"run (read from each scale curve: the scale never grew{', nor was a step skipped' if 'backoff_factor' in never else ''}), so "
+            f"run (read from each scale curve: the scale never grew{', nor was a step skipped' if skips else ''}), so "
             f"{'its bar measures' if len(never) == 1 else 'their bars measure'} only how the sampled values happened "
             "to fall, not the setting."
         )
@@ -146,21 +161,21 @@ def _importance_section(
     return section, {k: float(v) for k, v in importances.items()}, quantile
 
 
-def _never_acted(done: list[FrozenTrial], space: SpaceConfig, settings: list[str]) -> list[str]:
+def _never_acted(done: list[FrozenTrial], space: SpaceConfig, settings: list[str], scaler: str = TORCH) -> list[str]:
     """The settings among ``settings`` idle in every complete trial's run (:func:`search.results.idle_settings`,
     with no range to reach: growth_interval is idle wherever the scale never grew)."""
-    idle = [idle_settings(t, param_values(t, space), {}) for t in done]
+    idle = [idle_settings(t, param_values(t, space, scaler), {}, scaler) for t in done]
     return [s for s in settings if idle and all(s in i for i in idle)]
 
 
-def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig) -> Section:
+def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
     section = Section(
         "slices",
         SECTION_TITLES["slices"],
         "The objective against each searched setting (one panel per setting; colour: trial number). "
-        "init_scale is on a log axis with powers of two marked.",
+        f"{RULES[scaler].start_knob} is on a log axis with powers of two marked.",
     )
-    params = list(distributions(space))
+    params = list(distributions(space, scaler))
     if not done or not params:
         section.message = (
             "Not enough trials for this plot: the study has no complete trial yet."
@@ -171,10 +186,10 @@ def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceCon
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         figure = optuna.visualization.plot_slice(study, params=params)
-    init = _init_param(space)
+    init = _init_param(space, scaler)
     for key in figure.layout:
         if key.startswith("xaxis") and figure.layout[key].title.text == init:
-            _pow2_axis(figure.layout[key], space, _exponents(done, space), max_ticks=7)
+            _pow2_axis(figure.layout[key], space, _exponents(done, space, scaler), max_ticks=7, scaler=scaler)
     figure.update_layout(width=None, height=420)  # Optuna fixes 1200 px; follow the page instead.
     if len(done) > 0:
         values = [t.value for t in done]
@@ -184,22 +199,22 @@ def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceCon
     return section
 
 
-def _contour_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig) -> Section:
+def _contour_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
+    rule = RULES[scaler]
+    other = rule.contour_with
     section = Section(
         "contour",
         SECTION_TITLES["contour"],
-        "The objective interpolated over init_scale (log axis, powers of two marked) and backoff_factor, "
+        f"The objective interpolated over {rule.start_knob} (log axis, powers of two marked) and {other}, "
         "complete trials as dots. Dark is low (good).",
     )
-    init = _init_param(space)
-    params = distributions(space)
-    if init not in params or "backoff_factor" not in params:
-        fixed = [
-            n for n, p in (("init_scale", init), ("backoff_factor", "backoff_factor")) if p not in params
-        ]
+    init = _init_param(space, scaler)
+    params = distributions(space, scaler)
+    if init not in params or other not in params:
+        fixed = [n for n, p in ((rule.start_knob, init), (other, other)) if p not in params]
         section.message = f"No contour: {' and '.join(fixed)} fixed in this study."
         return section
-    distinct = min(len({t.params.get(p) for t in done}) for p in (init, "backoff_factor"))
+    distinct = min(len({t.params.get(p) for t in done}) for p in (init, other))
     if len(done) < MIN_CONTOUR_TRIALS or distinct < MIN_CONTOUR_DISTINCT:
         section.message = (
             f"Not enough trials for this plot: a contour needs at least {MIN_CONTOUR_TRIALS} complete "
@@ -209,23 +224,23 @@ def _contour_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceC
         return section
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        figure = optuna.visualization.plot_contour(study, params=[init, "backoff_factor"])
+        figure = optuna.visualization.plot_contour(study, params=[init, other])
     for key in figure.layout:
         if key.startswith(("xaxis", "yaxis")) and figure.layout[key].title.text == init:
-            _pow2_axis(figure.layout[key], space, _exponents(done, space))
+            _pow2_axis(figure.layout[key], space, _exponents(done, space, scaler), scaler=scaler)
     figure.update_layout(height=520)
     section.figure = figure
     return section
 
 
-def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig) -> Section:
+def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
     section = Section(
         "parallel",
         SECTION_TITLES["parallel"],
         "Each line is a complete trial through its settings (log settings on log10 scales) and its "
         "objective; colour: objective.",
     )
-    params = list(distributions(space))
+    params = list(distributions(space, scaler))
     if len(done) < 2 or not params:
         section.message = (
             f"Not enough trials for this plot: parallel coordinates need at least 2 complete trials; "
