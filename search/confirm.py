@@ -58,7 +58,7 @@ from search.results import (
     summarize,
     summarize_confirmation,
 )
-from search.scalers import RULES, TORCH
+from search.scalers import RULES
 from search.storage import (
     StorageError,
     close_storage,
@@ -163,7 +163,7 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
     plan = plan_confirmation(
         storage, url, args.study_name, top=args.top, n_seeds=args.seeds, device=device, tolerance=args.tolerance / 100
     )
-    if args.paste is not None and plan.settings.run.scaler != TORCH:
+    if args.paste is not None and RULES[plan.settings.run.scaler].replays:
         raise ConfirmError(
             f"--paste {args.paste}: study {plan.study_name!r} searched {RULES[plan.settings.run.scaler].title}'s "
             "own rule, whose answer is that framework's own config; --paste picks among GradScaler's forms"

@@ -121,21 +121,13 @@ def _note_attrs(trial_id: int | None, version: int, body: str, system_attrs: dic
 
 
 def _study_note(data: dict[str, Any]) -> str:
-    scaler = data.get("scaler", TORCH)
-    if scaler != TORCH:
-        title = RULES[scaler].title
-        return (
-            f"## {title}'s defaults vs the best\n\n"
-            f"{title}'s own loss-scale rule: its defaults, re-measured in this study, next to the best trial. "
-            "Written by `search.optimize`/`search.dashboard`; figures are under *Graphs* on this page.\n\n```\n"
-            + format_summary(data)
-            + "\n```\n"
-        )
+    rule = RULES[data.get("scaler", TORCH)]
+    about = f"{rule.baselines_about}; " if rule.baselines_about else ""
     return (
-        "## Seed baselines vs the best\n\n"
-        "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured "
-        "fairly in this study, next to the best trial. Written by `search.optimize`/`search.dashboard`; "
-        "figures are under *Graphs* on this page.\n\n```\n" + format_summary(data) + "\n```\n"
+        f"## {rule.title}: the baselines vs the best\n\n"
+        f"{rule.title}'s baselines ({about}{rule.default_tag} is {rule.maker}'s default), re-measured in this study, "
+        "next to the best trial. Written by `search.optimize`/`search.dashboard`; figures are under *Graphs* on "
+        "this page.\n\n```\n" + format_summary(data) + "\n```\n"
     )
 
 

@@ -32,7 +32,7 @@ from search.results._confirmations import config_key as _config_key
 from search.results._recommendation import recommend
 from search.results._rule_answer import answer_rule_study
 from search.results._trials import DEFAULT_TOLERANCE
-from search.scalers import RULES, TORCH
+from search.scalers import RULES
 
 
 @dataclass(frozen=True)
@@ -93,12 +93,12 @@ def select_candidates(
     if len(chosen) < top:
         notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
     scaler = settings.run.scaler
-    if scaler == TORCH:
-        recommended = recommended_candidate(trials, settings, tolerance)
-        default, note = default_candidate(settings)
-    else:
+    if RULES[scaler].replays:  # A framework's answer and default, in its own knobs.
         recommended = rule_recommended_candidate(trials, settings, tolerance)
         default, note = rule_default_candidate(settings)
+    else:
+        recommended = recommended_candidate(trials, settings, tolerance)
+        default, note = default_candidate(settings)
     if recommended is not None and all(
         _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
     ):

@@ -23,6 +23,7 @@ from search.core import (
     SILENT_FAILURES,
     SpaceConfig,
     baseline_of,
+    baseline_trials,
     device_kind,
 )
 from search.results._format import study_heading
@@ -87,6 +88,7 @@ def summarize_rule_study(
         "ended_at_minimum": failures.get(RULE_FAILURES[0], 0),
         "fail_reasons": fail_reasons(trials),
         "horizon_note": horizon_note(trial_steps(best), space, scaler),
+        "baselines_left_out": baseline_trials(space, scaler)[1],
     }
 
 
@@ -152,7 +154,15 @@ def format_rule_verdict(data: dict[str, Any]) -> list[str]:
     rec = data["recommended"]
     if not rec:
         return []
-    return _verdict_lines(rec, RULES[data["scaler"]].title)
+    lines = _verdict_lines(rec, RULES[data["scaler"]].title)
+    rule = RULES[data["scaler"]]
+    if rec["verdict"] != "none-safe" and rec["default_trial"] is None:
+        why = "; ".join(data.get("baselines_left_out") or []) or "it has no complete trial"
+        lines.append(
+            f"    note: {rule.maker}'s default ({rule.default_tag}) did not run in this study ({why}), so this answer "
+            "is the best of the space searched, not measured against the default"
+        )
+    return lines
 
 
 def _deepest(rec: dict[str, Any]) -> str:

@@ -34,7 +34,7 @@ from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
 from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
-from search.scalers import TORCH, format_scale
+from search.scalers import RULES, TORCH, format_scale
 
 
 def trial_row(trial: FrozenTrial, space: SpaceConfig, scaler: str = TORCH) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def summarize(
     """
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     scaler = study.user_attrs.get("scaler", TORCH)
-    if scaler != TORCH:  # A framework's rule: its own knobs and its own config form.
+    if RULES[scaler].replays:  # A framework's rule: its own knobs and its own config form.
         return summarize_rule_study(study.study_name, trials, space, scaler, confirmation)
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
@@ -149,7 +149,7 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
         data: :func:`summarize` output.
         framework: Whose line the verdict shows (a key of :data:`~search.results._paste.FRAMEWORKS`).
     """
-    if data.get("scaler", TORCH) != TORCH:
+    if RULES[data.get("scaler", TORCH)].replays:
         return format_rule_summary(data)
     lines = study_heading(f"Study {data['study_name']!r}", data["states"], bool(data["best"]))
     if not data["best"]:
@@ -209,7 +209,7 @@ def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
     ``search.optimize`` prints them inside the summary and ``search.confirm`` after its table, from
     the same :func:`summarize` data, so the two never disagree.
     """
-    if data.get("scaler", TORCH) != TORCH:  # The framework's own block: --paste picks among GradScaler's forms.
+    if RULES[data.get("scaler", TORCH)].replays:  # The framework's own block: --paste picks among GradScaler's forms.
         return format_rule_verdict(data)
     lines = []
     for kind, rec in data.get("recommended", {}).items():

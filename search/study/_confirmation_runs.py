@@ -59,7 +59,7 @@ from search.results import (
     confirmation_data,
     recommend,
 )
-from search.scalers import TORCH, ScalerConfig
+from search.scalers import RULES, ScalerConfig
 from search.storage import TrialWriter
 from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task
@@ -158,7 +158,7 @@ def run_confirmation(
                     )
                     done += 1
                     bar.update(1)
-            if corners and settings.run.scaler == TORCH:  # The ranges safe together are GradScaler's.
+            if corners and not RULES[settings.run.scaler].replays:  # The ranges safe together are GradScaler's.
                 done += _check_corners(plan, writer, label, amp_dtype, tolerance, quiet)
         finally:
             bar.close()

@@ -17,7 +17,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import ROUNDING_OF, device_kind, waiting_rounding
 from search.results import recommend
-from search.scalers import TORCH
+from search.scalers import RULES
 
 if TYPE_CHECKING:
     from search.study._runner import Runner
@@ -27,7 +27,7 @@ MAX_PER_RUN = 6  # Three roundings of one answer, twice over if the answer moves
 
 def queue_rounding(runner: Runner, trials: list[FrozenTrial]) -> bool:
     """Enqueues the next unmeasured rounding of the answer's line; True when one was added."""
-    if runner.roundings_queued >= MAX_PER_RUN or runner.settings.run.scaler != TORCH:  # GradScaler's lines only.
+    if runner.roundings_queued >= MAX_PER_RUN or RULES[runner.settings.run.scaler].replays:  # A framework's answer is rounded by replay.
         return False
     kind = runner.training.device_label.split(":")[0].split(" ")[0]
     group = [t for t in trials if t.state == TrialState.COMPLETE and device_kind(t) == kind]

@@ -178,7 +178,7 @@ def test_the_dashboard_shows_the_rules_study_as_the_commands_do(confirmed):
     folder, _, printed = confirmed
     study = load(folder, NAME)
     note = get_note(study)
-    assert note.startswith("## DeepSpeed's defaults vs the best") and _verdict_block(printed) in note
+    assert note.startswith("## DeepSpeed: the baselines vs the best") and _verdict_block(printed) in note
     silent = 0  # Skips the scale curve cannot show: an overflow that only spent the hysteresis.
     for trial in study.trials:
         overflows = trial.user_attrs[OVERFLOW_STEPS]

@@ -83,7 +83,7 @@ def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, 
     assert run_cli(["--out", "r.html"], tmp_path, module="search.report").returncode == 0
     page = (tmp_path / "r.html").read_text()
     assert "Seed-1, seed-2, seed-3, seed-4, seed-5 lie outside this study&#x27;s search space (not run)." in page
-    assert "the seed&#x27;s default (seed-1) lies outside this study&#x27;s search space (not run)" in page
+    assert "PyTorch&#x27;s default (seed-1) lies outside this study&#x27;s search space (not run)" in page
     assert "no complete trial yet" not in page
 
 

@@ -186,3 +186,23 @@ def test_a_study_resumes_only_with_its_own_rule(tmp_path):
     forced = run_cli(["--trials", "3", "--epochs", "5", "--quiet", "--allow-changed-settings"], tmp_path)
     assert forced.returncode == 2 and "not comparable" in forced.stderr
     assert len(load(tmp_path).trials) == 2
+
+
+def test_a_default_the_config_fixes_away_is_left_out_and_the_answer_says_so(tmp_path):
+    """With Megatron-LM's start scale and window fixed by the config, no trial is named megatron-default (it
+    would train the fixed values under the default's name); the summary and the report say the default did not
+    run, so the answer is not measured against it."""
+    (tmp_path / "c.toml").write_text(
+        "[space.megatron.initial_loss_scale]\nfixed = 1.156805\n[space.megatron.loss_scale_window]\nfixed = 2\n"
+    )
+    run = run_cli(["--scaler", "megatron", "--config", "c.toml", "--trials", "4", "--epochs", "12", "--quiet"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "baseline megatron-default left out: the config fixes initial_loss_scale at 1.15681" in run.stderr
+    trials = [t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]
+    assert len(trials) == 4 and not any(BASELINE in t.user_attrs for t in trials)
+    space = settings_of(load(tmp_path)).space
+    assert all(setting_of(t.params, space, "megatron").values["initial_loss_scale"] == 1.156805 for t in trials)
+    said = "note: Megatron-LM's default (megatron-default) did not run in this study"
+    assert said in run.stdout
+    drawn = run_cli(["--storage", "sqlite:///study.db", "--out", "r.html"], tmp_path, module="search.report")
+    assert drawn.returncode == 0 and said in html.unescape((tmp_path / "r.html").read_text())

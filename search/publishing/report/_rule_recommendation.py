@@ -92,7 +92,6 @@ def _rule_recommendation_section(
 
 
 def _reasons(data: dict[str, Any], title: str) -> list[str]:
-    """The summary's verdict lines without its block (the page shows the block above them)."""
-    lines = format_rule_verdict(data)
-    end = lines.index(f"    for {title}:") if f"    for {title}:" in lines else len(lines)
-    return [line.strip() for line in lines[:end]]
+    """The summary's verdict lines without its block and the block's own notes (the page shows them above)."""
+    shown = {f"    for {title}:", *(f"    note: {note}" for note in data["recommended"].get("notes", []))}
+    return [line.strip() for line in format_rule_verdict(data) if line not in shown and not line.startswith("      ")]
