@@ -39,7 +39,7 @@ def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
     for graph in (publishing.CURVES_ID, publishing.EXPLORER_ID):
         assert any(key.startswith(f"dashboard:plot_data:{graph}:") for key in attrs), graph
     note = get_note(study)
-    assert "Seed baselines vs the best" in note and "seed-5" in note and "best" in note
+    assert "Baselines vs the best" in note and "seed-5" in note and "best" in note
     trials = study.get_trials()
     for t in trials:
         assert sorted(t.intermediate_values) == list(range(30))  # The loss curve, every trial.
@@ -210,7 +210,7 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir, tmp_pa
         assert {publishing.CURVES_ID, publishing.EXPLORER_ID} <= graphs
         curves = next(g for g in detail["plotly_graph_objects"] if g["id"] == publishing.CURVES_ID)
         assert "Best vs GradScaler's default" in curves["graph_object"]
-        assert "Seed baselines vs the best" in detail["note"]["body"]
+        assert "Baselines vs the best" in detail["note"]["body"]
         trials = detail["trials"]
         assert len(trials) == 12
         assert all(len(t["intermediate_values"]) == 30 for t in trials)

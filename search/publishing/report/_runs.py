@@ -40,8 +40,8 @@ def _curves_section(
         "curves",
         SECTION_TITLES["curves"],
         "Loss per optimizer step (top) and GradScaler's scale after each update() (bottom, log axis) of the "
-        "answer's trial (when the verdict is a change; else the best trial), the seed's default (seed-1, PyTorch's "
-        "GradScaler defaults) and the worst trial that stayed finite; x marks a step GradScaler skipped "
+        "answer's trial (when the verdict is a change; else the best trial), PyTorch's default (seed-1, "
+        "GradScaler's defaults) and the worst trial that stayed finite; x marks a step GradScaler skipped "
         "(inf/NaN gradients).",
     )
     shown = showcase(done)
@@ -65,9 +65,9 @@ def _curves_section(
         named.append((f"worst finite #{worst.number} ({worst.user_attrs.get(FAILURE, '-')})", worst))
     notes = []
     if default is None and DEFAULT_BASELINE not in {tag for tag, _params in baseline_trials(space)[0]}:
-        notes.append("the seed's default (seed-1) lies outside this study's search space (not run)")
+        notes.append("PyTorch's default (seed-1) lies outside this study's search space (not run)")
     elif default is None:
-        notes.append("the seed's default (seed-1) has no complete trial yet")
+        notes.append("PyTorch's default (seed-1) has no complete trial yet")
     if worst is not None and lead is not None and worst.number == lead[1].number:
         notes.append(f"the worst finite trial is the {lead[0].split()[0]} one (a single finite trial)")
     if not named:

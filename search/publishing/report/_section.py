@@ -19,7 +19,7 @@ SECTION_TITLES = {
     "confirmation": "Confirmation runs",
     "diagnosis": "Diagnosis: where the search started, what was measured",
     "safe_ranges": "Good ranges, one setting at a time",
-    "baselines": "The seed's configurations next to the best",
+    "baselines": "The original example's configurations next to the best",
     "skipped": "Skipped steps",
     "history": "Optimisation history",
     "importances": "Parameter importances",

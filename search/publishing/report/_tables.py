@@ -62,11 +62,12 @@ def _baselines_section(
     section = Section(
         "baselines",
         SECTION_TITLES["baselines"],
-        "The seed script's five GradScaler configurations (seed-1 is PyTorch's default), re-measured inside "
-        "the study (those inside its space), and in a study searched from a diagnosis the setting it suggested "
-        "(diagnosis), next to the best trial. The evaluation is the one the objective reads (the final weights' loss "
-        "over the evaluation set, or its median chunk loss with [penalty] evaluation = \"median\"), not a last "
-        "mini-batch's loss. Δ best: how much worse than the best objective.",
+        "The original example's five GradScaler configurations (seed-1 is PyTorch's default; "
+        "docs/fairness.md), re-measured inside the study (those inside its space), and in a study searched "
+        "from a diagnosis the setting it suggested (diagnosis), next to the best trial. The evaluation is "
+        "the one the objective reads (the final weights' loss over the evaluation set, or its median chunk "
+        "loss with [penalty] evaluation = \"median\"), not a last mini-batch's loss. Δ best: how much worse "
+        "than the best objective.",
     )
     judged = "eval_median" if evaluation == "median" else "eval_loss"
     baselines: dict[str, dict[str, Any]] = {}
