@@ -327,14 +327,14 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
     rows = [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
              f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms", "")]
-    print(f"\nS  whole commands, start-up included, now vs {args.s_before} (medians of 5 alternating runs):")
+    print(f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating runs):")
     costs = command_costs(tmp, args.s_before)
     for (name, target), (label, args_shown) in zip(
         (("bad input", 0.5), ("report", 1.5)),
         (("bad-input exit", " ".join(BAD_INPUT)), ("report, finished 100-trial study", "search.report")),
     ):
         now, before = costs[name]["now"], costs[name]["before"]
-        print(f"  {label:34} ({args_shown}) now {now:6.2f} s   before {before:6.2f} s   {now / before:5.2f}x")
+        print(f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s   {now / before:5.2f}x")
         rows.append((f"S {label}", f"{now:.2f} s ({now / before:.2f}x)", f"<= {target} s"))
     return rows
 
