@@ -3,7 +3,7 @@ side by side in one run. Not a test: these machines are shared and noisy, so it 
 and asserts nothing (CI does not run it).
 
 P1  service overhead per trial vs plain Optuna, both on a default SQLite file (bench/p1_overhead.py)
-P2  our trainer vs a plain copy of the seed script's loop, same work (bench/p2_trainer.py)
+P2  our trainer vs a plain copy of the original example's loop, same work (bench/p2_trainer.py)
 P3  --workers 2 vs --workers 1, the real command; and a --workers 4 run's CPU in all processes, workers forked
     from the fork server vs each a fresh interpreter (bench/p3_workers.py)
 P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: trials to 90% and 99%
@@ -28,7 +28,7 @@ import time
 import optuna
 import torch
 
-from bench.commands import BAD_INPUT, BEFORE_THE_HOUSE, command_costs
+from bench.commands import BAD_INPUT, OLDER_REVISION, command_costs
 from bench.p1_overhead import (
     PLAIN_USER_SCRIPT,
     plain_optuna_per_trial,
@@ -88,7 +88,7 @@ def main() -> None:
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
-    add("--s-before", default=BEFORE_THE_HOUSE, metavar="REV", help="the revision S's whole commands are timed against")
+    add("--s-before", default=OLDER_REVISION, metavar="REV", help="the revision S's whole commands are timed against")
     add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
     counts = [int(n) for n in args.p1_user.split(",") if n.strip().isdigit()]
@@ -187,14 +187,14 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
 
 def p2(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     ratio, o, s = trainer_ratio(torch.device(args.device), args.repeats)
-    print(f"\nP2 train time per trial on {args.device} (seed task, 30 epochs, median of {args.repeats}):")
-    print(f"  seed loop, device-correct              {s * 1000:8.1f} ms   1.00x")
+    print(f"\nP2 train time per trial on {args.device} (seed-mlp, 30 epochs, median of {args.repeats}):")
+    print(f"  original example's loop, device-correct          {s * 1000:8.1f} ms   1.00x")
     print(f"  search.training._trainer.train                   {o * 1000:8.1f} ms   {ratio:.2f}x")
     general, lo, te = loader_ratio(torch.device(args.device), max(3, args.repeats // 8))
     print(f"  deep-mlp, 256 mini-batch steps: tensor path {te * 1000:8.1f} ms   1.00x")
     print(f"  the same batches as a LoaderProblem     {lo * 1000:8.1f} ms   {general:.2f}x")
     return [
-        ("P2 our trainer / the seed's loop", f"{ratio:.2f}x", "target <= 1.0x"),
+        ("P2 our trainer / the original example's loop", f"{ratio:.2f}x", "target <= 1.0x"),
         ("P2 LoaderProblem path / tensor path, same batches", f"{general:.2f}x", "target <= 1.05x"),
     ]
 
@@ -207,7 +207,7 @@ def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
             os.makedirs(directory, exist_ok=True)
             runs[workers].append(workers_throughput(workers, args.p3_trials, directory))
     (one, one_wall), (two, two_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (1, 2))
-    print(f"\nP3 throughput, seed task, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):")
+    print(f"\nP3 throughput, seed-mlp, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):")
     print(f"  --workers 1                            {one:8.2f} trials/s   1.00x   (wall {one_wall:.1f} s)")
     print(f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   (wall {two_wall:.1f} s)")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -255,7 +255,7 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         results.append(r)
         seeds = len({x.seed for x in r.runs})
         print(f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {seeds} sampler seeds; "
-              f"best-known {r.best:.4f}, seed default {r.default:.4f}):", flush=True)
+              f"best-known {r.best:.4f}, default (seed-1) {r.default:.4f}):", flush=True)
         for target, words in TARGETS.items():
             print(f"  {words} (<= {r.targets[target]:.4f}):")
             for sampler in r.arms:
@@ -316,7 +316,7 @@ def p5(args: argparse.Namespace) -> list[tuple[str, str, str]]:
 
 
 def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
-    print("\nS  time per trial as steps grow (seed task, full batch, TPE, SQLite; medians of sampled trials):")
+    print("\nS  time per trial as steps grow (seed-mlp, full batch, TPE, SQLite; medians of sampled trials):")
     for epochs, wall, train in per_trial_vs_steps(tmp, (30, 100, 300), 15):
         print(f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
               f"overhead {(wall - train) * 1000:6.1f} ms")
@@ -327,14 +327,14 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
     rows = [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
              f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms", "")]
-    print(f"\nS  whole commands, start-up included, now vs {args.s_before} (medians of 5 alternating runs):")
+    print(f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating runs):")
     costs = command_costs(tmp, args.s_before)
     for (name, target), (label, args_shown) in zip(
         (("bad input", 0.5), ("report", 1.5)),
         (("bad-input exit", " ".join(BAD_INPUT)), ("report, finished 100-trial study", "search.report")),
     ):
         now, before = costs[name]["now"], costs[name]["before"]
-        print(f"  {label:34} ({args_shown}) now {now:6.2f} s   before {before:6.2f} s   {now / before:5.2f}x")
+        print(f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s   {now / before:5.2f}x")
         rows.append((f"S {label}", f"{now:.2f} s ({now / before:.2f}x)", f"<= {target} s"))
     return rows
 

@@ -1,8 +1,8 @@
 """Commands as the user pays for them: a bad-input exit and a report, this tree against an older one.
 
 Each figure is a whole ``python -m search.X`` process, start-up and imports included, timed side by
-side with the same command of another revision of the project (by default the last commit before the
-library was grouped by job, whose commands imported torch at start-up), alternating, in one run.
+side with the same command of another revision of the project (by default commit f4927a2, whose commands
+imported torch at start-up), alternating, in one run.
 The older revision is unpacked with ``git archive`` into a temporary directory and run from there
 with its own ``search`` package first on ``PYTHONPATH``; both read the same finished study.
 """
@@ -18,8 +18,8 @@ import tarfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# The last commit before the house of issue 24: every command imported torch before parsing its flags.
-BEFORE_THE_HOUSE = "f4927a2"
+# A revision whose commands all imported torch before parsing their flags.
+OLDER_REVISION = "f4927a2"
 BAD_INPUT = ("search.optimize", "--trials", "-3")
 
 
@@ -58,7 +58,7 @@ def side_by_side(
     return {label: statistics.median(values) for label, values in times.items()}
 
 
-def command_costs(directory: str, revision: str = BEFORE_THE_HOUSE, rounds: int = 5) -> dict[str, dict[str, float]]:
+def command_costs(directory: str, revision: str = OLDER_REVISION, rounds: int = 5) -> dict[str, dict[str, float]]:
     """{"bad input": {"now": s, "before": s}, "report": {...}}: whole-process seconds, medians of ``rounds``.
 
     The report reads a finished 100-trial seed-mlp study that this tree's ``search.optimize`` writes first.

@@ -4,7 +4,7 @@
 # 1. torch, the GPU and its driver; 2. the CUDA-marked tests (the GPU path against the plain loop,
 # host syncs, optimize and --workers on cuda); 3. seed-mlp studies on cuda and cpu, fp16 and bf16, with
 # trials/s from the user's side; 4. --workers 2 placement; 5. a deep-mlp-large study on cuda;
-# 6. P2 on cuda: our trainer against the seed's loop, and the same with a fused optimizer;
+# 6. P2 on cuda: our trainer against the original example's loop, and the same with a fused optimizer;
 # 7. population mode on cuda: a --population 64 study through the command, and P5 (trials/s of
 # populations of 64 and 256 against ordinary trials; target >= 20x). Its CUDA equivalence with the
 # trainer is one of the CUDA-marked tests of step 2.
@@ -79,11 +79,11 @@ else
   echo "FAILED: deep-mlp-large"; tail -5 "$work/large.txt"; status=1
 fi
 
-step "P2 on cuda: our trainer against the seed's loop (median of interleaved runs)"
+step "P2 on cuda: our trainer against the original example's loop (median of interleaved runs)"
 $py -m bench --only P2 --device cuda --repeats 40 2>&1 | tail -8 || status=1
 $py - <<'PY' || status=1
 # The same with fused SGD: GradScaler.step then leaves the skip to the optimizer on the device and
-# no longer reads found_inf on the host every step (torch's _step_supports_amp_scaling).
+# does not read found_inf on the host every step (torch's _step_supports_amp_scaling).
 import dataclasses, statistics, time, torch
 from search.tasks.seed_mlp import build
 from search.training._trainer import ScalerConfig, train

@@ -149,7 +149,7 @@ def _train_seconds(db: str) -> float:
 
 
 PLAIN_USER_SCRIPT = '''
-"""Plain Optuna as a user would write it: the seed task trained for real, 3 params + 9 attrs, SQLite."""
+"""Plain Optuna as a user would write it: seed-mlp trained for real, 3 params + 9 attrs, SQLite."""
 import sys, time, optuna, torch
 from search.tasks.seed_mlp import build
 from search.core import ScalerConfig

@@ -1,8 +1,9 @@
-"""P2: our trainer vs a plain copy of the seed script's loop, same work, interleaved repetitions; and the
+"""P2: our trainer vs a plain copy of the original example's loop, same work, interleaved repetitions; and the
 general (LoaderProblem) path vs the tensor path on the same batches.
 
 The copy is made device-correct (model and data on the device, fp16 autocast + GradScaler there)
-and no longer re-initialises the model; otherwise it is the seed's loop line for line, on purpose.
+and does not re-initialise the model per configuration; otherwise it is the original example's loop line for
+line, on purpose (the original example: docs/fairness.md).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from search.training import batch_plan, train
 def seed_loop(
     model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor, cfg: ScalerConfig, epochs: int
 ) -> list[float]:
-    """The seed script's train_with_config, device-correct, without its reset_parameters."""
+    """The original example's train_with_config, device-correct, without its reset_parameters."""
     device_type = inputs.device.type
     criterion = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -51,7 +52,7 @@ def seed_loop(
 
 
 def trainer_ratio(device: torch.device, repeats: int) -> tuple[float, float, float]:
-    """(ours / seed loop, ours seconds, seed seconds), medians of interleaved runs."""
+    """(ours / the original example's loop, ours seconds, its seconds), medians of interleaved runs."""
     problem = build(42).to(device)
     cfg = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
     ours, theirs = [], []

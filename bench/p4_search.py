@@ -3,13 +3,13 @@
 Run on several tasks where PyTorch's default is not the best (``TASKS``: deep-mlp, whose window is
 above the default, and deep-mlp-spikes and deep-mlp-sum, whose good windows are closed on both sides).
 Each sampler (random, TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from
-5 sampler seeds, through the service's own trial loop on in-memory storage (after the 5 seed baselines,
-which every study runs first and which are not counted). The best-known objective is the lowest any
+5 sampler seeds, through the service's own trial loop on in-memory storage (after the 5 baselines
+seed-1 … seed-5, which every study runs first and which are not counted). The best-known objective is the lowest any
 run reached. Three targets:
 
 * strict: within 1% of the best-known value itself. Good settings of these tasks scatter by tens of
   per cent (deep-mlp: ±40% around 0.01), so this asks for the one lucky point, not a good region;
-* gap: within 1% of the distance between the seed default (PyTorch's GradScaler) and the best-known,
+* gap: within 1% of the distance between the default (seed-1, PyTorch's GradScaler) and the best-known,
   i.e. 99% of the possible improvement;
 * gap10: within 10% of that distance, 90% of the possible improvement.
 
@@ -123,7 +123,7 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
     )
     # nan where a diagnosis narrowed the default out of the space (its baseline is then left out).
     default = next((t.value for t in trials if baseline_of(t) == DEFAULT_BASELINE), math.nan)
-    # The five seed baselines run first in every study, whatever the sampler: they are not the
+    # The five baselines (seed-1 … seed-5) run first in every study, whatever the sampler: they are not the
     # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
     # counted; the budget is of sampled trials.
     # The diagnosis's suggested setting (baseline "diagnosis", trained first) is the diagnosis's work: it counts,
@@ -218,7 +218,7 @@ def choose_default(
     after the budget (each task's median over seeds; over the tasks, the median task). Samplers
     at most :data:`TIE` above the lowest are tied, and a tie goes to the cheapest trial outside training.
     The trials to 90% and to 99% of the possible improvement are scored too (median task of each
-    sampler's median over seeds), for the issue's target; they do not rank: at 90% the samplers
+    sampler's median over seeds), for the target; they do not rank: at 90% the samplers
     differ by a trial or two within seeds that spread over tens, and at 99% every median is censored
     on the closed-window tasks.
 
@@ -247,7 +247,7 @@ def load_runs(path: str, budget: int) -> list[TaskEfficiency]:
         runs = [
             SearchRun(x["sampler"], x["seed"], x["values"], saved["default"], x["overhead"], x.get("seconds", 0.0))
             for x in saved["runs"]
-            if x["sampler"] in ARMS  # e.g. "tpe-multivariate" in older files: no longer an option
+            if x["sampler"] in ARMS  # e.g. "tpe-multivariate" in older files: not an option
         ]
         shortest = min(len(r.values) for r in runs)
         if shortest < budget:

@@ -9,7 +9,7 @@ warmed up before the clocks start. The settings are sampled like a search sample
 
 On a CPU, fp16 matrix products are compute-bound: batching K of them saves the per-op overhead but
 not the arithmetic, so expect little there; on a GPU one trial of a tiny model is launch-bound and
-the population fills the device (target >= 20x on the seed task).
+the population fills the device (target >= 20x on seed-mlp).
 
     python -m bench.p5_population [--task seed-mlp] [--device cpu] [--ordinary 16] [--populations 64,256]
 """

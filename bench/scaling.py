@@ -37,7 +37,7 @@ def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]
 
 
 def per_trial_vs_steps(directory: str, epochs: tuple[int, ...], trials: int) -> list[tuple[int, float, float]]:
-    """(epochs, median wall s/trial, median train s/trial) on the seed task (full batch: steps = epochs)."""
+    """(epochs, median wall s/trial, median train s/trial) on seed-mlp (full batch: steps = epochs)."""
     rows = []
     for e in epochs:
         walls, train = _run(os.path.join(directory, f"steps{e}.db"), trials, e)

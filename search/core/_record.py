@@ -8,9 +8,9 @@ service writes into a trial, so that no other module spells a key:
   losses and evaluation (``final_loss``, ``eval_loss``, ...), ``skipped_steps`` and which steps they were
   (``overflow_steps``), ``nonfinite``, ``failure``, the curves, the zero-gradient fractions, ``device``,
   ``versions``, ``train_seconds``;
-* ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the seed script's five
-  configurations, enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is PyTorch's
-  default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a search started
+* ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the original example's five
+  configurations (docs/fairness.md), enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is
+  PyTorch's default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a search started
   from suggests (its ``suggested_setting``), enqueued once after them;
 * under a rule with a minimum scale (a framework's, ``--scaler``), also ``ended_by_rule``,
   ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
@@ -120,7 +120,7 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --tria
 
 # -- reading a trial back --------------------------------------------------------------------------
 def baseline_of(trial: FrozenTrial) -> str | None:
-    """The seed baseline a trial re-measures (``seed-1`` ...), or None for a sampled trial."""
+    """The baseline a trial re-measures (``seed-1`` ...), or None for a sampled trial."""
     tag = trial.user_attrs.get(BASELINE)
     return None if tag is None else str(tag)
 

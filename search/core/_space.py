@@ -111,12 +111,12 @@ def diagnosis_trial(
     setting: dict[str, float], space: SpaceConfig, seeds: Iterable[tuple[str, dict[str, Any]]] = ()
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
-    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the seed's: left out with a note
+    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the baselines: left out with a note
     when it lies outside the space, and not added when one of ``seeds`` (the study's baselines) has its params."""
     values = {name: setting[name] for name in PARAM_NAMES}
     kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, TORCH, "the diagnosis suggests")
     same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
-    if same:  # A seed baseline already measures it: not a trial spent twice on one point.
+    if same:  # A baseline already measures it: not a trial spent twice on one point.
         return [], [f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
                     f"{same[0]}'s, measured once as that"]  # fmt: skip
     return kept, notes

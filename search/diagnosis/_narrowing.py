@@ -14,7 +14,7 @@ gradients representable, and ``growth_window``, the growth intervals the run's g
 Each is intersected with the space's own range: a starting scale outside it is refused, a growth window beyond it
 keeps the range's nearest end (a run longer than the default range's 2000 steps: 2000), with a note; a growth knob
 the config fixes is left as it is. The window is about the diagnosed run's length, so a search of other steps is
-refused. The diagnosed setting (PyTorch's or the framework's default) and the other seed baselines may fall
+refused. The diagnosed setting (PyTorch's or the framework's default) and the other baselines may fall
 outside the narrowed space (all five use growth_interval 2000): each is then left out with a note, and the
 diagnosis's own fp16 run measures the default.
 

@@ -9,9 +9,10 @@ What optuna-dashboard shows, through its own API (nothing is served by us):
   a person edited in the dashboard is never overwritten;
 * on the study page, plotly figures (``save_plotly_graph_object``, which takes a study, under fixed
   ids so that publishing again replaces them): the loss and loss-scale curves of the best trial,
-  the seed's default (``seed-1``) and the worst finite trial together, skipped steps marked; and a
+  PyTorch's default (``seed-1``) and the worst finite trial together, skipped steps marked; and a
   trial explorer (a menu over trials, each showing its two curves);
-* the study **note**: the seed baselines next to the best.
+* the study **note**: the baselines (``seed-1`` ... ``seed-5``, the original example's configurations,
+  docs/fairness.md) next to the best.
 
 :func:`publish` runs at the end of every ``search.optimize`` run and when ``search.dashboard`` starts, so
 ``optuna-dashboard sqlite:///study.db`` alone shows the same. Its storage cost is per run, not per

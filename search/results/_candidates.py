@@ -66,7 +66,7 @@ def select_candidates(
 
     Under a framework's rule, the recommendation is that study's answer and the default the framework's
     own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the
-    lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are not excluded, so ``best-1`` may be a seed baseline, even the
+    lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are not excluded, so ``best-1`` may be a baseline, even the
     default's own settings.
     """
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]

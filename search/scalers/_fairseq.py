@@ -1,4 +1,4 @@
-"""fairseq's dynamic loss-scale rule, step for step, without fairseq (issue 27).
+"""fairseq's dynamic loss-scale rule, step for step, without fairseq.
 
 ``DynamicLossScaler`` (fairseq ``fairseq/optim/dynamic_loss_scaler.py`` at commit
 f591cc94caa85098ccf125a4782f91125b6a086d) is told of each step once: ``check_overflow`` on an

@@ -1,4 +1,4 @@
-"""Megatron-LM's dynamic loss-scale rule, step for step, without Megatron (issue 27).
+"""Megatron-LM's dynamic loss-scale rule, step for step, without Megatron.
 
 ``DynamicGradScaler.update`` (Megatron-LM ``megatron/core/optimizer/grad_scaler.py`` at commit
 eedfe533a44ee918b1ad422269063af5155e1eaa) keeps its scale as a float32 tensor and, after each step:

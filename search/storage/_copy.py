@@ -8,7 +8,7 @@ destination write is :func:`optuna.copy_study`; around it:
   written and verified is that snapshot, so a source that is still running gives a consistent copy.
 * A trial RUNNING in the source is copied as FAIL with user attr ``fail_reason``: a RUNNING trial
   in the copy has no worker and no heartbeat, so it would never finish there. WAITING trials
-  (the enqueued seed baselines, retries queued by Optuna's stale-trial callback) stay WAITING.
+  (the enqueued baselines, retries queued by Optuna's stale-trial callback) stay WAITING.
 * Trial *ids* change (every storage numbers its rows itself); trial *numbers* do not. What is
   keyed by trial id in the study's system attrs is re-keyed to the new ids, matched by trial
   number: optuna-dashboard's trial notes (``dashboard:<id>:note_ver``,

@@ -216,7 +216,7 @@ class TrialRecorder:
 
     def requeue_baseline(self, trial: optuna.Trial) -> None:
         """Queues a failed baseline trial again (nothing for a trial that is not a baseline)."""
-        # A failed baseline runs again, so every study ends with the seed's full table.
+        # A failed baseline runs again, so every study ends with every baseline's row (seed-1 ... seed-5).
         tag = baseline_of(trial)
         if tag is None:
             return

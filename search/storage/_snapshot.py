@@ -76,8 +76,8 @@ def _align_point_distributions(trials: list[FrozenTrial]) -> tuple[int, ...]:
     """Gives one-value distributions (low == high) the log flag of the study's others; returns the trials changed.
 
     Optuna refuses a parameter whose log flag differs between trials of a study, and
-    ``optuna.copy_study`` with it; search.confirm's corner runs wrote one-value distributions
-    without the flag before 2026-12-04. A range of one value has no scale, so the flag says nothing there.
+    ``optuna.copy_study`` with it; corner runs stored by older versions of search.confirm have one-value
+    distributions without the flag. A range of one value has no scale, so the flag says nothing there.
     """
     reference: dict[str, Any] = {}
     for trial in trials:

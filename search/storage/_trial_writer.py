@@ -186,7 +186,7 @@ class TrialWriter:
         insert of a trial takes too. The trial with the lowest id is claimed, except that with
         ``first`` (a user attr key, e.g. the baseline tag) the WAITING trials carrying it go first,
         in the order of its value: a baseline queued again after its worker died takes its place in
-        the seed's table (seed-1 before seed-2) instead of going behind the others.
+        the baselines' order (seed-1 before seed-2) instead of going behind the others.
 
         Returns:
             The trial's id, or None when nothing is waiting.

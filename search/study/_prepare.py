@@ -1,4 +1,4 @@
-"""Creating or resuming the study: recorded settings, compatibility, the seed baselines."""
+"""Creating or resuming the study: recorded settings, compatibility, the baselines."""
 
 from __future__ import annotations
 
@@ -134,13 +134,13 @@ def _short(value: Any) -> str:
 
 
 def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
-    """The study this run works on: ``settings.study_name``, or a user task's study from before
-    default names were readable.
+    """The study this run works on: ``settings.study_name``, or a user task's study under its import path.
 
-    Without ``--study-name`` a user task's study used to be named after its import path
-    (``examples.noisy_regression:build``); now it is :func:`search.core._config.default_study_name`
-    (``noisy_regression``). Rerunning the command that made such a study must resume it, not
-    start a new one beside it, so the old name is used when only a study of that name exists.
+    Without ``--study-name`` a user task's study is named :func:`search.core._config.default_study_name`
+    (``noisy_regression``); studies made by older versions of the service are named after the task's
+    import path (``examples.noisy_regression:build``). Rerunning the command that made such a study must
+    resume it, not start a new one beside it, so the import path is used when only a study of that name
+    exists.
     """
     name = settings.study_name
     legacy = settings.run.task
@@ -277,8 +277,9 @@ def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> t
 
 
 def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
-    """Enqueues each seed baseline that has no finished, waiting or running trial yet, and in a study searched
-    from a diagnosis (user attr ``diagnosis``) the setting it suggests, baseline ``diagnosis``.
+    """Enqueues each baseline (``seed-1`` ..., or the rule's default) that has no finished, waiting or running
+    trial yet, and in a study searched from a diagnosis (user attr ``diagnosis``) the setting it suggests,
+    baseline ``diagnosis``.
 
     On a new study that is all of them; on a resume only one whose earlier attempt failed
     (e.g. it was interrupted), so a baseline never appears twice among finished trials. The

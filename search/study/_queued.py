@@ -1,8 +1,8 @@
-"""Queued trials (the seed baselines, roundings of the answer, retries of failed ones): claimed and run.
+"""Queued trials (the baselines, roundings of the answer, retries of failed ones): claimed and run.
 
 A queued trial is claimed with the same atomic pop as ``study.ask()`` (safe across processes and
 hosts), is RUNNING with a heartbeat while it trains, and is finished in one transaction. A failed
-baseline is queued again, so that every study ends with the seed's full table.
+baseline is queued again, so that every study ends with every baseline's row.
 """
 
 from __future__ import annotations

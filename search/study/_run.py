@@ -1,7 +1,7 @@
 """One search run from a checked plan: is the study done, the trials in this process, the summary.
 
 ``python -m search.optimize`` and each of its ``--workers`` processes decide whether there is work
-left with one function, :func:`study_is_done`: N finished trials, every seed baseline among them,
+left with one function, :func:`study_is_done`: N finished trials, every baseline among them,
 nothing queued or running. A RUNNING trial of a dead worker is therefore never taken for done: the
 run fails it once its heartbeat is stale and runs its baseline again. The run with worker
 processes is :mod:`search.study._pool_run`; both end in :func:`finish`, the summary of the study.
@@ -56,14 +56,14 @@ class RunOutcome:
 
 
 def unfinished_seed_baselines(settings: Settings, trials: list[FrozenTrial]) -> list[str]:
-    """The seed baselines of this study's space with no finished trial (none on a new study)."""
+    """The baselines of this study's space with no finished trial (none on a new study)."""
     if not trials:
         return []
     return unfinished_baselines(trials, [tag for tag, _params in baseline_trials(settings.space, settings.run.scaler)[0]])
 
 
 def study_is_done(settings: Settings, trials: list[FrozenTrial]) -> bool:
-    """Whether the study needs no more work: N finished trials, every seed baseline among them, and
+    """Whether the study needs no more work: N finished trials, every baseline among them, and
     nothing queued or running (a RUNNING trial of a dead worker is failed and its trial re-run)."""
     finished = sum(t.state in FINISHED for t in trials)
     unsettled = any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
@@ -246,7 +246,7 @@ def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool,
 
 
 def not_done(settings: Settings, trials: list[FrozenTrial], stop_reason: str, note: Note) -> bool:
-    """Says which seed baselines are still unfinished after a run, and how to finish them."""
+    """Says which baselines are still unfinished after a run, and how to finish them."""
     missing = unfinished_seed_baselines(settings, trials)
     if not missing:
         return False

@@ -17,7 +17,7 @@ Three ways a trial reaches storage, each a module of its own:
   asked of the replica at once, trained together (:func:`search.training.run_population`) and
   written in one transaction; in a shared study registered RUNNING in one transaction, one
   heartbeat thread for all K, finished in one more.
-* **Enqueued trials** (the seed baselines, and retries of failed ones; :mod:`search.study._queued`):
+* **Enqueued trials** (the baselines, and retries of failed ones; :mod:`search.study._queued`):
   claimed from storage with the same atomic pop as ``study.ask()`` (safe across processes and
   hosts), RUNNING with a heartbeat while they train, and finished in one transaction.
 

@@ -1,6 +1,6 @@
 """deep-mlp: a task where the fp16 loss scale decides whether anything is learned.
 
-The seed task learns the same with any init_scale from 2^-8 to 2^19. This one learns nothing at all
+seed-mlp learns the same with any init_scale from 2^-8 to 2^19. This one learns nothing at all
 with PyTorch's default GradScaler (2^16, x2, x0.5, every 2000 steps), silently: no overflow, no NaN,
 every trunk gradient exactly zero in fp16. 2^19..2^20 trains it to a loss about 80x lower.
 

@@ -1,8 +1,8 @@
-"""The seed script's task: an MLP 16-64-2 on a synthetic binary problem.
+"""seed-mlp, the original example's task (docs/fairness.md): an MLP 16-64-2 on a synthetic binary problem.
 
-Reproduces the seed's random-number sequence exactly: ``torch.manual_seed(seed)``, then
+Reproduces the original example's random-number sequence exactly: ``torch.manual_seed(seed)``, then
 ``X = randn(2048, 16)``, then the label noise ``randn(2048)``, then the model is constructed.
-Unlike the seed, the model is built once and every trial starts from these weights.
+Unlike the original example, the model is built once and every trial starts from these weights.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ EPOCHS = 30
 
 
 def build(seed: int) -> Problem:
-    """Builds the seed's data and model from ``seed`` (the seed script uses 42)."""
+    """Builds the original example's data and model from ``seed`` (the original example uses 42)."""
     torch.manual_seed(seed)
     inputs = torch.randn(N_SAMPLES, N_FEATURES)
     noise = torch.randn(N_SAMPLES)

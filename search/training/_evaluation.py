@@ -17,9 +17,9 @@ dominated by a few outlier records a model cannot fit (0.3% of records with 100x
 most of a data set's MSE), so it can stay flat while the model learns everything else; a median
 over chunks is decided by the typical chunk, and still compares the same quantity before and after.
 
-**Full-batch tasks without validation data or an eval function** keep the seed script's
-definition (:data:`LAST_STEP`): every optimizer step's forward pass already evaluates the whole
-training data, under autocast, identically in every trial, so the evaluation loss is the last
+**Full-batch tasks without validation data or an eval function** keep the original example's
+definition (:data:`LAST_STEP`, docs/fairness.md): every optimizer step's forward pass already evaluates
+the whole training data, under autocast, identically in every trial, so the evaluation loss is the last
 step's loss and the initial one is the first step's (both from the loss curve, no extra pass).
 """
 
@@ -34,7 +34,7 @@ from torch import nn
 
 from search.tasks import LoaderProblem, Problem
 
-LAST_STEP = "last_step"  # Full batch: the last step's whole-data loss (the seed's final_loss).
+LAST_STEP = "last_step"  # Full batch: the last step's whole-data loss (the original example's final loss).
 FINAL_WEIGHTS = "final_weights"  # The final weights' loss on the evaluation set, in fp32.
 
 

@@ -1,6 +1,6 @@
 """Population mode: K GradScaler settings trained at once, in one process, on one :class:`Problem`.
 
-A tiny model leaves an accelerator idle: one trial of the seed task is a few hundred kernel launches
+A tiny model leaves an accelerator idle: one trial of seed-mlp is a few hundred kernel launches
 of microseconds each. :func:`train_population` trains K copies of ``problem.model`` together, one per
 :class:`~search.core.ScalerConfig`, and returns for each the :class:`~search.training._trainer.TrainResult`
 that :func:`search.training._trainer.train` would have returned for that setting alone, so that

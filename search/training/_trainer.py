@@ -54,7 +54,7 @@ class TrainResult:
         loss_curve: Loss of each optimizer step's forward pass under autocast, before that step.
         scale_curve: GradScaler's (float32) scale after each step's ``update()``.
         skipped: Per step, whether GradScaler skipped it (its ``found_inf`` was non-zero), under every rule.
-        final_loss: ``loss_curve[-1]``, the last step's training loss (the seed script's definition).
+        final_loss: ``loss_curve[-1]``, the last step's training loss (the original example's definition).
         final_loss_fp32: Loss of the final weights on the training data in fp32, without autocast.
         eval_loss: The evaluation loss every trial is judged on (:mod:`search.training._evaluation`).
         initial_eval_loss: The same evaluation of the initial weights (the same for every trial).

@@ -1,4 +1,4 @@
-"""search.confirm's verdict: the paired test, which configurations it confirms, and README's default run
+"""search.confirm's verdict: the paired test, which configurations it confirms, and the default run
 confirmed (the issue's bar, and its ranges that are safe together against the plain loop)."""
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
 
 @pytest.fixture(scope="module")
 def default_run(tmp_path_factory) -> pathlib.Path:
-    """README's default run (100 seed-mlp trials), confirmed with search.confirm's defaults.
+    """The default run (100 seed-mlp trials, docs/optimize.md), confirmed with search.confirm's defaults.
 
     Not made smaller: the issue's bar is about this run, its trial count and confirmation defaults included."""
     directory = real_study(tmp_path_factory, "default-run", 100)

@@ -114,7 +114,7 @@ def test_every_section_from_a_real_study(study_dir):
     bar = report.figures["skipped"].data[0]
     counts = {str(x): y for x, y in zip(bar.x, bar.y)}
     assert counts == data["skipped_steps"] and sum(counts.values()) == TRIALS
-    # 7. The seed's five configurations next to the best.
+    # 7. The original example's five configurations next to the best.
     assert sorted(data["baselines"]) == [f"seed-{i}" for i in range(1, 6)]
     assert data["baselines"]["seed-1"]["init_scale"] == 2.0**16
     # 8. Safe ranges of the four settings, in words.

@@ -179,8 +179,8 @@ def _json_safe(value: Any) -> Any:
 
 
 def _suggested_trial(done: list[optuna.trial.FrozenTrial], started: dict[str, Any] | None) -> optuna.trial.FrozenTrial | None:
-    """The complete trial of the setting the starting diagnosis suggested: baseline ``diagnosis``, or the seed
-    baseline whose setting it is (then not trained twice)."""
+    """The complete trial of the setting the starting diagnosis suggested: baseline ``diagnosis``, or the
+    baseline (``seed-1`` ...) whose setting it is (then not trained twice)."""
     own = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)
     setting = (started or {}).get("suggested_setting")
     if own is not None or not setting:
