@@ -152,7 +152,7 @@ PLAIN_USER_SCRIPT = '''
 """Plain Optuna as a user would write it: seed-mlp trained for real, 3 params + 9 attrs, SQLite."""
 import sys, time, optuna, torch
 from search.tasks.seed_mlp import build
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.training import train
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 problem = build(42)

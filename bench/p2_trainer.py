@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.tasks import LoaderProblem, Problem
 from search.tasks.deep_mlp import build as deep_mlp
 from search.tasks.seed_mlp import build

@@ -41,11 +41,11 @@ from search.core import (
     DIAGNOSIS_BASELINE,
     STUDY_DIAGNOSIS,
     TRAIN_SECONDS,
-    ScalerConfig,
     baseline_of,
     with_run,
 )
 from search.diagnosis import DiagnosisStart, diagnosis_runs, judge, narrowed_space
+from search.scalers import ScalerConfig
 from search.study import Runner, make_sampler, prepare_study
 from search.tasks import build_problem, resolve_task
 from search.training import run_steps

@@ -23,7 +23,7 @@ import time
 import numpy as np
 import torch
 
-from search.core import ScalerConfig
+from search.scalers import ScalerConfig
 from search.study import threads_per_process
 from search.tasks import build_problem, resolve_task
 from search.training import train, train_population
