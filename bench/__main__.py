@@ -12,8 +12,8 @@ P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: tr
 P5  trials/s of population mode (--population 64 and 256) against ordinary trials, same task and
     device, one run (bench/p5_population.py)
 S   time per trial as steps grow, and as the study grows to 1,000 trials (bench/scaling.py); a bad-input
-    exit and a report of a finished 100-trial study, whole processes, against the commands before the
-    library was grouped by job (bench/commands.py)
+    exit, search.report --help and a report of a finished 100-trial study, whole processes, against an
+    older revision's commands (bench/commands.py)
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import time
 import optuna
 import torch
 
-from bench.commands import BAD_INPUT, OLDER_REVISION, command_costs
+from bench.commands import BAD_INPUT, OLDER_REVISION, REPORT_HELP, command_costs
 from bench.p1_overhead import (
     PLAIN_USER_SCRIPT,
     plain_optuna_per_trial,
@@ -330,8 +330,12 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     print(f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating runs):")
     costs = command_costs(tmp, args.s_before)
     for (name, target), (label, args_shown) in zip(
-        (("bad input", 0.5), ("report", 1.5)),
-        (("bad-input exit", " ".join(BAD_INPUT)), ("report, finished 100-trial study", "search.report")),
+        (("bad input", 0.5), ("report --help", 1.0), ("report", 1.5)),
+        (
+            ("bad-input exit", " ".join(BAD_INPUT)),
+            ("report --help", " ".join(REPORT_HELP)),
+            ("report, finished 100-trial study", "search.report"),
+        ),
     ):
         now, before = costs[name]["now"], costs[name]["before"]
         print(f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s   {now / before:5.2f}x")

@@ -1,10 +1,13 @@
-"""Commands as the user pays for them: a bad-input exit and a report, this tree against an older one.
+"""Commands as the user pays for them: a bad-input exit, ``search.report --help`` and a report, this tree
+against an older one.
 
 Each figure is a whole ``python -m search.X`` process, start-up and imports included, timed side by
-side with the same command of another revision of the project (by default commit f4927a2, whose commands
-imported torch at start-up), alternating, in one run.
+side with the same command of another revision of the project (by default commit 39754de, whose
+``search.report`` loaded scikit-learn at start-up through ``optuna.importance``), alternating, in one run.
 The older revision is unpacked with ``git archive`` into a temporary directory and run from there
-with its own ``search`` package first on ``PYTHONPATH``; both read the same finished study.
+with its own ``search`` package first on ``PYTHONPATH``. Each side reports on a study its own
+``search.optimize`` wrote (the same 100 trials of seed-mlp), since an older revision need not read
+the settings a newer one records.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import tarfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-# A revision whose commands all imported torch before parsing their flags.
-OLDER_REVISION = "f4927a2"
+# A revision whose search.report loaded scikit-learn (optuna.importance) before parsing its flags.
+OLDER_REVISION = "39754de"
 BAD_INPUT = ("search.optimize", "--trials", "-3")
+REPORT_HELP = ("search.report", "--help")
 
 
 def unpack(revision: str, directory: pathlib.Path) -> pathlib.Path:
@@ -48,29 +52,37 @@ def _timed(tree: pathlib.Path, args: tuple[str, ...], cwd: pathlib.Path, expect:
 
 
 def side_by_side(
-    trees: dict[str, pathlib.Path], args: tuple[str, ...], cwd: pathlib.Path, expect: int, rounds: int
+    trees: dict[str, pathlib.Path],
+    args: tuple[str, ...],
+    cwds: dict[str, pathlib.Path],
+    expect: int,
+    rounds: int,
 ) -> dict[str, float]:
-    """Median wall seconds of ``python -m ARGS`` per tree, the trees alternating in every round."""
+    """Median wall seconds of ``python -m ARGS`` per tree (run in its ``cwds`` folder), the trees alternating in
+    every round."""
     times: dict[str, list[float]] = {label: [] for label in trees}
     for _ in range(rounds):
         for label, tree in trees.items():
-            times[label].append(_timed(tree, args, cwd, expect))
+            times[label].append(_timed(tree, args, cwds[label], expect))
     return {label: statistics.median(values) for label, values in times.items()}
 
 
 def command_costs(directory: str, revision: str = OLDER_REVISION, rounds: int = 5) -> dict[str, dict[str, float]]:
-    """{"bad input": {"now": s, "before": s}, "report": {...}}: whole-process seconds, medians of ``rounds``.
+    """{"bad input": {"now": s, "before": s}, "report --help": {...}, "report": {...}}: whole-process seconds,
+    medians of ``rounds``.
 
-    The report reads a finished 100-trial seed-mlp study that this tree's ``search.optimize`` writes first.
+    The report reads a finished 100-trial seed-mlp study that each tree's own ``search.optimize`` writes first.
     """
     work = pathlib.Path(directory)
     trees = {"now": ROOT, "before": unpack(revision, work)}
-    study_dir = work / "finished-study"
-    study_dir.mkdir(exist_ok=True)
-    _timed(ROOT, ("search.optimize", "--trials", "100", "--quiet"), study_dir, 0)
+    studies = {label: work / f"finished-study-{label}" for label in trees}
+    for label, tree in trees.items():
+        studies[label].mkdir(exist_ok=True)
+        _timed(tree, ("search.optimize", "--trials", "100", "--quiet"), studies[label], 0)
     return {
-        "bad input": side_by_side(trees, BAD_INPUT, study_dir, 2, rounds),
+        "bad input": side_by_side(trees, BAD_INPUT, studies, 2, rounds),
+        "report --help": side_by_side(trees, REPORT_HELP, studies, 0, rounds),
         "report": side_by_side(
-            trees, ("search.report", "--study-name", "seed-mlp", "--out", "report.html"), study_dir, 0, rounds
+            trees, ("search.report", "--study-name", "seed-mlp", "--out", "report.html"), studies, 0, rounds
         ),
     }
