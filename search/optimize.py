@@ -21,7 +21,15 @@ from dataclasses import replace
 import optuna
 import sqlalchemy.exc
 
-from search.cli import OneLineParser, Session, check_output, prog_name, run_command, stdout_reader_gone
+from search.cli import (
+    OneLineParser,
+    Session,
+    check_output,
+    check_run_length,
+    prog_name,
+    run_command,
+    stdout_reader_gone,
+)
 from search.core import (
     DEFAULTS,
     SAMPLERS,
@@ -248,6 +256,7 @@ def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | N
 
 def _main(session: Session, argv: list[str]) -> int:
     args = build_parser().parse_args(argv)  # Unknown flag, bad value: one line (run_command), not usage.
+    check_run_length(args)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     session.urls.append(args.storage or "")
     try:
