@@ -66,6 +66,8 @@ class ScalerRule:
         build: A fresh state machine for one run from a setting's values; None where GradScaler's own
             ``update()`` moves the scale.
         block: The setting as the user writes it (a GradScaler line, a JSON block, command-line flags).
+        config: The block as data, for a rule whose block is a config file's JSON (DeepSpeed's): ``--best-out``
+            writes it as a JSON object, not a string to decode again; None where the block is code or flags.
         source: Where the rule comes from (file and version or commit).
         cycle: How the scale cycles at its overflow edge under a setting (:class:`Cycle`).
         start_knob: The knob that sets the scale at the start.
@@ -88,6 +90,7 @@ class ScalerRule:
     cycle: Callable[[Mapping[str, float]], Cycle]
     start_knob: str
     notes: Callable[[Mapping[str, float]], list[str]] = lambda values: []
+    config: Callable[[Mapping[str, float]], dict[str, Any]] | None = None
     setting: Callable[[Mapping[str, Any]], Any] | None = None
     amp_dtypes: tuple[str, ...] = ("float16",)
     population: bool = False
@@ -117,6 +120,10 @@ class ScalerRule:
     def names(self) -> tuple[str, ...]:
         """The knobs' names, in order."""
         return tuple(knob.name for knob in self.knobs)
+
+    def paste(self, values: Mapping[str, float]) -> str | dict[str, Any]:
+        """The setting as ``--best-out`` writes it: :attr:`config`'s data where the block is JSON, else the block."""
+        return self.block(values) if self.config is None else self.config(values)
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``."""
