@@ -79,12 +79,17 @@ def plan_run(
     check_storage(run.storage, read_only)
 
     # The task is torch tensors: from here on torch is imported.
+    import torch
+
     from search.study._workers import plan_workers
     from search.tasks import build_problem, resolve_task
     from search.training import run_steps
 
     resolve_device(run.device)  # Validates --device.
     specs = plan_workers(run.workers, run.device, run.devices, run.threads)
+    # Building probes one step, whose time the cost warning multiplies by the steps of a trial: it must run on
+    # the trials' threads (torch's default, one a core, is many times slower where processes share the cores).
+    torch.set_num_threads(specs[0].threads)
     problem = build_problem(resolve_task(run.task), run.task, run.seed)
     if not run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)

@@ -74,6 +74,19 @@ def seed_loader(seed: int) -> LoaderProblem:
     )
 
 
+THREADS_SEEN: list[int] = []  # torch's intra-op threads at each call of thread_counting's loss, in this process
+
+
+def _thread_counting_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    THREADS_SEEN.append(torch.get_num_threads())
+    return nn.functional.cross_entropy(outputs, targets)
+
+
+def thread_counting(seed: int) -> Problem:
+    """The seed task whose loss notes torch's thread count each time it runs (the start-up probe first)."""
+    return replace(build_seed(seed), loss_fn=_thread_counting_loss)
+
+
 def wrong_type(seed: int) -> dict:
     """Returns the wrong type: a user-task mistake that must be a one-line error."""
     return {"model": None}
