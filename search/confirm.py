@@ -53,6 +53,7 @@ from search.results import (
     FRAMEWORKS,
     collect_runs,
     confirmation_data,
+    counted_steps,
     format_confirmation,
     format_verdict,
     summarize,
@@ -237,13 +238,14 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     collected = collect_runs(storage, plan.study_name)
     assert collected is not None
     seeds, stats, corners = collected
+    steps = counted_steps(settings.run.epochs, settings.run.steps, plan.trials)
     print(
         f"Confirmation of study {plan.study_name!r} ({plan.n_complete} complete trials) in {mask_url(url)}"
     )
     print(
         f"  {len(plan.candidates)} configs x {len(seeds)} seeds (data seeds {seeds[0]}..{seeds[-1]}: "
         f"new data and initial weights each), "
-        + (f"{settings.run.steps} optimizer steps" if settings.run.steps else f"{settings.run.epochs} epochs")
+        + (f"{steps} optimizer steps" if steps else f"{settings.run.epochs} epochs")
         + f", {settings.run.amp_dtype} "
         f"on {plan.device.type}"
         + f", {RULES[settings.run.scaler].title}'s loss-scale rule"

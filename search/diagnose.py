@@ -31,7 +31,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
-from search.cli import OneLineParser, Session, check_output, fail, prog_name, run_command
+from search.cli import OneLineParser, Session, check_output, check_run_length, fail, prog_name, run_command
 from search.core import UsageError, interrupts_as_exceptions, raise_pending
 
 __all__ = ["build_parser", "format_reading", "main"]
@@ -139,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _main(session: Session, argv: list[str]) -> int:
     try:
         args = build_parser().parse_args(argv)
+        check_run_length(args)  # --log's --steps too: the steps a log covers are at least one.
         if args.json:
             check_output("--json", args.json)
         if args.log is None:
@@ -146,8 +147,6 @@ def _main(session: Session, argv: list[str]) -> int:
         given = [name for name in _TRAINING_ONLY if getattr(args, name) is not None] + (["knob"] if args.knob else [])
         if given:
             raise UsageError(f"--{given[0].replace('_', '-')} is for a training diagnosis; --log reads a log without training")
-        if args.steps is not None and args.steps < 1:
-            raise UsageError(f"--steps must be >= 1, got {args.steps}")
         reading, source = _read(args)
     except UsageError as e:
         return fail(PROG, str(e))

@@ -17,42 +17,26 @@ import signal
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-import optuna
-import sqlalchemy.exc
-
-from search.cli import OneLineParser, Session, check_output, prog_name, run_command, stdout_reader_gone
-from search.core import (
-    DEFAULTS,
-    SAMPLERS,
-    STUDY_DIAGNOSIS,
-    ConfigError,
-    Settings,
-    UsageError,
-    growth_note,
-    load_settings,
-    raise_pending,
+from search.cli import (
+    OneLineParser,
+    Session,
+    check_output,
+    check_run_length,
+    prog_name,
+    run_command,
+    stdout_reader_gone,
 )
-from search.diagnosis import (
-    DiagnosisFileError,
-    DiagnosisStart,
-    narrowed_space,
-    read_diagnosis,
-    recorded_start,
-)
-from search.results import FRAMEWORKS, format_summary, write_best_json
-from search.storage import PASSWORD_MASKED, StorageError, StorageUnreachable, first_line, mask_url, redact
-from search.study import (
-    DevicePlanError,
-    IncompatibleStudyError,
-    NothingToRun,
-    RunPlan,
-    log_warnings,
-    plan_run,
-    read_recorded_diagnosis,
-    run_plan,
-)
+from search.core import DEFAULTS, SAMPLERS, ConfigError, Settings, UsageError, load_settings, raise_pending
+from search.results import FRAMEWORKS
 from search.tasks import BUILTIN_TASKS, TaskError
+
+# Optuna, SQLAlchemy and what reads a study are imported where the run needs them: --help and the bad input
+# found before (flags, a config, a task's name) end without them, in a fraction of a second.
+if TYPE_CHECKING:
+    from search.diagnosis import DiagnosisStart
+    from search.study import RunPlan
 
 __all__ = ["build_parser", "main"]
 
@@ -217,10 +201,15 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return {name: getattr(args, name) for name in names}
 
 
-# Bad input found while the run is checked: one line, exit 2, nothing written.
-_BAD_INPUT = (
-    ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError, DiagnosisFileError
-)  # fmt: skip
+def _is_bad_input(error: Exception) -> bool:
+    """Whether ``error``, raised while the run is checked, is bad input (one line, exit 2, nothing written)."""
+    if isinstance(error, (ConfigError, UsageError, TaskError)):  # Known without importing the run's modules.
+        return True
+    from search.diagnosis import DiagnosisFileError
+    from search.storage import StorageError
+    from search.study import DevicePlanError, IncompatibleStudyError
+
+    return isinstance(error, (DevicePlanError, StorageError, IncompatibleStudyError, DiagnosisFileError))
 
 
 # --from-diagnosis without a PATH: the diagnosis recorded in the study.
@@ -232,7 +221,11 @@ def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | N
     seed and scaler."""
     if path is None:
         return None
+    from search.diagnosis import read_diagnosis, recorded_start
+
     if path is IN_STUDY:
+        from search.study import read_recorded_diagnosis
+
         start = recorded_start(*read_recorded_diagnosis(settings))
     else:
         start = read_diagnosis(path)
@@ -248,8 +241,10 @@ def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | N
 
 def _main(session: Session, argv: list[str]) -> int:
     args = build_parser().parse_args(argv)  # Unknown flag, bad value: one line (run_command), not usage.
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_run_length(args)
     session.urls.append(args.storage or "")
+    from search.study import NothingToRun, plan_run  # Imports Optuna only once the run gets that far.
+
     try:
         settings = load_settings(args.config, _overrides(args))
         session.urls.append(settings.run.storage)  # Also from --config: every message masks its password.
@@ -257,20 +252,26 @@ def _main(session: Session, argv: list[str]) -> int:
             check_output("--best-out", args.best_out)
         start = _diagnosis_start(args.from_diagnosis, settings)
         if start is not None:
+            from search.diagnosis import narrowed_space
+
             settings = replace(settings, space=narrowed_space(settings.space, start))
         plan = plan_run(settings, args.allow_changed_settings, keep=session.keep,
                         diagnosed_steps=None if start is None else start.steps,
                         from_diagnosis=start is not None)  # fmt: skip
         if start is not None:
+            from search.core import STUDY_DIAGNOSIS
+
             plan = replace(plan, study_attrs={STUDY_DIAGNOSIS: start.attrs(settings.space)})
             session.note(f"note: {start.note(settings.space)}")
     except NothingToRun as e:
         session.note(str(e))
         return 0
-    except _BAD_INPUT as e:
-        return session.fail(str(e))
-    except Exception as e:  # An unexpected failure while reading the study is still bad input.
-        url = session.urls[-1]
+    except Exception as e:
+        if _is_bad_input(e):
+            return session.fail(str(e))
+        from search.storage import first_line, mask_url, redact
+
+        url = session.urls[-1]  # An unexpected failure while reading the study is still bad input.
         return session.fail(f"cannot read study from {mask_url(url)}: {redact(first_line(e), url)}")
     code = _run(session, plan, args, argv)
     if code == 0:
@@ -279,6 +280,14 @@ def _main(session: Session, argv: list[str]) -> int:
 
 
 def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[str]) -> int:
+    import optuna
+    import sqlalchemy.exc
+
+    from search.results import format_summary, write_best_json
+    from search.storage import StorageUnreachable, first_line, mask_url, redact
+    from search.study import log_warnings, run_plan
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = plan.settings
     url = settings.run.storage
     log_warnings(url, PROG)
@@ -305,6 +314,8 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
 
 def unreachable_line(settings: Settings, argv: list[str]) -> str:
     """The one line printed on giving up on the storage: what happened and the command to resume."""
+    from search.storage import PASSWORD_MASKED, mask_url, redact
+
     url = settings.run.storage
     command = redact(f"{prog_name(PROG)} {shlex.join(argv)}".strip(), url)
     if mask_url(url) != url:  # The command as printed cannot log in: say what to put back.
@@ -316,6 +327,8 @@ def unreachable_line(settings: Settings, argv: list[str]) -> str:
 
 
 def _print_notes(session: Session, plan: RunPlan) -> None:
+    from search.core import growth_note
+
     settings = plan.settings
     for note in plan.warnings:
         session.note(f"warning: {note}")

@@ -13,7 +13,7 @@
 * ``_confirmations``: reading confirmation runs back: the two-sided paired test;
 * ``_confirmation_table``: the table ``search.confirm`` prints, under GradScaler's settings or a framework's knobs;
 * ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
-* ``_horizon``: what trials of their length cannot show about the growth settings;
+* ``_horizon``: how many steps the trials ran, and what trials of that length cannot show about the growth settings;
 * ``_score``: what confirmation compares: a run's objective without its skipped-step term;
 * ``_summary``: the end-of-run table and its JSON;
 * ``_paste``: the snippet a user pastes to train with given settings, per framework;
@@ -86,7 +86,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
         ),
         "_confirmation_table": ("format_confirmation",),
         "_dominance": ("DOMINANCE_RATIO", "dominance_note"),
-        "_horizon": ("horizon_note", "trial_steps"),
+        "_horizon": ("counted_steps", "horizon_note", "trial_steps"),
         "_score": ("run_score",),
         "_summary": ("format_summary", "format_verdict", "summarize", "trial_row", "write_best_json"),
         "_paste": ("FRAMEWORKS", "paste_lines", "scaler_line"),

@@ -1,4 +1,4 @@
-"""What trials of a given length can and cannot show about a rule's growth window.
+"""How many steps a study's trials ran, and what trials of that length cannot show about a rule's growth window.
 
 Every rule grows its scale only after a window of steps without an overflow (GradScaler's
 ``growth_interval``, DeepSpeed's and Megatron-LM's ``loss_scale_window``, fairseq's
@@ -8,6 +8,8 @@ settings it says only what happens within them, not in the user's run of 100,000
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from optuna.trial import FrozenTrial
 
@@ -19,6 +21,21 @@ def trial_steps(trial: FrozenTrial | None) -> int | None:
     """The optimizer steps a trial ran (its loss curve's length), or None without a curve."""
     curve = trial.user_attrs.get(LOSS_CURVE) if trial is not None else None
     return len(curve) if curve else None
+
+
+def counted_steps(epochs: int, steps: int, trials: Iterable[FrozenTrial]) -> int | None:
+    """The optimizer steps of each trial of a study that counts steps, or None for one that counts epochs.
+
+    ``epochs`` and ``steps`` as the study recorded them. A task that trains by steps from a loader
+    (``LoaderProblem``) records 0 epochs and, run without ``--steps``, 0 steps: its own default, which only
+    building the task tells; its trials' loss curves (one value a step) tell it without torch. None as well
+    when no trial has a curve yet.
+    """
+    if steps:
+        return steps
+    if epochs:
+        return None
+    return max((trial_steps(t) or 0 for t in trials), default=0) or None
 
 
 def horizon_note(steps: int | None, space: SpaceConfig | None = None, scaler: str = TORCH) -> str | None:

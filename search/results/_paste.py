@@ -26,8 +26,8 @@ Example:
 
 from __future__ import annotations
 
-from search.core import PYTORCH_DEFAULT
-from search.scalers import PARAM_NAMES, ScalerConfig
+# From the rules, not search.core: the commands' --paste choices read FRAMEWORKS before anything imports Optuna.
+from search.scalers import GRADSCALER, PARAM_NAMES, ScalerConfig
 
 __all__ = ["FRAMEWORKS", "paste_lines", "scaler_line"]
 
@@ -78,7 +78,7 @@ def scaler_line(config: ScalerConfig, device_type: str = "cuda") -> str:
 def _keywords(config: ScalerConfig) -> list[str]:
     """``name=value`` for each setting that differs from PyTorch's default, in GradScaler's order."""
     return [
-        f"{name}={config.written(name)}" for name in PARAM_NAMES if getattr(config, name) != getattr(PYTORCH_DEFAULT, name)
+        f"{name}={config.written(name)}" for name in PARAM_NAMES if getattr(config, name) != GRADSCALER.default[name]
     ]
 
 

@@ -86,7 +86,8 @@ class RuleAnswer:
         return self.rule.block(self.values)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``--best-out`` (the block under ``paste``, keyed by the framework's name)."""
+        """Plain data for ``--best-out`` (under ``paste``, keyed by the framework's name, the block: as a JSON object
+        where the framework's config is JSON)."""
         return {
             "verdict": self.verdict,
             "scaler": self.rule.name,
@@ -103,7 +104,7 @@ class RuleAnswer:
             "rounded": {k: list(v) for k, v in self.rounded.items()},
             "confirmed": self.confirmed,
             "confirmation": list(self.confirmation),
-            "paste": {self.rule.name: self.block()} if self.verdict != "none-safe" else {},
+            "paste": {self.rule.name: self.rule.paste(self.values)} if self.verdict != "none-safe" else {},
             "notes": self.rule.notes(self.values) if self.verdict != "none-safe" else [],
         }
 

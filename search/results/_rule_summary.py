@@ -201,6 +201,6 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     if rec.get("confirmed") == "confirmed":
         lines += [f"    {sentence}" for sentence in rec["confirmation"]]
     lines.append(f"    for {title}:")
-    lines += [f"      {text}" for text in rec["paste"][rec["scaler"]].splitlines()]
+    lines += [f"      {text}" for text in RULES[rec["scaler"]].block(rec["values"]).splitlines()]
     lines += [f"    note: {note}" for note in rec["notes"]]
     return lines

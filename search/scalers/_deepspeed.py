@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from search.scalers._knob import BOOL, INT, Knob, flag, shortest, whole_at_least
 from search.scalers._rule import Cycle, ScalerRule
@@ -151,6 +152,11 @@ def _block(values: Mapping[str, float]) -> str:
     return text.replace('"@"', shortest(float(values["min_loss_scale"])))
 
 
+def _config(values: Mapping[str, float]) -> dict[str, Any]:
+    """The block read back as JSON: what the config file holds, the same numbers as the printed block."""
+    return json.loads(_block(values))
+
+
 def _notes(values: Mapping[str, float]) -> list[str]:
     if int(values["hysteresis"]) == 1 and not values["consecutive_hysteresis"]:
         return ["the measured rule is ZeRO's (stages 1-3); without ZeRO DeepSpeed's FP16_Optimizer also stays at min_loss_scale instead of ending the run"]
@@ -172,6 +178,7 @@ DEEPSPEED = ScalerRule(
     ),
     build=_build,
     block=_block,
+    config=_config,
     cycle=lambda values: Cycle(int(values["loss_scale_window"]), 2.0, 0.5, int(values["hysteresis"])),
     start_knob="initial_scale_power",
     window_knob="loss_scale_window",

@@ -66,6 +66,8 @@ class ScalerRule:
         build: A fresh state machine for one run from a setting's values; None where GradScaler's own
             ``update()`` moves the scale.
         block: The setting as the user writes it (a GradScaler line, a JSON block, command-line flags).
+        config: The block as data, for a rule whose block is a config file's JSON (DeepSpeed's): ``--best-out``
+            writes it as a JSON object, not a string to decode again; None where the block is code or flags.
         source: Where the rule comes from (file and version or commit).
         cycle: How the scale cycles at its overflow edge under a setting (:class:`Cycle`).
         start_knob: The knob that sets the scale at the start.
@@ -98,6 +100,7 @@ class ScalerRule:
     skips_with: tuple[str, ...] = ()
     contour_with: str = ""
     notes: Callable[[Mapping[str, float]], list[str]] = lambda values: []
+    config: Callable[[Mapping[str, float]], dict[str, Any]] | None = None
     setting: Callable[[Mapping[str, Any]], Any] | None = None
     amp_dtypes: tuple[str, ...] = ("float16",)
     population: bool = False
@@ -137,6 +140,10 @@ class ScalerRule:
         """Whether the service moves the scale by replaying the rule step by step (a framework's rule), rather
         than by GradScaler's own ``update()``: then the answer is the rule's own config block, found by replay."""
         return self.build(self.default) is not None
+
+    def paste(self, values: Mapping[str, float]) -> str | dict[str, Any]:
+        """The setting as ``--best-out`` writes it: :attr:`config`'s data where the block is JSON, else the block."""
+        return self.block(values) if self.config is None else self.config(values)
 
     def knob(self, name: str) -> Knob:
         """The knob called ``name``."""

@@ -2,7 +2,7 @@
 
 The checks run cheapest first, and those that need no torch before any that do: a typo in a flag,
 a config, a task name or a SQLite path is refused in a fraction of a second (``import torch``
-alone takes about 2 s). Only then is the task built (its Problem is torch tensors), the devices
+alone takes about 2 s), and ``--trials 0`` on a SQLite file that does not exist ends before Optuna is imported. Only then is the task built (its Problem is torch tensors), the devices
 resolved and the storage opened, so that bad input leaves nothing behind. The per-trial step count
 is resolved here, once, from ``--epochs``/``--steps`` and the task's own default.
 """
@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from search.core import Settings, UsageError, resolve_device, with_run
-from search.storage import check_storage, is_read_only, open_storage, sqlite_path
-from search.study._prepare import inspect_study, resolve_study_name
 from search.tasks import task_target
 
 if TYPE_CHECKING:
@@ -65,7 +63,8 @@ def plan_run(
         from_diagnosis: The space was narrowed by ``--from-diagnosis``.
 
     Raises:
-        NothingToRun: ``--trials 0`` and the SQLite file does not exist.
+        NothingToRun: ``--trials 0`` and the SQLite file does not exist (said once the flags are checked, before
+            the task is built).
         ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError:
             Bad input; nothing was written (a task that cannot be trained as a population: UsageError).
     """
@@ -73,18 +72,33 @@ def plan_run(
     if worker is not None:  # A worker process: one device, no workers of its own.
         settings = with_run(settings, device=worker.device, workers=1, devices="")
         run = settings.run
-    # Without torch: the task's name, the storage URL and its SQLite file.
+    # Without Optuna or torch: the task's name, the storage URL, whether there is anything to do.
     task_target(run.task)
+    from search.storage import is_read_only, sqlite_path  # SQLAlchemy's URL parser: a fifth of a second.
+
+    path = sqlite_path(run.storage)
+    from search.storage import check_storage, open_storage  # Optuna and its database layer.
+    from search.study._prepare import inspect_study, resolve_study_name
+
     read_only = is_read_only(run.storage)  # A study on read-only media is opened read-only.
     check_storage(run.storage, read_only)
 
     # The task is torch tensors: from here on torch is imported.
+    import torch
+
     from search.study._workers import plan_workers
     from search.tasks import build_problem, resolve_task
     from search.training import run_steps
 
     resolve_device(run.device)  # Validates --device.
     specs = plan_workers(run.workers, run.device, run.devices, run.threads)
+    if run.trials == 0 and path is not None and not os.path.exists(path):
+        # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made (after
+        # the flags are checked: a bad --device is bad input whatever the trials).
+        raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
+    # Building probes one step, whose time the cost warning multiplies by the steps of a trial: it must run on
+    # the trials' threads (torch's default, one a core, is many times slower where processes share the cores).
+    torch.set_num_threads(specs[0].threads)
     problem = build_problem(resolve_task(run.task), run.task, run.seed)
     if not run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
@@ -101,10 +115,6 @@ def plan_run(
         _check_population(settings, problem)
     _check_batch_memory(problem, steps_per_trial, run.batch_memory, run.task)
     fingerprint = problem.fingerprint(steps_per_trial)
-    path = sqlite_path(run.storage)
-    if run.trials == 0 and path is not None and not os.path.exists(path):
-        # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made.
-        raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
     storage = open_storage(run.storage, run.heartbeat_interval, read_only=read_only)
     keep(storage)
     settings = with_run(settings, study_name=resolve_study_name(storage, settings))

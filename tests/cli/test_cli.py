@@ -48,7 +48,6 @@ def test_bench_help_is_plain_text_with_defaults(tmp_path):
 # -- an interrupt while a command starts (issue 15) -------------------------------------------
 
 START_ARGS = {  # Each would write something if it got that far.
-    "optimize": ["--trials", "1"],
     "transfer": ["--from", "sqlite:///a.db", "--to", "sqlite:///b.db"],
     "report": ["--out", "r.html"],
     "confirm": [],
@@ -59,10 +58,11 @@ START_ARGS = {  # Each would write something if it got that far.
 def _signal_while_importing(command: str, sig: signal.Signals, cwd: pathlib.Path) -> subprocess.CompletedProcess:
     """Starts ``python -m search.COMMAND`` and signals it once SQLAlchemy's first shared library is mapped.
 
-    Every command imports SQLAlchemy (its storage URLs) and Optuna before its ``main`` runs, and neither
-    is done for a tenth of a second or more after SQLAlchemy's first native module is loaded: the
-    signal lands in the middle of the imports, whatever the machine's speed (a fixed delay would not,
-    on a loaded 2-core machine). torch is no marker: the commands import it only when they train.
+    Every command but optimize and diagnose imports SQLAlchemy (its storage URLs) and Optuna before its ``main``
+    runs, and neither is done for a tenth of a second or more after SQLAlchemy's first native module is loaded:
+    the signal lands in the middle of the imports, whatever the machine's speed (a fixed delay would not, on a
+    loaded 2-core machine). torch is no marker: the commands import it only when they train. (optimize imports
+    them once its ``main`` runs, where a signal is recorded and the run stops cleanly: the test after these.)
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", f"search.{command}", *START_ARGS[command]],
@@ -81,7 +81,8 @@ def _signal_while_importing(command: str, sig: signal.Signals, cwd: pathlib.Path
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "diagnose"])  # It imports nothing heavy to cut.
+# Those two import nothing heavy before their main runs: no import to cut.
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in ("diagnose", "optimize")])
 def test_ctrl_c_while_importing_is_one_line_and_exit_130(command, tmp_path):
     proc = _signal_while_importing(command, signal.SIGINT, tmp_path)
     assert proc.returncode == 130, proc.stderr
@@ -90,7 +91,7 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(command, tmp_path):
 
 
 def test_sigterm_while_importing_is_one_line_and_exit_143(tmp_path):
-    proc = _signal_while_importing("optimize", signal.SIGTERM, tmp_path)
+    proc = _signal_while_importing("confirm", signal.SIGTERM, tmp_path)
     assert proc.returncode == 143 and proc.stderr.strip().endswith("(SIGTERM); nothing was written")
 
 
@@ -152,7 +153,7 @@ def test_only_the_commands_are_guarded_not_a_script_that_imports_search():
 
 # -- light commands: help and bad input never import torch (about 2 s of a 2.5 s start) ----------
 
-LIGHT_EXITS = [  # diagnose first: it must not import Optuna either, which every case after it does
+LIGHT_EXITS = [  # diagnose, then optimize before a storage: neither imports Optuna, which every case from there does
     ("diagnose", ["--help"], 0),
     ("diagnose", ["--log", "missing.log"], 2),
     ("diagnose", ["--init-scale", "0"], 2),
@@ -161,10 +162,11 @@ LIGHT_EXITS = [  # diagnose first: it must not import Optuna either, which every
     ("optimize", ["--help"], 0),
     ("optimize", ["--no-such-flag"], 2),
     ("optimize", ["--trials", "-3"], 2),
+    ("optimize", ["--steps", "0"], 2),
     ("optimize", ["--config", "malformed.toml"], 2),
     ("optimize", ["--config", "range.toml"], 2),
     ("optimize", ["--task", "no-such-task"], 2),
-    ("optimize", ["--storage", "sqlite:///not-a-db.txt"], 2),
+    ("optimize", ["--storage", "sqlite:///not-a-db.txt"], 2),  # the first case that reads a storage
     ("optimize", ["--storage", "sqlite:////no/such/dir/s.db"], 2),
     ("report", ["--help"], 0),
     ("report", ["--storage", "sqlite:///missing.db"], 2),
@@ -176,6 +178,8 @@ LIGHT_EXITS = [  # diagnose first: it must not import Optuna either, which every
     ("confirm", ["--top", "x"], 2),
 ]
 
+
+FIRST_STORAGE = next(i for i, (command, args, _code) in enumerate(LIGHT_EXITS) if "--storage" in args)
 
 # Every case in one fresh interpreter, one after another, each in a folder of its own: torch found in
 # sys.modules after a case and not before is that case's import (one start-up, not sixteen).
@@ -209,14 +213,47 @@ def test_help_and_bad_input_never_import_torch(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout)
-    for (folder, command, args), (_, _, code), result in zip(cases, LIGHT_EXITS, results, strict=True):
+    for i, ((folder, command, args), (_, _, code), result) in enumerate(zip(cases, LIGHT_EXITS, results, strict=True)):
         case = f"search.{command} {' '.join(args)}"
         assert result["code"] == code, (case, result["stderr"])
-        # The check sees real imports: every command but diagnose reads a storage (Optuna); diagnose reads a log.
-        assert result["optuna"] == (command != "diagnose"), case  # (sys.modules accumulates: diagnose runs first)
+        # Optuna waits for a storage (sys.modules accumulates: from the first case that reads one, every case has
+        # it); that it is there from then on shows the check sees real imports.
+        assert result["optuna"] == (i >= FIRST_STORAGE), case
         assert not result["torch"], f"{case} imported torch"
         assert len(result["stderr"].splitlines()) == (0 if code == 0 else 1), (case, result["stderr"])
         assert sorted(pathlib.Path(folder).iterdir()) == before[folder], case
+
+
+def _imports_of(args: list[str], cwd: pathlib.Path) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Runs ``python -X importtime -m ARGS``: the process and the modules it imported by an import statement
+    (importtime's list, which leaves out the package's own lazy imports, made by ``importlib``, but not what those
+    modules import in turn: Optuna, torch, scikit-learn are there whenever they are imported)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *args], cwd=cwd, env=cli_env(),
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    return proc, names
+
+
+def test_the_reports_help_imports_no_scikit_learn(tmp_path):
+    """optuna.importance imports scikit-learn (2 s of a 3.5 s --help): only the importances section needs it."""
+    proc, names = _imports_of(["search.report", "--help"], tmp_path)
+    assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
+    assert {"optuna", "plotly.graph_objects"} <= names  # the list is real: the report's modules were imported
+    assert not sorted(n for n in names if n.split(".")[0] == "sklearn" or n.startswith("optuna.importance"))
+
+
+def test_trials_zero_on_a_new_sqlite_file_ends_before_the_task_and_writes_nothing(tmp_path):
+    """Nothing to do is known from the file's absence once the flags are checked: a bad --device is still bad
+    input (exit 2); a good one ends before the task is built (its module never imported), writing nothing."""
+    proc, names = _imports_of(["search.optimize", "--trials", "0", "--task", "seed-mlp"], tmp_path)
+    assert proc.returncode == 0 and "study.db does not exist and --trials is 0: nothing to do" in proc.stderr
+    assert "torch" in names  # the list is real: the device was resolved (torch)
+    # No trial's training was reached (a run that trains one imports the judging of its run, search.training's
+    # penalty, by an import statement), and nothing was made.
+    assert "search.training._penalty" not in names and list(tmp_path.iterdir()) == []
+    bad = run_cli(["--trials", "0", "--device", "cuda:7"], tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--device" in bad.stderr, bad.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop it shows

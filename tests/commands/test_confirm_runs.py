@@ -304,3 +304,28 @@ def test_confirm_trains_the_study_steps_and_says_so(tmp_path):
     assert len(attrs["loss_curve"]) == 23 == len(plain.losses)
     assert attrs["skipped_steps"] == plain.skipped
     assert attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-6)
+
+
+def test_the_headers_of_a_loader_task_study_say_its_steps(tmp_path):
+    """A loader task run without --steps records 0 epochs and 0 steps (its own default is only known once built):
+    search.confirm's and search.report's headers say the steps its trials trained, not "0 epochs"."""
+    from tasks_for_tests import LOADER_STEPS
+
+    task, name = "tasks_for_tests:seed_loader", "tasks_for_tests-seed_loader"
+    made = run_cli(["--task", task, "--trials", "5", "--quiet"], tmp_path)
+    assert made.returncode == 0, made.stderr
+    trials = _trials(f"sqlite:///{tmp_path / 'study.db'}", name)
+    assert {len(t.user_attrs["loss_curve"]) for t in trials} == {LOADER_STEPS}  # what the trials really trained
+    proc = run_confirm(["--study-name", name, "--top", "1", "--seeds", "2", "--no-corners", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    header = proc.stdout.splitlines()[1]
+    assert f", {LOADER_STEPS} optimizer steps," in header and "epochs" not in header, header
+    for fmt in ("html", "json"):
+        out = tmp_path / f"report.{fmt}"
+        report = run_cli(["--study-name", name, "--format", fmt, "--out", str(out)], tmp_path, module="search.report")
+        assert report.returncode == 0, report.stderr
+        text = out.read_text()
+        if fmt == "json":
+            assert json.loads(text)["settings"]["steps_per_trial"] == LOADER_STEPS
+        else:
+            assert f"task {task}, {LOADER_STEPS} steps a trial," in text and "0 epochs" not in text

@@ -69,6 +69,10 @@ def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
+        # 0 would train the task's default length, a whole run the user did not ask for.
+        (["--steps", "0"], "--steps must be >= 1, got 0"),
+        (["--epochs", "0"], "--epochs must be >= 1, got 0"),
+        (["--epochs", "-2"], "--epochs must be >= 1, got -2"),
         (["--init-scale", "0"], "--init-scale must be > 0 (GradScaler's rule), got 0"),
         (["--init-scale", "inf"], "--init-scale must be > 0 (GradScaler's rule), got inf"),
         (["--growth-factor", "1"], "--growth-factor must be > 1"),

@@ -255,6 +255,16 @@ def test_bad_input_on_a_new_study_creates_no_file(tmp_path, monkeypatch, capsys)
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--epochs", "0"), ("--steps", "-5"), ("--epochs", "-1")])
+def test_a_run_length_below_one_is_refused_and_no_study_is_made(tmp_path, monkeypatch, capsys, flag, value):
+    """0 in a config is the task's default length; typed as a flag it once ran a whole default study."""
+    monkeypatch.chdir(tmp_path)
+    assert main([flag, value, "--trials", "3", "--best-out", "best.json", "--quiet"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == f"search.optimize: error: {flag} must be >= 1, got {value}\n", err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_changed_settings_can_be_forced(existing, monkeypatch, capsys):
     monkeypatch.chdir(existing)
     assert main(["--trials", "13", "--epochs", "10", "--allow-changed-settings", "--quiet"]) == 0

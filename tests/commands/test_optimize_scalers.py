@@ -119,8 +119,8 @@ def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, mon
     assert overflowed  # Some trial overflowed: the rule's backoff was compared, not only its growth.
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["scaler"] == scaler and best["verdict"] in ("keep-default", "change")
-    block = best["paste"][scaler]
-    assert block == rule.block(best["recommended"]["values"])
+    block = rule.block(best["recommended"]["values"])
+    assert best["paste"][scaler] == (json.loads(block) if scaler == "deepspeed" else block)  # DeepSpeed's is JSON
     assert "\n".join("      " + line for line in block.splitlines()) in run.stdout
     assert f"({rule.title}'s loss-scale rule)" in run.stdout
     assert f"horizon: each trial ran {STEPS} optimizer steps, and {rule.title} grows the scale only after " in run.stdout
@@ -161,6 +161,32 @@ def test_the_deepspeed_block_is_what_deepspeeds_config_reads():
         "hysteresis": defaults.hysteresis, "consecutive_hysteresis": defaults.consecutive_hysteresis,
         "min_loss_scale": defaults.min_loss_scale,
     }  # fmt: skip
+
+
+def test_best_out_holds_deepspeeds_fp16_block_as_a_json_object(tmp_path):
+    """--best-out's paste of a DeepSpeed study is the config's JSON as an object, not a string of JSON to decode
+    again; DeepSpeed's own config class (which refuses unknown keys) reads its fp16 section into the measured rule."""
+    from deepspeed.runtime.precision_config import DeepSpeedFP16Config
+
+    run = run_cli(["--scaler", "deepspeed", "--trials", "2", "--quiet", "--best-out", "best.json"], tmp_path)  # its baselines
+    assert run.returncode == 0, run.stderr
+    with open(tmp_path / "best.json") as f:
+        best = json.load(f)
+    assert best["verdict"] in ("keep-default", "change")
+    ours = RULES["deepspeed"].build(best["recommended"]["values"])
+    for paste in (best["paste"], best["recommended"]["paste"]):
+        block = paste["deepspeed"]
+        assert isinstance(block, dict) and set(block) == {"fp16"}, block
+        config = DeepSpeedFP16Config(**block["fp16"])
+        assert config.enabled and config.loss_scale == 0  # dynamic loss scaling
+        assert config.dynamic_loss_scale_args() == {
+            "init_scale": ours.scale, "scale_window": ours.loss_scale_window, "delayed_shift": ours.hysteresis,
+            "consecutive_hysteresis": ours.consecutive_hysteresis, "min_scale": ours.min_loss_scale,
+        }  # fmt: skip
+    lines = run.stdout.splitlines()
+    start = lines.index("    for DeepSpeed:") + 1
+    printed = "\n".join(lines[start : lines.index("      }", start) + 1])
+    assert json.loads(printed) == best["paste"]["deepspeed"]  # the block printed is the same config
 
 
 @pytest.mark.parametrize(

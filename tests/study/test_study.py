@@ -1,8 +1,10 @@
-"""search.study._prepare: what a refused resume says."""
+"""search.study._prepare: what a refused resume says; search.study._plan: the start-up probe's cost warning."""
 
 from __future__ import annotations
 
 from search.study._prepare import _differences
+
+from conftest import run_cli
 
 
 def _attrs(**changes) -> dict:
@@ -36,3 +38,17 @@ def test_a_task_whose_fp16_steps_are_slow_on_the_cpu_is_said_before_the_study_st
     assert _cost_warnings(object(), gpu, 20) == []
     assert _cost_warnings(object(), cpu, 20) == []  # 20x slower, but a trial of 4 s
     assert _cost_warnings(object(), cpu, 20) == []  # fp16 fast: fp32 not timed
+
+
+def test_the_probe_times_its_step_on_the_threads_the_trials_use(tmp_path):
+    """The cost warning multiplies the probe's step by a trial's steps: the probe once ran on torch's default
+    threads (one a core), which contend where processes share the cores, and its estimate was 20x a trial's time.
+    This process runs one thread (conftest); the trials, with --threads 3, three: so must the probe."""
+    from tasks_for_tests import THREADS_SEEN
+
+    THREADS_SEEN.clear()
+    proc = run_cli(["--task", "tasks_for_tests:thread_counting", "--trials", "1", "--epochs", "2", "--threads", "3",
+                    "--quiet"], tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    # The probe's fp16 step and its evaluation, then the trial's 2 steps and its evaluations.
+    assert len(THREADS_SEEN) > 2 and set(THREADS_SEEN) == {3}, THREADS_SEEN

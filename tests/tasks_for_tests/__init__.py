@@ -10,8 +10,9 @@ from dataclasses import replace
 
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
 
-from search.tasks import Problem
+from search.tasks import LoaderProblem, Problem
 from search.tasks.seed_mlp import build as build_seed
 
 
@@ -54,6 +55,36 @@ def broken_optimizer(seed: int) -> Problem:
     """Builds fine, but every trial raises inside training, each time a little differently (call N), so
     that it is the --max-failed-trials bound that stops the run, not two identical failures."""
     return replace(build_seed(seed), make_optimizer=_no_optimizer)
+
+
+LOADER_STEPS = 6
+
+
+def seed_loader(seed: int) -> LoaderProblem:
+    """The seed task's data, model and optimizer as a loader task: batches of 64 from a DataLoader,
+    :data:`LOADER_STEPS` optimizer steps (a LoaderProblem counts steps, never epochs)."""
+    problem = build_seed(seed)
+    return LoaderProblem(
+        model=problem.model,
+        train_batches=DataLoader(TensorDataset(problem.inputs, problem.targets), batch_size=64, shuffle=True),
+        make_optimizer=problem.make_optimizer,
+        loss_fn=problem.loss_fn,
+        steps=LOADER_STEPS,
+        seed=seed,
+    )
+
+
+THREADS_SEEN: list[int] = []  # torch's intra-op threads at each call of thread_counting's loss, in this process
+
+
+def _thread_counting_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    THREADS_SEEN.append(torch.get_num_threads())
+    return nn.functional.cross_entropy(outputs, targets)
+
+
+def thread_counting(seed: int) -> Problem:
+    """The seed task whose loss notes torch's thread count each time it runs (the start-up probe first)."""
+    return replace(build_seed(seed), loss_fn=_thread_counting_loss)
 
 
 def wrong_type(seed: int) -> dict:

@@ -39,7 +39,7 @@ from search.publishing.report._visualization import (
     _parallel_section,
     _slice_section,
 )
-from search.results import DEFAULT_TOLERANCE, best_trial, completed, good_trials
+from search.results import DEFAULT_TOLERANCE, best_trial, completed, counted_steps, good_trials
 from search.scalers import RULES
 
 
@@ -135,6 +135,7 @@ def build_report(
             "task": snapshot.settings.run.task,
             "epochs": snapshot.settings.run.epochs,
             "steps": snapshot.settings.run.steps,
+            "steps_per_trial": counted_steps(snapshot.settings.run.epochs, snapshot.settings.run.steps, trials),
             "seed": snapshot.settings.run.seed,
             "amp_dtype": snapshot.settings.run.amp_dtype,
             "scaler": scaler,

@@ -117,5 +117,8 @@ def render_html(report: Report) -> str:
 
 
 def _length(settings: dict) -> str:
-    """How long each trial trained, as the study recorded it: ``--steps`` wins over the epochs (search.training)."""
-    return f"{settings['steps']} steps a trial" if settings.get("steps") else f"{settings['epochs']} epochs"
+    """How long each trial trained: its steps when the study counts steps (``--steps``, or a loader task's own), else
+    its epochs."""
+    if settings.get("steps_per_trial"):
+        return f"{settings['steps_per_trial']} steps a trial"
+    return f"{settings['epochs']} epochs" if settings["epochs"] else "the task's own steps a trial"

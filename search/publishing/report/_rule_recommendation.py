@@ -79,7 +79,7 @@ def _rule_recommendation_section(
     ]
     header = ["knob", "answer", f"trial #{rec['source_trial']}" if source else "trial", f"{rule.maker}'s default",
               "changed?"]  # fmt: skip
-    block = rec["paste"].get(scaler)
+    block = rule.block(rec["values"]) if rec["verdict"] != "none-safe" else None  # as the summary prints it
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
         + (f'<p class="paste-label">{html.escape(rule.title)}</p><pre class="code">{html.escape(block)}</pre>'

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import optuna
-from optuna.importance import PedAnovaImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import PenaltyConfig, SpaceConfig, distributions, pow2_name
@@ -123,6 +122,9 @@ def _importance_section(
         reason = "importances need a searched setting that varies between complete trials; none does."
     elif len({t.value for t in done}) < 2:
         reason = "importances need trials with different objectives; every complete trial has the same."
+    # Here, not at the top: optuna.importance imports scikit-learn (2 s), which --help and bad input must not pay.
+    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+
     # optuna-dashboard's own evaluator (PED-ANOVA, Optuna's default quantile, every searched
     # setting): the report and the dashboard then show the same bars for the same study.
     evaluator = PedAnovaImportanceEvaluator()
@@ -138,7 +140,7 @@ def _importance_section(
         return section, None, quantile
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        importances = get_param_importances(study, evaluator=evaluator)
         figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
     figure.update_layout(title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA, as in optuna-dashboard)")
     section.figure = figure
