@@ -276,3 +276,15 @@ def test_a_signal_whose_raise_is_lost_in_a_del_is_raised_again_where_kept():
     with interrupts_as_exceptions():  # without: nothing kept, the signal is gone
         Finalised()
         raise_pending()
+
+
+def test_a_report_draws_its_importances_without_loading_scikit_learn(tmp_path):
+    """PED-ANOVA needs no scikit-learn, which optuna.importance would load for its other evaluators (2 s of a
+    report's 3): the report of a finished study draws the importances and scikit-learn stays unloaded."""
+    made = run_cli(["--trials", "8", "--epochs", "4", "--quiet"], tmp_path)
+    assert made.returncode == 0, made.stderr
+    proc, names = _imports_of(["search.report", "--out", "r.html"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "optuna.importance._ped_anova" in names  # the list is real: the evaluator was imported
+    assert "sklearn.utils" not in names and "sklearn.base" not in names  # what importing scikit-learn loads first
+    assert 'id="figure-importances"' in (tmp_path / "r.html").read_text()

@@ -7,8 +7,10 @@ init_scale, DeepSpeed's initial_scale_power) get powers of two as ticks (:func:`
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +27,24 @@ MIN_IMPORTANCE_TRIALS = 2  # Complete trials, with at least one searched setting
 MIN_CONTOUR_TRIALS = 10  # Complete trials, with at least 3 distinct values of each setting.
 MIN_CONTOUR_DISTINCT = 3
 POW2_TICKS = (-20, 32)  # Powers of two marked on init_scale axes.
+
+
+def _importance_without_sklearn() -> Any:
+    """``optuna.importance``, imported without scikit-learn when nothing has loaded it yet.
+
+    Optuna 5.1's ``optuna/importance/__init__.py`` imports its fANOVA and mean-decrease-impurity evaluators,
+    whose modules import ``sklearn.ensemble`` inside ``optuna._imports.try_import`` (about 2 s of a report's 3);
+    the report uses PED-ANOVA, which needs none of it. With ``sys.modules["sklearn"]`` set to None for the
+    import, that import fails at once and ``try_import`` records it (those two evaluators then say that
+    scikit-learn is missing); the entry is removed afterwards, so a later ``import sklearn`` works as usual.
+    """
+    if "optuna.importance" not in sys.modules and "sklearn" not in sys.modules:
+        sys.modules["sklearn"] = None  # type: ignore[assignment]  # an import of it raises ImportError
+        try:
+            importlib.import_module("optuna.importance")
+        finally:
+            del sys.modules["sklearn"]
+    return importlib.import_module("optuna.importance")
 
 
 def _in_memory_study(trials: Sequence[FrozenTrial]) -> optuna.Study:
@@ -122,8 +142,8 @@ def _importance_section(
         reason = "importances need a searched setting that varies between complete trials; none does."
     elif len({t.value for t in done}) < 2:
         reason = "importances need trials with different objectives; every complete trial has the same."
-    # Here, not at the top: optuna.importance imports scikit-learn (2 s), which --help and bad input must not pay.
-    from optuna.importance import PedAnovaImportanceEvaluator, get_param_importances
+    importance = _importance_without_sklearn()
+    PedAnovaImportanceEvaluator, get_param_importances = importance.PedAnovaImportanceEvaluator, importance.get_param_importances
 
     # optuna-dashboard's own evaluator (PED-ANOVA, Optuna's default quantile, every searched
     # setting): the report and the dashboard then show the same bars for the same study.
