@@ -12,11 +12,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
-import optuna
-
 from search.cli import OneLineParser, Session, check_output, fail, percent, prog_name, run_command
 from search.core import Interrupted, UsageError, held_interrupts, interrupts_as_exceptions
-from search.publishing.report import build_report, load_snapshot, render_html, report_json, write_report
 from search.results import DEFAULT_TOLERANCE
 from search.storage import first_line, mask_url, redact
 
@@ -28,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(
         prog=prog_name("search.report"),
         description="Write one self-contained HTML report (plotly embedded, opens offline) or the same "
-        "numbers as JSON about a GradScaler search study: history, importances, slices, contour, parallel "
+        "numbers as JSON about a search study (GradScaler's or a framework's rule): history, importances, slices, contour, parallel "
         "coordinates, curves, skipped steps, baselines, safe ranges, a robust recommendation, confirmation.",
         allow_abbrev=False,
     )
@@ -74,8 +71,13 @@ def _main(session: Session, argv: list[str]) -> int:
         out = args.out or ("report.json" if args.format == "json" else "report.html")
         if out != "-":  # "-": standard output, as for search.diagnose --log (for a pipe: | jq ...).
             check_output("--out", out)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         with interrupts_as_exceptions():
+            # Here, once the flags are read: Optuna and plotly cost a second that --help and bad input need not pay.
+            import optuna
+
+            from search.publishing.report import build_report, load_snapshot, render_html, report_json
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
             snapshot = load_snapshot(url, args.study_name)
             report = build_report(snapshot, args.tolerance / 100)
             text = report_json(report) if args.format == "json" else render_html(report)
@@ -90,6 +92,8 @@ def _main(session: Session, argv: list[str]) -> int:
         return 0
     try:
         with held_interrupts() as pending:  # The file is written whole or not at all.
+            from search.publishing.report import write_report
+
             write_report(text, out)
         if pending:
             return _fail(f"interrupted ({signal.Signals(pending[0]).name}) after writing {out}", 128 + pending[0])

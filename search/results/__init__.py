@@ -1,5 +1,6 @@
 """What a finished study says: safe ranges, the recommendation, ranges safe together, confirmation, summary.
 
+* ``_tolerance``: how near the best a good trial and a tie are (no imports: commands' defaults);
 * ``_trials``: which trials count (completed, safe, good, best) and a trial's four settings;
 * ``_format``: settings as people read them (a value, a range, a point, a list of trials);
 * ``_safe_ranges``: per setting, the good trials' range, the bad trials inside it, idle settings;
@@ -28,9 +29,8 @@ from search._exports import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
+        "_tolerance": ("DEFAULT_TIE_TOLERANCE", "DEFAULT_TOLERANCE"),
         "_trials": (
-            "DEFAULT_TIE_TOLERANCE",
-            "DEFAULT_TOLERANCE",
             "as_config",
             "best_trial",
             "completed",

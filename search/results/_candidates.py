@@ -31,7 +31,7 @@ from search.results._confirmations import DEFAULT_LABEL, default_label
 from search.results._confirmations import config_key as _config_key
 from search.results._recommendation import recommend
 from search.results._rule_answer import answer_rule_study
-from search.results._trials import DEFAULT_TOLERANCE
+from search.results._tolerance import DEFAULT_TOLERANCE
 from search.scalers import RULES
 
 

@@ -43,7 +43,8 @@ from search.results._reasons import (
 )
 from search.results._rounding import Rounding, measured_rounding
 from search.results._together import box_limits, safe_together
-from search.results._trials import DEFAULT_TOLERANCE, as_config, best_trial, completed, searched_params
+from search.results._tolerance import DEFAULT_TOLERANCE
+from search.results._trials import as_config, best_trial, completed, searched_params
 from search.results._verdict import weigh_confirmation
 from search.scalers import PARAM_NAMES, ScalerConfig
 

@@ -36,7 +36,8 @@ from optuna.trial import FrozenTrial
 
 from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, setting_of
 from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
-from search.results._trials import DEFAULT_TOLERANCE, completed, good_trials
+from search.results._tolerance import DEFAULT_TOLERANCE
+from search.results._trials import completed, good_trials
 from search.results._verdict import comparison_verdict
 from search.scalers import FLOAT, RULES, RuleSetting, ScaleAtMinimum, ScalerRule
 

@@ -29,7 +29,8 @@ from search.core import (
 from search.results._format import study_heading
 from search.results._horizon import horizon_note, trial_steps
 from search.results._rule_answer import answer_rule_study, rule_values
-from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
+from search.results._tolerance import DEFAULT_TIE_TOLERANCE
+from search.results._trials import fail_reasons, good_trials
 from search.scalers import RULES, shortest
 
 

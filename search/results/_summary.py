@@ -33,7 +33,8 @@ from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
-from search.results._trials import DEFAULT_TIE_TOLERANCE, fail_reasons, good_trials
+from search.results._tolerance import DEFAULT_TIE_TOLERANCE
+from search.results._trials import fail_reasons, good_trials
 from search.scalers import RULES, TORCH, format_scale
 
 

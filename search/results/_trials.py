@@ -21,13 +21,12 @@ from typing import Any
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import FAIL_REASON, SpaceConfig, setting_of
+from search.results._tolerance import DEFAULT_TOLERANCE
 from search.scalers import RULES, TORCH, ScalerConfig
 
 # Every FAIL this service writes has a reason; one without was failed by Optuna's stale-trial check: its
 # worker stopped sending heartbeats (killed, host lost).
 STALE_REASON = "worker stopped (no heartbeat)"
-DEFAULT_TOLERANCE = 0.01  # Safe: within 1% of the best objective.
-DEFAULT_TIE_TOLERANCE = 0.001  # A tie with the best: within 0.1% (the summary's "within 0.1%").
 
 
 def completed(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
