@@ -16,7 +16,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from search.core import (
     ENDED_BY_RULE,
-    EVAL_MEDIAN,
     FAILURE,
     NONFINITE,
     RULE_FAILURES,
@@ -28,28 +27,16 @@ from search.core import (
 )
 from search.results._format import study_heading
 from search.results._horizon import horizon_note, trial_steps
-from search.results._rule_answer import answer_rule_study, rule_values
+from search.results._rule_answer import answer_rule_study
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
-from search.results._trials import fail_reasons, good_trials
+from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import RULES, shortest
 
 
 def rule_row(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, Any]:
-    """One trial of a framework study as a table row: its number, tag, value, every knob and run attrs."""
-    attrs = trial.user_attrs
-    return {
-        "number": trial.number,
-        "baseline": baseline_of(trial),
-        "value": trial.value,
-        **rule_values(trial, space, scaler),
-        "eval_loss": attrs.get("eval_loss"),
-        "eval_median": attrs.get(EVAL_MEDIAN),
-        "skipped_steps": attrs.get("skipped_steps"),
-        "learned": attrs.get("learned"),
-        "failure": attrs.get(FAILURE),
-        "ended_by_rule": attrs.get(ENDED_BY_RULE) or None,
-        "device": attrs.get("device"),
-    }
+    """One trial of a framework study as a table row: :func:`~search.results.trial_row`'s, and whether the
+    framework's rule ended its run."""
+    return {**trial_row(trial, space, scaler), "ended_by_rule": trial.user_attrs.get(ENDED_BY_RULE) or None}
 
 
 def summarize_rule_study(

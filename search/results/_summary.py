@@ -14,7 +14,6 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import (
     DEFAULT_BASELINE,
     DEFAULTS,
-    EVAL_MEDIAN,
     FAILURE,
     NONFINITE,
     POPULATION,
@@ -24,7 +23,6 @@ from search.core import (
     baseline_of,
     device_kind,
     scaler_config,
-    setting_of,
 )
 from search.results._dominance import dominance_note
 from search.results._format import format_range, offsets_text, study_heading
@@ -34,27 +32,8 @@ from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
 from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
-from search.results._trials import fail_reasons, good_trials
+from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import RULES, TORCH, format_scale
-
-
-def trial_row(trial: FrozenTrial, space: SpaceConfig, scaler: str = TORCH) -> dict[str, Any]:
-    """One trial as a table row: its number, tag, value, every knob of its setting and run attrs."""
-    attrs = trial.user_attrs
-    return {
-        "number": trial.number,
-        "baseline": baseline_of(trial),
-        "value": trial.value,
-        **setting_of(trial.params, space, scaler).values,
-        "final_loss": attrs.get("final_loss"),
-        "eval_loss": attrs.get("eval_loss"),
-        "eval_median": attrs.get(EVAL_MEDIAN),
-        "final_loss_fp32": attrs.get("final_loss_fp32"),
-        "skipped_steps": attrs.get("skipped_steps"),
-        "learned": attrs.get("learned"),
-        "failure": attrs.get("failure"),
-        "device": attrs.get("device"),
-    }
 
 
 def summarize(

@@ -20,7 +20,7 @@ from typing import Any
 
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import FAIL_REASON, SpaceConfig, setting_of
+from search.core import EVAL_MEDIAN, FAIL_REASON, SpaceConfig, baseline_of, setting_of
 from search.results._tolerance import DEFAULT_TOLERANCE
 from search.scalers import RULES, TORCH, ScalerConfig
 
@@ -91,3 +91,22 @@ def as_config(values: dict[str, float]) -> ScalerConfig:
         backoff_factor=values["backoff_factor"],
         growth_interval=max(1, round(values["growth_interval"])),
     )
+
+
+def trial_row(trial: FrozenTrial, space: SpaceConfig, scaler: str = TORCH) -> dict[str, Any]:
+    """One trial as a table row: its number, tag, value, every knob of its setting and run attrs."""
+    attrs = trial.user_attrs
+    return {
+        "number": trial.number,
+        "baseline": baseline_of(trial),
+        "value": trial.value,
+        **setting_of(trial.params, space, scaler).values,
+        "final_loss": attrs.get("final_loss"),
+        "eval_loss": attrs.get("eval_loss"),
+        "eval_median": attrs.get(EVAL_MEDIAN),
+        "final_loss_fp32": attrs.get("final_loss_fp32"),
+        "skipped_steps": attrs.get("skipped_steps"),
+        "learned": attrs.get("learned"),
+        "failure": attrs.get("failure"),
+        "device": attrs.get("device"),
+    }
