@@ -5,6 +5,7 @@
   it, picking the study to read;
 * ``_retry``: riding out a database that is briefly unreachable;
 * ``_optuna_internals``: every use of Optuna's private names, each behind a small named function;
+* ``_study_reads``: a study read back: the settings it was created with, its finished count and best value;
 * ``_study_tables``: one study's rows in Optuna's tables, through its ORM models, one transaction;
 * ``_trial_queue``: claiming a WAITING trial, exactly-once enqueue, finding a write, race-free;
 * ``_study_attrs``: many study system attrs in one transaction;
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # Loaded on first use: _urls imports SQLAlchemy, the others o
         remap_id_keys,
     )
     from search.storage._study_attrs import set_study_system_attrs
+    from search.storage._study_reads import finished_and_best, settings_of
     from search.storage._study_tables import StudyTables, study_tables
     from search.storage._trial_queue import claim_waiting, enqueue_once, find_by_system_attr
     from search.storage._trial_writer import Finish, TrialWriter
@@ -74,10 +76,10 @@ __all__ = [
     "SAMPLER_ID_LIST_KEY", "StorageError", "StorageUnreachable", "StudySnapshot", "StudyTables",
     "TransferError", "TransferFailed", "TransferReport", "TrialRecorder", "TrialWriter", "WRITE_ID_ATTR",
     "as_stored", "beating_trials", "check_storage", "check_trial", "choose_study", "claim_waiting",
-    "close_storage", "count_artifacts", "enable_wal", "enqueue_once", "find_by_system_attr", "first_beat",
-    "first_line", "heartbeat", "heartbeat_interval", "is_read_only", "is_transient", "mask_url",
-    "open_existing_storage", "open_storage", "orm_models", "pop_waiting_trial_id", "rdb_backend",
-    "rdb_session", "read_snapshot", "redact", "remap_id_keys", "set_study_system_attrs",
-    "share_outage_warning", "sqlite_path", "storage_of", "study_id_of", "study_tables", "transfer_study",
-    "trial_id_of", "verify_copy", "with_retry",
+    "close_storage", "count_artifacts", "enable_wal", "enqueue_once", "find_by_system_attr",
+    "finished_and_best", "first_beat", "first_line", "heartbeat", "heartbeat_interval", "is_read_only",
+    "is_transient", "mask_url", "open_existing_storage", "open_storage", "orm_models", "pop_waiting_trial_id",
+    "rdb_backend", "rdb_session", "read_snapshot", "redact", "remap_id_keys", "set_study_system_attrs",
+    "settings_of", "share_outage_warning", "sqlite_path", "storage_of", "study_id_of", "study_tables",
+    "transfer_study", "trial_id_of", "verify_copy", "with_retry",
 ]

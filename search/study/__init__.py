@@ -45,11 +45,9 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
     from search.study._prepare import (
         IncompatibleStudyError,
         StudyHandle,
-        finished_and_best,
         inspect_study,
         prepare_study,
         resolve_study_name,
-        settings_of,
     )
     from search.study._queued import run_queued_trial
     from search.study._recorded_diagnosis import (
@@ -81,11 +79,10 @@ __all__ = [
     "GAVE_UP_ON_STORAGE", "InFlight", "IncompatibleStudyError", "NothingToRun", "PoolResult",
     "RecordingTarget", "Replica", "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle",
     "TooManyFailures", "TrialTraining", "WORKER", "WorkerSpec", "diagnosis_conflict", "diagnosis_record",
-    "fail_stale_trials", "finished_and_best", "inspect_study", "log_warnings", "make_pruner", "make_sampler",
-    "not_a_search", "open_for_recording", "plan_confirmation", "plan_run", "plan_workers", "population_size",
-    "prepare_study", "raise_task_exit", "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis",
+    "fail_stale_trials", "inspect_study", "log_warnings", "make_pruner", "make_sampler", "not_a_search",
+    "open_for_recording", "plan_confirmation", "plan_run", "plan_workers", "population_size", "prepare_study",
+    "raise_task_exit", "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis",
     "recording_conflict", "resolve_study_name", "run_confirmation", "run_plan", "run_pool",
     "run_population_trials", "run_queued_trial", "run_sampled_trial", "run_workers", "sampler_seed",
-    "settings_of", "study_is_done", "study_run", "threads_per_process", "why_no_search", "worker_context",
-    "worker_process",
+    "study_is_done", "study_run", "threads_per_process", "why_no_search", "worker_context", "worker_process",
 ]

@@ -24,8 +24,7 @@ from search.results import (
     select_candidates,
 )
 from search.results import config_key as _config_key
-from search.storage import choose_study
-from search.study._prepare import settings_of
+from search.storage import choose_study, settings_of
 from search.study._recorded_diagnosis import not_a_search
 from search.tasks import TaskError, resolve_task
 

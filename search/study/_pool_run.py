@@ -30,6 +30,7 @@ from search.core import (
 from search.storage import (
     StorageUnreachable,
     close_storage,
+    finished_and_best,
     first_line,
     mask_url,
     redact,
@@ -37,7 +38,6 @@ from search.storage import (
 )
 from search.study._logging import log_warnings
 from search.study._plan import RunPlan, plan_run
-from search.study._prepare import finished_and_best
 from search.study._roundings import rounding_note
 from search.study._run import (
     RunOutcome,

@@ -20,12 +20,12 @@ from optuna.trial import TrialState
 
 from search.core import OVERFLOW_STEPS, record_interrupts, setting_of
 from search.scalers import RULES
+from search.storage import settings_of
 from search.study import (
     DevicePlanError,
     plan_workers,
     run_pool,
     sampler_seed,
-    settings_of,
     threads_per_process,
 )
 

@@ -22,8 +22,9 @@ from search.storage import (
     first_line,
     mask_url,
     open_existing_storage,
+    settings_of,
 )
-from search.study import not_a_search, settings_of
+from search.study import not_a_search
 
 
 class ReportError(UsageError):
