@@ -221,8 +221,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     if recording:  # Checked before the runs: a study of another run refuses the diagnosis at once.
         import optuna
 
+        from search.core import IncompatibleStudyError
         from search.storage import StorageError
-        from search.study import DiagnosedRun, IncompatibleStudyError, open_for_recording
+        from search.study import DiagnosedRun, open_for_recording
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))

@@ -27,6 +27,7 @@ from search.core import (
     SAMPLERS,
     STUDY_DIAGNOSIS,
     ConfigError,
+    IncompatibleStudyError,
     Settings,
     UsageError,
     growth_note,
@@ -44,7 +45,6 @@ from search.results import FRAMEWORKS, format_summary, write_best_json
 from search.storage import PASSWORD_MASKED, StorageError, StorageUnreachable, first_line, mask_url, redact
 from search.study import (
     DevicePlanError,
-    IncompatibleStudyError,
     NothingToRun,
     RunPlan,
     log_warnings,
@@ -60,7 +60,7 @@ PROG = "search.optimize"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface; defaults shown come from :data:`search.core._config.DEFAULTS`."""
+    """The command-line interface; defaults shown come from :data:`search.core._settings.DEFAULTS`."""
     d = DEFAULTS.run
     p = OneLineParser(
         prog=prog_name("search.optimize"),

@@ -244,6 +244,62 @@ def test_a_face_is_lazy_only_where_a_module_is_heavy(package):
     assert not needless, f"{package} loads {', '.join(needless)} lazily, which imports nothing heavy: import it"
 
 
+START_UP = ("torch", "optuna", "plotly", "sklearn")  # imported inside a function so that a command starts without
+
+
+@functools.cache
+def _start_up_cost(module: str) -> frozenset[str]:
+    """Which of :data:`START_UP` importing ``module`` imports."""
+    return frozenset(m.split(".")[0] for m in reach(module, at_import=True)) & frozenset(START_UP)
+
+
+def _dependencies(module: str) -> set[str]:
+    """The modules ``module`` uses (faces resolved to the modules that define the names), at any depth, but for an
+    import inside a function that spares the module's importers torch, Optuna, plotly or scikit-learn."""
+    at_import = imports(module, at_import=True)
+    return {m for m in imports(module) if m in MODULES and MODULES[m].name != "__init__.py" and m != module
+            and (m in at_import or not _start_up_cost(m) - _start_up_cost(module))}  # fmt: skip
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or around a loop, counting imports inside functions: an import
+    moved into a function to dodge a loop hides it from a reader. (An import inside a function that keeps torch,
+    Optuna, plotly or scikit-learn out of a command's start-up is no loop's dodge, and is not counted.)"""
+    graph = {m: _dependencies(m) for m in MODULES if MODULES[m].name != "__init__.py"}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(
+        "  " + ", ".join(f"{m} -> {' '.join(sorted(graph[m] & set(c)))}" for m in c) for c in cycles
+    )
+
+
 def test_no_library_module_or_bench_script_imports_a_command():
     offenders = []
     for path in _sources("search") + _sources("bench"):
@@ -419,6 +475,8 @@ def test_the_rules_see_an_import_through_a_public_face():
     assert _resolve("search", "Runner") == {"search", "search.study", "search.study._runner"}  # lazy, twice
     assert "optuna.trial" in reach("search.core._record", at_import=True)
     assert "torch" not in reach("search.core._devices", at_import=True)  # it imports torch inside a function
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "search.study._runner" not in _dependencies("search.study._run")  # torch, inside make_runner
 
 
 def test_ruff_is_clean():

@@ -63,7 +63,7 @@ if TYPE_CHECKING:  # Loaded on first use: _urls imports SQLAlchemy, the others o
         remap_id_keys,
     )
     from search.storage._study_attrs import set_study_system_attrs
-    from search.storage._study_reads import finished_and_best, settings_of
+    from search.storage._study_reads import finished_and_best, resolve_study_name, settings_of
     from search.storage._study_tables import StudyTables, study_tables
     from search.storage._trial_queue import claim_waiting, enqueue_once, find_by_system_attr
     from search.storage._trial_writer import Finish, TrialWriter
@@ -79,7 +79,7 @@ __all__ = [
     "close_storage", "count_artifacts", "enable_wal", "enqueue_once", "find_by_system_attr",
     "finished_and_best", "first_beat", "first_line", "heartbeat", "heartbeat_interval", "is_read_only",
     "is_transient", "mask_url", "open_existing_storage", "open_storage", "orm_models", "pop_waiting_trial_id",
-    "rdb_backend", "rdb_session", "read_snapshot", "redact", "remap_id_keys", "set_study_system_attrs",
-    "settings_of", "share_outage_warning", "sqlite_path", "storage_of", "study_id_of", "study_tables",
-    "transfer_study", "trial_id_of", "verify_copy", "with_retry",
+    "rdb_backend", "rdb_session", "read_snapshot", "redact", "remap_id_keys", "resolve_study_name",
+    "set_study_system_attrs", "settings_of", "share_outage_warning", "sqlite_path", "storage_of",
+    "study_id_of", "study_tables", "transfer_study", "trial_id_of", "verify_copy", "with_retry",
 ]

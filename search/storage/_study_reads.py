@@ -1,4 +1,4 @@
-"""Reading a study back: the settings it was created with, and its cheap counts for polling.
+"""Reading a study back: which study a run works on, the settings it was created with, its cheap counts.
 
 Every layer that reads a finished or running study (the run loop, confirmation, the dashboard notes,
 trial pictures, the report) reads it through here, so none of them has to import the layer that wrote it.
@@ -14,6 +14,30 @@ from optuna.trial import TrialState
 from search.core import FINISHED, Settings, settings_from_dict, space_layout
 from search.scalers import TORCH
 from search.storage._optuna_internals import orm_models
+
+
+def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
+    """The study this run works on: ``settings.study_name``, or a user task's study under its import path.
+
+    Without ``--study-name`` a user task's study is named :func:`search.core._settings.default_study_name`
+    (``noisy_regression``); studies made by older versions of the service are named after the task's
+    import path (``examples.noisy_regression:build``). Rerunning the command that made such a study must
+    resume it, not start a new one beside it, so the import path is used when only a study of that name
+    exists.
+    """
+    name = settings.study_name
+    legacy = settings.run.task
+    if settings.run.study_name or legacy == name:
+        return name
+    return legacy if _exists(storage, legacy) and not _exists(storage, name) else name
+
+
+def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
+    try:
+        storage.get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
 
 
 def settings_of(study: optuna.Study) -> Settings:

@@ -2,7 +2,9 @@
 confirmation runs.
 
 * ``_plan``: a run checked before a byte is written (light checks before torch), its step count;
-* ``_run``: one run: "is this study done?" (one function for every process), the trials here, the summary;
+* ``_search_run``: a checked plan run: the study done already, its trials here or with ``--workers``;
+* ``_run``: what a run is made of: "is this study done?" (one function for every process), its start, the trial
+  loop and its progress bar, the summary;
 * ``_pool_run``: ``--workers K``: the parent's run over K processes, and a worker process's life;
 * ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
@@ -43,11 +45,9 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
     from search.study._pool_run import GAVE_UP_ON_STORAGE, run_workers, worker_process
     from search.study._population_trials import population_size, run_population_trials
     from search.study._prepare import (
-        IncompatibleStudyError,
         StudyHandle,
         inspect_study,
         prepare_study,
-        resolve_study_name,
     )
     from search.study._queued import run_queued_trial
     from search.study._recorded_diagnosis import (
@@ -65,10 +65,11 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
         why_no_search,
     )
     from search.study._replica import Replica
-    from search.study._run import RunOutcome, run_plan, study_is_done
+    from search.study._run import RunOutcome, study_is_done
     from search.study._runner import Runner, RunStats, TooManyFailures
     from search.study._sampled import run_sampled_trial
     from search.study._sampling import make_pruner, make_sampler, sampler_seed
+    from search.study._search_run import run_plan
     from search.study._stale import fail_stale_trials
     from search.study._trial_training import WORKER, TrialTraining, raise_task_exit
 
@@ -76,13 +77,13 @@ __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
     "ConfirmError", "ConfirmationPlan", "ConfirmationRuns", "DevicePlanError", "DiagnosedRun",
-    "GAVE_UP_ON_STORAGE", "InFlight", "IncompatibleStudyError", "NothingToRun", "PoolResult",
-    "RecordingTarget", "Replica", "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle",
-    "TooManyFailures", "TrialTraining", "WORKER", "WorkerSpec", "diagnosis_conflict", "diagnosis_record",
-    "fail_stale_trials", "inspect_study", "log_warnings", "make_pruner", "make_sampler", "not_a_search",
-    "open_for_recording", "plan_confirmation", "plan_run", "plan_workers", "population_size", "prepare_study",
-    "raise_task_exit", "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis",
-    "recording_conflict", "resolve_study_name", "run_confirmation", "run_plan", "run_pool",
-    "run_population_trials", "run_queued_trial", "run_sampled_trial", "run_workers", "sampler_seed",
-    "study_is_done", "study_run", "threads_per_process", "why_no_search", "worker_context", "worker_process",
+    "GAVE_UP_ON_STORAGE", "InFlight", "NothingToRun", "PoolResult", "RecordingTarget", "Replica",
+    "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle", "TooManyFailures", "TrialTraining",
+    "WORKER", "WorkerSpec", "diagnosis_conflict", "diagnosis_record", "fail_stale_trials", "inspect_study",
+    "log_warnings", "make_pruner", "make_sampler", "not_a_search", "open_for_recording", "plan_confirmation",
+    "plan_run", "plan_workers", "population_size", "prepare_study", "raise_task_exit",
+    "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis", "recording_conflict",
+    "run_confirmation", "run_plan", "run_pool", "run_population_trials", "run_queued_trial",
+    "run_sampled_trial", "run_workers", "sampler_seed", "study_is_done", "study_run", "threads_per_process",
+    "why_no_search", "worker_context", "worker_process",
 ]

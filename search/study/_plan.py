@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from search.core import Settings, UsageError, resolve_device, with_run
-from search.storage import check_storage, is_read_only, open_storage, sqlite_path
-from search.study._prepare import inspect_study, resolve_study_name
+from search.storage import check_storage, is_read_only, open_storage, resolve_study_name, sqlite_path
+from search.study._prepare import inspect_study
 from search.tasks import task_target
 
 if TYPE_CHECKING:

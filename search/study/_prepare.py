@@ -12,6 +12,7 @@ from search.core import (
     BASELINE,
     DIAGNOSIS_BASELINE,
     STUDY_DIAGNOSIS,
+    IncompatibleStudyError,
     PenaltyConfig,
     Settings,
     baseline_trials,
@@ -35,10 +36,6 @@ RECORDED_KEYS = (
 # counted before clipping on unskipped steps, the objective is the evaluation loss
 # (search.training._evaluation). Trials of two versions are not comparable, so a resume must match.
 MEASUREMENT_VERSION = 2
-
-
-class IncompatibleStudyError(ValueError):
-    """Resuming a study with settings that would make its trials incomparable."""
 
 
 @dataclass(frozen=True)
@@ -116,30 +113,6 @@ def _canon(value: Any) -> str:
 def _short(value: Any) -> str:
     text = _canon(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
-    """The study this run works on: ``settings.study_name``, or a user task's study under its import path.
-
-    Without ``--study-name`` a user task's study is named :func:`search.core._config.default_study_name`
-    (``noisy_regression``); studies made by older versions of the service are named after the task's
-    import path (``examples.noisy_regression:build``). Rerunning the command that made such a study must
-    resume it, not start a new one beside it, so the import path is used when only a study of that name
-    exists.
-    """
-    name = settings.study_name
-    legacy = settings.run.task
-    if settings.run.study_name or legacy == name:
-        return name
-    return legacy if _exists(storage, legacy) and not _exists(storage, name) else name
-
-
-def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
-    try:
-        storage.get_study_id_from_name(name)
-    except KeyError:
-        return False
-    return True
 
 
 def inspect_study(
