@@ -18,8 +18,8 @@ are thin layers over the library's subpackages, grouped by job (docs/internals.m
 This package's API lets a script run the same pieces: build a task's :class:`Problem`, train it with
 a :class:`ScalerConfig` (or K of them at once with :func:`train_population`), judge the run, evaluate
 it and :func:`recommend` a setting from a study's trials, drive a study with :class:`Runner`, copy it
-with :func:`transfer_study` and publish its figures with :func:`publish`. Every name is imported on
-first use, so ``import search`` imports neither torch nor Optuna.
+with :func:`transfer_study` and publish its figures with :func:`publish`. The names whose modules import
+torch, Optuna, SQLAlchemy or plotly are imported on first use, so ``import search`` imports none of them.
 """
 
 # First, before torch and optuna import: a Ctrl-C while a command starts ends it with one line.
@@ -27,19 +27,39 @@ from search.cli import _startup
 
 _startup.guard()
 
-from search._exports import lazy_exports  # noqa: E402
+from typing import TYPE_CHECKING  # noqa: E402
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "core": ("DEFAULTS", "SEED_BASELINES", "ConfigError", "PenaltyConfig", "Settings", "load_settings"),
-        "scalers": ("ScalerConfig",),
-        "tasks": ("LoaderProblem", "Problem", "resolve_task"),
-        "training": ("Assessment", "Evaluation", "PopulationError", "TrainResult", "assess", "batch_plan", "evaluate",
-                     "train", "train_population"),
-        "storage": ("TransferReport", "mask_url", "open_storage", "transfer_study"),
-        "study": ("Runner", "plan_workers", "prepare_study"),
-        "results": ("Recommendation", "format_summary", "recommend", "summarize"),
-        "publishing": ("curves_figure", "publish"),
-    },
-)
+from search._lazy import lazy_face  # noqa: E402
+from search.core import DEFAULTS, ConfigError, PenaltyConfig, Settings, load_settings  # noqa: E402
+from search.scalers import ScalerConfig  # noqa: E402
+from search.study import plan_workers  # noqa: E402
+from search.tasks import resolve_task  # noqa: E402
+
+if TYPE_CHECKING:  # Loaded on first use: these import torch, Optuna, SQLAlchemy or plotly.
+    from search.core import SEED_BASELINES
+    from search.publishing import curves_figure, publish
+    from search.results import Recommendation, format_summary, recommend, summarize
+    from search.storage import TransferReport, mask_url, open_storage, transfer_study
+    from search.study import Runner, prepare_study
+    from search.tasks import LoaderProblem, Problem
+    from search.training import (
+        Assessment,
+        Evaluation,
+        PopulationError,
+        TrainResult,
+        assess,
+        batch_plan,
+        evaluate,
+        train,
+        train_population,
+    )
+
+__getattr__, __dir__ = lazy_face(__name__, globals())
+
+__all__ = [
+    "Assessment", "ConfigError", "DEFAULTS", "Evaluation", "LoaderProblem", "PenaltyConfig",
+    "PopulationError", "Problem", "Recommendation", "Runner", "SEED_BASELINES", "ScalerConfig", "Settings",
+    "TrainResult", "TransferReport", "assess", "batch_plan", "curves_figure", "evaluate", "format_summary",
+    "load_settings", "mask_url", "open_storage", "plan_workers", "prepare_study", "publish", "recommend",
+    "resolve_task", "summarize", "train", "train_population", "transfer_study",
+]

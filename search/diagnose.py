@@ -220,8 +220,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     if recording:  # Checked before the runs: a study of another run refuses the diagnosis at once.
         import optuna
 
+        from search.core import IncompatibleStudyError
         from search.storage import StorageError
-        from search.study import DiagnosedRun, IncompatibleStudyError, open_for_recording
+        from search.study import DiagnosedRun, open_for_recording
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
@@ -285,8 +286,8 @@ _RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "see
 def _search_line(args: argparse.Namespace, record: dict, settings, searched: bool) -> str:  # noqa: ANN001
     """The command that searches from the recorded diagnosis, with the flags given here (passwords masked), or why
     there is none. ``settings``: this run's (search.core.Settings)."""
+    from search.diagnosis import why_no_search
     from search.storage import PASSWORD_MASKED, mask_url
-    from search.study import why_no_search
 
     reason = why_no_search(record, settings, searched)
     if reason:

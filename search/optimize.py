@@ -44,7 +44,7 @@ PROG = "search.optimize"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface; defaults shown come from :data:`search.core._config.DEFAULTS`."""
+    """The command-line interface; defaults shown come from :data:`search.core._settings.DEFAULTS`."""
     d = DEFAULTS.run
     p = OneLineParser(
         prog=prog_name("search.optimize"),
@@ -205,9 +205,10 @@ def _is_bad_input(error: Exception) -> bool:
     """Whether ``error``, raised while the run is checked, is bad input (one line, exit 2, nothing written)."""
     if isinstance(error, (ConfigError, UsageError, TaskError)):  # Known without importing the run's modules.
         return True
+    from search.core import IncompatibleStudyError
     from search.diagnosis import DiagnosisFileError
     from search.storage import StorageError
-    from search.study import DevicePlanError, IncompatibleStudyError
+    from search.study import DevicePlanError
 
     return isinstance(error, (DevicePlanError, StorageError, IncompatibleStudyError, DiagnosisFileError))
 

@@ -1,9 +1,11 @@
 """The house's rules, read from the code with ``ast``: commands on top, a library below grouped by job.
 
-Imports are resolved through the subpackages' lazy public faces (``from search.storage import
-mask_url`` is an import of ``search.storage._urls``), at any depth of a module (an import inside a
-function counts), so a rule holds for what a module can ever import, not only for what it imports
-first.
+Imports are resolved through the subpackages' public faces (``from search.storage import mask_url`` is
+an import of ``search.storage``, whose ``__init__`` imports its light modules, and of
+``search.storage._urls``, where the name is defined, even when the face loads it lazily), at any depth
+of a module (an import inside a function counts), so a rule holds for what a module can ever import,
+not only for what it imports first. An import under ``if TYPE_CHECKING:`` is never made at run time
+and does not count (a face's lazy names are followed by name, as above).
 """
 
 from __future__ import annotations
@@ -40,41 +42,87 @@ def _sources(folder: str) -> list[pathlib.Path]:
 MODULES = {_module_name(p): p for p in _sources("search")}
 
 
-@functools.cache
-def _exports(package: str) -> dict[str, str]:
-    """A package's public face, lazy (a ``lazy_exports`` table) or explicit (imports listed in ``__all__``):
-    name -> the module that defines it."""
+HEAVY = ("torch", "optuna", "plotly", "sklearn", "sqlalchemy")  # seconds (torch 2, optuna 1) or tenths of one
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+
+
+def _face(package: str) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """A package's ``__init__`` read: (its eager imports, its lazy ones under ``if TYPE_CHECKING:``, ``__all__``);
+    each import as name -> the module it is imported from."""
     path = MODULES.get(package)
     if path is None or path.name != "__init__.py":
-        return {}
+        return {}, {}, []
     tree = ast.parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "lazy_exports":
-            table = ast.literal_eval(node.args[1])
-            return {name: f"{package}.{module}" for module, names in table.items() for name in names}
+
+    def names(statements: list[ast.stmt]) -> dict[str, str]:
+        return {alias.asname or alias.name: node.module for node in statements
+                if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}  # fmt: skip
+
+    lazy = names([n for block in tree.body if _is_type_checking(block) for n in block.body])
     listed = next((ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
                    and any(getattr(t, "id", "") == "__all__" for t in n.targets)), [])  # fmt: skip
-    found = {alias.asname or alias.name: node.module for node in tree.body if isinstance(node, ast.ImportFrom)
-             for alias in node.names}  # fmt: skip
+    return names(tree.body), lazy, listed
+
+
+@functools.cache
+def _exports(package: str) -> dict[str, str]:
+    """A package's public face (``__all__``, imported eagerly or under ``if TYPE_CHECKING:`` and loaded on
+    first use): name -> the module it is imported from."""
+    eager, lazy, listed = _face(package)
+    found = eager | lazy
     return {name: found[name] for name in listed if name in found}
 
 
+def _home(package: str, name: str) -> str:
+    """The module that defines a public name of ``package``, through the faces that re-export it."""
+    module = _exports(package)[name]
+    while MODULES[module].name == "__init__.py":
+        module = _exports(module)[name]
+    return module
+
+
 def _resolve(module: str, name: str | None = None) -> set[str]:
-    """The modules an import of ``module`` (``from module import name``) really loads."""
+    """The modules an import of ``module`` (``from module import name``) really loads: the module, and the module
+    that defines the name (through the faces that re-export it)."""
     found = {module}
     if name is not None:
         if f"{module}.{name}" in MODULES:
             found.add(f"{module}.{name}")
-        elif name in _exports(module):
-            found.add(_exports(module)[name])
+        while name in _exports(module):
+            module = _exports(module)[name]
+            found.add(module)
+            if MODULES[module].name != "__init__.py":
+                break
+    return found
+
+
+def _import_nodes(tree: ast.AST, at_import: bool) -> list[ast.stmt | ast.expr]:
+    """The import statements (and ``import_module`` calls) of a module, never those under ``if TYPE_CHECKING:``;
+    with ``at_import``, only those run when the module is imported (none inside a function)."""
+    found: list[ast.stmt | ast.expr] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                todo += [ast.Module(body=child.orelse, type_ignores=[])]
+            elif at_import and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                todo += getattr(child, "decorator_list", []) + [a for a in child.args.defaults + child.args.kw_defaults if a]
+            else:
+                if isinstance(child, (ast.Import, ast.ImportFrom, ast.Call)):
+                    found.append(child)
+                todo.append(child)
     return found
 
 
 @functools.cache
-def imports(module: str) -> frozenset[str]:
-    """Every module ``module`` imports directly, at any depth of its code."""
+def imports(module: str, at_import: bool = False) -> frozenset[str]:
+    """Every module ``module`` imports directly, at any depth of its code (``at_import``: when it is imported)."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text())):
+    for node in _import_nodes(ast.parse(MODULES[module].read_text()), at_import):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 found |= _resolve(alias.name)
@@ -87,17 +135,26 @@ def imports(module: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def reach(module: str) -> dict[str, str]:
-    """Every module ``module`` can import, directly or through the package's modules: name -> via whom."""
+def reach(module: str, at_import: bool = False) -> dict[str, str]:
+    """Every module ``module`` can import, directly or through the package's modules: name -> via whom
+    (``at_import``: every module that importing it imports).
+
+    A module that a face imports only to hold its names is loaded, but its functions run only for a module that
+    imports one of those names, which reaches it directly: through a face, only what a module imports when it is
+    imported is followed.
+    """
     via: dict[str, str] = {}
-    todo = [module]
+    todo = [(module, at_import)]
+    done: set[tuple[str, bool]] = set()
     while todo:
-        current = todo.pop()
-        for imported in imports(current):
-            if imported not in via:
-                via[imported] = current
-                if imported in MODULES and imported != "search":
-                    todo.append(imported)
+        current, loaded = todo.pop()
+        if (current, loaded) in done or (current, False) in done:
+            continue
+        done.add((current, loaded))
+        for imported in imports(current, loaded):
+            via.setdefault(imported, current)
+            if imported in MODULES and imported != "search":
+                todo.append((imported, loaded or MODULES[current].name == "__init__.py"))
     return via
 
 
@@ -119,7 +176,7 @@ def _in(module: str, subpackage: str) -> bool:
 def test_search_holds_the_commands_and_the_subpackages():
     names = {p.name for p in (ROOT / "search").iterdir() if not p.name.startswith((".", "__pycache__"))}
     commands = {f"{c.split('.')[1]}.py" for c in COMMANDS}
-    assert names == commands | SUBPACKAGES | {"__init__.py", "_exports.py"}, names
+    assert names == commands | SUBPACKAGES | {"__init__.py", "_lazy.py"}, names
 
 
 def test_the_tests_mirror_the_package():
@@ -148,6 +205,99 @@ def test_every_public_name_is_defined_where_its_package_says():
                 targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
                 defined |= {t.id for t in targets if isinstance(t, ast.Name)}
             assert name in defined, f"{package} exports {name}, which {module} does not define"
+
+
+FACES = [m for m in MODULES if MODULES[m].name == "__init__.py"]
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_every_face_imports_its_names(package):
+    """A face is imports and ``__all__``, no table of names in strings: a reader, an editor's go-to-definition and a
+    type checker follow every name to its module. The lazy ones are imports under ``if TYPE_CHECKING:``, which
+    ``search._lazy.lazy_face`` reads back; ``__all__`` lists every public name, eager or lazy."""
+    tree = ast.parse(MODULES[package].read_text())
+    for node in tree.body[1:]:  # after the docstring
+        allowed = (
+            isinstance(node, (ast.Import, ast.ImportFrom))
+            or (_is_type_checking(node) and all(isinstance(n, ast.ImportFrom) for n in node.body) and not node.orelse)
+            or (isinstance(node, ast.Assign) and ast.unparse(node) == "__getattr__, __dir__ = lazy_face(__name__, globals())")
+            or (isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == ["__all__"]
+                and isinstance(node.value, ast.List))
+            or (package == "search" and isinstance(node, ast.Expr) and ast.unparse(node) == "_startup.guard()")
+        )  # fmt: skip
+        assert allowed, f"{package}, line {node.lineno}: {ast.unparse(node)[:80]}"
+    eager, lazy, listed = _face(package)
+    public = {n for n, module in (eager | lazy).items() if not n.startswith("_") and module not in ("typing", "search._lazy")}
+    assert sorted(listed) == sorted(public), f"{package}: __all__ is not its imported names"
+    assert bool(lazy) == ("lazy_face" in eager), f"{package}: lazy names need lazy_face, and lazy_face lazy names"
+
+
+@pytest.mark.parametrize("package", FACES)
+def test_a_face_is_lazy_only_where_a_module_is_heavy(package):
+    """Importing a face imports nothing heavy (every command starts, prints --help and refuses bad input without
+    torch or Optuna), and a name is loaded lazily only where its module would import something heavy."""
+    via = reach(package, at_import=True)
+    heavy = sorted(m for m in via if m.split(".")[0] in HEAVY)
+    assert not heavy, f"importing {package} imports {heavy[0]}: {_path_to(package, heavy[0], via)}"
+    homes = {_home(package, name) for name in _face(package)[1]}
+    needless = sorted(h for h in homes if not any(m.split(".")[0] in HEAVY for m in reach(h, at_import=True)))
+    assert not needless, f"{package} loads {', '.join(needless)} lazily, which imports nothing heavy: import it"
+
+
+START_UP = ("torch", "optuna", "plotly", "sklearn")  # imported inside a function so that a command starts without
+
+
+@functools.cache
+def _start_up_cost(module: str) -> frozenset[str]:
+    """Which of :data:`START_UP` importing ``module`` imports."""
+    return frozenset(m.split(".")[0] for m in reach(module, at_import=True)) & frozenset(START_UP)
+
+
+def _dependencies(module: str) -> set[str]:
+    """The modules ``module`` uses (faces resolved to the modules that define the names), at any depth, but for an
+    import inside a function that spares the module's importers torch, Optuna, plotly or scikit-learn."""
+    at_import = imports(module, at_import=True)
+    return {m for m in imports(module) if m in MODULES and MODULES[m].name != "__init__.py" and m != module
+            and (m in at_import or not _start_up_cost(m) - _start_up_cost(module))}  # fmt: skip
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = stack[stack.index(node):]
+            del stack[stack.index(node):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles():
+    """No two modules import each other, directly or around a loop, counting imports inside functions: an import
+    moved into a function to dodge a loop hides it from a reader. (An import inside a function that keeps torch,
+    Optuna, plotly or scikit-learn out of a command's start-up is no loop's dodge, and is not counted.)"""
+    graph = {m: _dependencies(m) for m in MODULES if MODULES[m].name != "__init__.py"}
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(
+        "  " + ", ".join(f"{m} -> {' '.join(sorted(graph[m] & set(c)))}" for m in c) for c in cycles
+    )
 
 
 def test_no_library_module_or_bench_script_imports_a_command():
@@ -187,7 +337,7 @@ def test_scalers_import_nothing_of_the_service_nor_torch_nor_optuna():
     for module in [m for m in MODULES if _in(m, "scalers")]:
         via = reach(module)
         bad = sorted(
-            m for m in via if m.split(".")[0] in ("torch", "optuna") or (m.startswith("search.") and not _in(m, "scalers") and m != "search._exports")
+            m for m in via if m.split(".")[0] in ("torch", "optuna") or (m.startswith("search.") and not _in(m, "scalers") and m != "search._lazy")
         )
         assert not bad, f"{module} imports {bad[0]}: {_path_to(module, bad[0], via)}"
 
@@ -322,6 +472,11 @@ def test_the_rules_see_an_import_through_a_public_face():
     """The checks above would pass vacuously if a lazy import were not followed: this one is."""
     assert "search.core._record" in imports("search.results._summary")
     assert "torch" in reach("search.optimize")
+    assert _resolve("search", "Runner") == {"search", "search.study", "search.study._runner"}  # lazy, twice
+    assert "optuna.trial" in reach("search.core._record", at_import=True)
+    assert "torch" not in reach("search.core._devices", at_import=True)  # it imports torch inside a function
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert "search.study._runner" not in _dependencies("search.study._run")  # torch, inside make_runner
 
 
 def test_ruff_is_clean():

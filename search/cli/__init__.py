@@ -10,13 +10,11 @@ Nothing here imports torch or Optuna: ``search/__init__`` guards start-up throug
 before anything heavy is imported.
 """
 
-from search._exports import lazy_exports
+from search.cli._command import READER_GONE, Session, run_command, stdout_reader_gone
+from search.cli._parsing import OneLineParser, check_output, check_run_length, fail, percent, prog_name
+from search.cli._startup import COMMANDS, command_being_started, guard, started
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_startup": ("COMMANDS", "command_being_started", "guard", "started"),
-        "_command": ("READER_GONE", "Session", "run_command", "stdout_reader_gone"),
-        "_parsing": ("OneLineParser", "check_output", "check_run_length", "fail", "percent", "prog_name"),
-    },
-)
+__all__ = [
+    "COMMANDS", "OneLineParser", "READER_GONE", "Session", "check_output", "check_run_length", "command_being_started", "fail",
+    "guard", "percent", "prog_name", "run_command", "started", "stdout_reader_gone",
+]

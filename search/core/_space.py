@@ -16,8 +16,8 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from search.core._config import ParamRange, SpaceConfig
 from search.core._record import DIAGNOSIS_BASELINE
+from search.core._settings import ParamRange, SpaceConfig
 from search.scalers import (
     BOOL,
     GRADSCALER,

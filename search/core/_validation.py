@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 
-from search.core._config import ConfigError, ParamRange, Settings, SpaceConfig
+from search.core._settings import ConfigError, ParamRange, Settings, SpaceConfig
 from search.scalers import RULES, SCALERS
 
 SAMPLERS = ("tpe", "gp", "cmaes", "random")

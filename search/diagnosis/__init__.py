@@ -16,25 +16,55 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
   around its suggestion, the growth interval within its window.
 """
 
-from search._exports import lazy_exports
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_log_lines": ("GROWTH", "HYSTERESIS", "MINIMUM", "OVERFLOW", "PROGRESS", "LogLine", "read_line"),
-        "_log_reading": ("CHRONIC_RATE", "TITLES", "LogError", "LogReading", "read_log"),
-        "_evidence": (
-            "FP16_MAX", "FP16_SMALLEST", "DiagnosisRuns", "LayerForward", "ParameterGradients", "RunEvidence"
-        ),
-        "_observer": ("RunObserver", "StepReading"),
-        "_training_verdict": (
-            "HEALTHY_ADVICE", "VERDICTS", "TrainingVerdict", "expected_skip_rate", "growth_window", "judge", "scale_text", "settled_step"
-        ),
-        "_narrowing": (
-            "NO_START", "OCTAVES", "DiagnosisFileError", "DiagnosisStart", "narrowed_space", "read_diagnosis",
-            "recorded_start", "setting_text",
-        ),
-        "_training": ("SkipCause", "TrainingDiagnosis", "format_training"),
-        "_runs": ("bf16_supported", "diagnosis_runs", "start_steps"),
-    },
+from search._lazy import lazy_face
+from search.diagnosis._evidence import (
+    FP16_MAX,
+    FP16_SMALLEST,
+    DiagnosisRuns,
+    LayerForward,
+    ParameterGradients,
+    RunEvidence,
 )
+from search.diagnosis._log_lines import GROWTH, HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
+from search.diagnosis._log_reading import CHRONIC_RATE, TITLES, LogError, LogReading, read_log
+from search.diagnosis._narrowing import (
+    NO_START,
+    OCTAVES,
+    DiagnosisFileError,
+    DiagnosisStart,
+    narrowed_space,
+    not_a_search,
+    read_diagnosis,
+    recorded_start,
+    setting_text,
+    why_no_search,
+)
+from search.diagnosis._training import SkipCause, TrainingDiagnosis, format_training
+from search.diagnosis._training_verdict import (
+    HEALTHY_ADVICE,
+    VERDICTS,
+    TrainingVerdict,
+    expected_skip_rate,
+    growth_window,
+    judge,
+    scale_text,
+    settled_step,
+)
+
+if TYPE_CHECKING:  # Loaded on first use: _observer and _runs import torch (about 2 s).
+    from search.diagnosis._observer import RunObserver, StepReading
+    from search.diagnosis._runs import bf16_supported, diagnosis_runs, start_steps
+
+__getattr__, __dir__ = lazy_face(__name__, globals())
+
+__all__ = [
+    "CHRONIC_RATE", "DiagnosisFileError", "DiagnosisRuns", "DiagnosisStart", "FP16_MAX", "FP16_SMALLEST",
+    "GROWTH", "HEALTHY_ADVICE", "HYSTERESIS", "LayerForward", "LogError", "LogLine", "LogReading", "MINIMUM",
+    "NO_START", "OCTAVES", "OVERFLOW", "PROGRESS", "ParameterGradients", "RunEvidence", "RunObserver",
+    "SkipCause", "StepReading", "TITLES", "TrainingDiagnosis", "TrainingVerdict", "VERDICTS",
+    "bf16_supported", "diagnosis_runs", "expected_skip_rate", "format_training", "growth_window", "judge",
+    "narrowed_space", "not_a_search", "why_no_search", "read_diagnosis", "read_line", "read_log", "recorded_start", "scale_text",
+    "setting_text", "settled_step", "start_steps",
+]

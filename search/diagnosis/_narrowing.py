@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from search.core import SpaceConfig
+from search.core import DEFAULTS, Settings, SpaceConfig
 from search.diagnosis._training_verdict import scale_text
 
 OCTAVES = 4  # Either side of the suggested start: 8 octaves where the default space spans 52.
@@ -241,3 +242,36 @@ def narrowed_space(space: SpaceConfig, start: DiagnosisStart) -> SpaceConfig:
     if start.scaler not in START_KNOBS:
         return replace(space, **ranges)
     return replace(space, **{start.scaler: ranges})
+
+
+def why_no_search(record: Mapping[str, Any], settings: Settings, searched: bool) -> str | None:
+    """Why ``search.optimize --from-diagnosis`` on the study would be refused, in a clause; None: it would start.
+
+    ``searched``: the study already holds a search, whose recorded space a narrowing would change.
+    """
+    if record["verdict"] in NO_START:
+        return f"{record['verdict']} is not fixed by a starting scale"
+    if searched:
+        return ("the study already holds a search, whose space --from-diagnosis would change: to search from this "
+                "diagnosis, record it under another --study-name")  # fmt: skip
+    try:
+        narrowed_space(settings.space, recorded_start(dict(record), settings.study_name))
+    except DiagnosisFileError as e:
+        return str(e).removeprefix("--from-diagnosis: ")
+    return None
+
+
+def not_a_search(study_name: str, record: Any) -> str:
+    """Why a command that reads a search (report, confirm) cannot read this study: it records no settings.
+
+    ``record``: the diagnosis the study keeps (its ``recorded_diagnosis`` user attr), or None.
+    """
+    if isinstance(record, dict):
+        held = f"study {study_name!r} holds a diagnosis (task {record.get('task')}: {record.get('verdict')})"
+        if record.get("verdict") in NO_START:
+            return f"{held}, which no loss-scaler setting fixes, and no search"
+        refused = why_no_search(record, DEFAULTS, searched=False)  # As the default config's search would take it.
+        if refused:
+            return f"{held} and no search yet; a search from it with the default space would be refused: {refused}"
+        return f"{held} and no search yet: run search.optimize there (--from-diagnosis starts from it)"
+    return f"study {study_name!r} was not created by search.optimize (it records no task/space)"

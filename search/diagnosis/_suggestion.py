@@ -63,4 +63,4 @@ def suggested_setting(
     return ScalerConfig(start, growth, setting.backoff_factor, interval)
 
 
-MIN_GROWTH = 1.01  # The smallest growth_factor the default space samples (search.core._config).
+MIN_GROWTH = 1.01  # The smallest growth_factor the default space samples (search.core._settings).

@@ -9,21 +9,26 @@
 Never imports torch.
 """
 
-from search._exports import lazy_exports
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_figures": ("curves_figure", "trial_curves"),
-        "_publish": (
-            "CURVES_ID",
-            "EXPLORER_ID",
-            "PublishReport",
-            "explorer_figure",
-            "explorer_json",
-            "publish",
-        ),
-        "_trial_pictures": ("FILENAME", "curves_svg", "publish_pictures", "write_pictures"),
-        "_diagnosis_page": ("diagnosis_page",),
-    },
-)
+from search._lazy import lazy_face
+from search.publishing._diagnosis_page import diagnosis_page
+
+if TYPE_CHECKING:  # Loaded on first use: _figures, _publish and _trial_pictures import plotly and optuna.
+    from search.publishing._figures import curves_figure, trial_curves
+    from search.publishing._publish import (
+        CURVES_ID,
+        EXPLORER_ID,
+        PublishReport,
+        explorer_figure,
+        explorer_json,
+        publish,
+    )
+    from search.publishing._trial_pictures import FILENAME, curves_svg, publish_pictures, write_pictures
+
+__getattr__, __dir__ = lazy_face(__name__, globals())
+
+__all__ = [
+    "CURVES_ID", "EXPLORER_ID", "FILENAME", "PublishReport", "curves_figure", "curves_svg", "diagnosis_page",
+    "explorer_figure", "explorer_json", "publish", "publish_pictures", "trial_curves", "write_pictures",
+]

@@ -42,8 +42,7 @@ from search.publishing._dashboard_attrs import figure_prefix, note_text_prefix, 
 from search.publishing._figures import curves_figure, trial_curves
 from search.results import format_summary, summarize, summarize_confirmation
 from search.scalers import RULES, TORCH, format_scale
-from search.storage import TrialWriter, mask_url, storage_of, study_id_of, trial_id_of
-from search.study import settings_of
+from search.storage import TrialWriter, mask_url, settings_of, storage_of, study_id_of, trial_id_of
 
 CURVES_ID = "search-curves"
 EXPLORER_ID = "search-explorer"

@@ -31,8 +31,7 @@ from optuna.trial import FrozenTrial
 
 from search.core import SpaceConfig
 from search.publishing._figures import trial_curves
-from search.storage import TrialWriter, storage_of, study_id_of, trial_id_of
-from search.study import settings_of
+from search.storage import TrialWriter, settings_of, storage_of, study_id_of, trial_id_of
 
 FILENAME = "loss-and-scale.svg"
 # optuna-dashboard's key for an artifact of a trial, in study system attrs. optuna.artifacts.upload_artifact

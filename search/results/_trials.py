@@ -1,7 +1,7 @@
 """Which trials count and what they hold: completed, safe, good, best; a trial's four settings.
 
 Pure functions over a list of :class:`~optuna.trial.FrozenTrial` and the study's
-:class:`~search.core._config.SpaceConfig`; nothing here plots or touches a storage. Only COMPLETE
+:class:`~search.core._settings.SpaceConfig`; nothing here plots or touches a storage. Only COMPLETE
 trials with a finite objective count; RUNNING, WAITING, PRUNED and FAIL trials are ignored, so a
 study that is still running can be analysed at any moment.
 

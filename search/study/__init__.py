@@ -2,7 +2,9 @@
 confirmation runs.
 
 * ``_plan``: a run checked before a byte is written (light checks before torch), its step count;
-* ``_run``: one run: "is this study done?" (one function for every process), the trials here, the summary;
+* ``_search_run``: a checked plan run: the study done already, its trials here or with ``--workers``;
+* ``_run``: what a run is made of: "is this study done?" (one function for every process), its start, the trial
+  loop and its progress bar, the summary;
 * ``_pool_run``: ``--workers K``: the parent's run over K processes, and a worker process's life;
 * ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
@@ -21,57 +23,65 @@ confirmation runs.
 * ``_confirmation_runs``: confirmation runs and corners trained and written into ``<study>.confirm``.
 """
 
-from search._exports import lazy_exports
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_prepare": (
-            "IncompatibleStudyError",
-            "StudyHandle",
-            "finished_and_best",
-            "inspect_study",
-            "prepare_study",
-            "resolve_study_name",
-            "settings_of",
-        ),
-        "_plan": ("NothingToRun", "RunPlan", "plan_run"),
-        "_run": ("RunOutcome", "run_plan", "study_is_done"),
-        "_pool_run": ("GAVE_UP_ON_STORAGE", "run_workers", "worker_process"),
-        "_logging": ("log_warnings",),
-        "_runner": ("RunStats", "Runner", "TooManyFailures"),
-        "_queued": ("run_queued_trial",),
-        "_sampled": ("run_sampled_trial",),
-        "_population_trials": ("population_size", "run_population_trials"),
-        "_trial_training": ("WORKER", "TrialTraining", "raise_task_exit"),
-        "_in_flight": ("InFlight",),
-        "_stale": ("fail_stale_trials",),
-        "_replica": ("Replica",),
-        "_sampling": ("make_pruner", "make_sampler", "sampler_seed"),
-        "_workers": (
-            "DevicePlanError",
-            "PoolResult",
-            "WorkerSpec",
-            "plan_workers",
-            "run_pool",
-            "threads_per_process",
-            "worker_context",
-        ),
-        "_recorded_diagnosis": (
-            "DiagnosedRun",
-            "RecordingTarget",
-            "diagnosis_conflict",
-            "diagnosis_record",
-            "not_a_search",
-            "open_for_recording",
-            "read_recorded_diagnosis",
-            "record_diagnosis",
-            "recorded_diagnosis",
-            "recording_conflict",
-            "study_run",
-            "why_no_search",
-        ),
-        "_confirmation_plan": ("ConfirmError", "ConfirmationPlan", "plan_confirmation"),
-        "_confirmation_runs": ("ConfirmationRuns", "run_confirmation"),
-    },
+from search._lazy import lazy_face
+from search.study._plan import NothingToRun, RunPlan, plan_run
+from search.study._workers import (
+    DevicePlanError,
+    PoolResult,
+    WorkerSpec,
+    plan_workers,
+    run_pool,
+    threads_per_process,
+    worker_context,
 )
+
+if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loop's modules torch too.
+    from search.study._confirmation_plan import ConfirmationPlan, ConfirmError, plan_confirmation
+    from search.study._confirmation_runs import ConfirmationRuns, run_confirmation
+    from search.study._in_flight import InFlight
+    from search.study._logging import log_warnings
+    from search.study._pool_run import GAVE_UP_ON_STORAGE, run_workers, worker_process
+    from search.study._population_trials import population_size, run_population_trials
+    from search.study._prepare import (
+        StudyHandle,
+        inspect_study,
+        prepare_study,
+    )
+    from search.study._queued import run_queued_trial
+    from search.study._recorded_diagnosis import (
+        DiagnosedRun,
+        RecordingTarget,
+        diagnosis_conflict,
+        diagnosis_record,
+        open_for_recording,
+        read_recorded_diagnosis,
+        record_diagnosis,
+        recorded_diagnosis,
+        recording_conflict,
+        study_run,
+    )
+    from search.study._replica import Replica
+    from search.study._run import RunOutcome, study_is_done
+    from search.study._runner import Runner, RunStats, TooManyFailures
+    from search.study._sampled import run_sampled_trial
+    from search.study._sampling import make_pruner, make_sampler, sampler_seed
+    from search.study._search_run import run_plan
+    from search.study._stale import fail_stale_trials
+    from search.study._trial_training import WORKER, TrialTraining, raise_task_exit
+
+__getattr__, __dir__ = lazy_face(__name__, globals())
+
+__all__ = [
+    "ConfirmError", "ConfirmationPlan", "ConfirmationRuns", "DevicePlanError", "DiagnosedRun",
+    "GAVE_UP_ON_STORAGE", "InFlight", "NothingToRun", "PoolResult", "RecordingTarget", "Replica",
+    "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle", "TooManyFailures", "TrialTraining",
+    "WORKER", "WorkerSpec", "diagnosis_conflict", "diagnosis_record", "fail_stale_trials", "inspect_study",
+    "log_warnings", "make_pruner", "make_sampler", "open_for_recording", "plan_confirmation",
+    "plan_run", "plan_workers", "population_size", "prepare_study", "raise_task_exit",
+    "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis", "recording_conflict",
+    "run_confirmation", "run_plan", "run_pool", "run_population_trials", "run_queued_trial",
+    "run_sampled_trial", "run_workers", "sampler_seed", "study_is_done", "study_run", "threads_per_process",
+    "worker_context", "worker_process",
+]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from search.core import DATA_SEED, SOURCE_TRIAL, Settings, UsageError, baseline_of
+from search.core import DATA_SEED, RECORDED_DIAGNOSIS, SOURCE_TRIAL, Settings, UsageError, baseline_of
+from search.diagnosis import not_a_search
 from search.results import (
     Candidate,
     confirm_study_name,
@@ -24,9 +25,7 @@ from search.results import (
     select_candidates,
 )
 from search.results import config_key as _config_key
-from search.storage import choose_study
-from search.study._prepare import settings_of
-from search.study._recorded_diagnosis import not_a_search
+from search.storage import choose_study, settings_of
 from search.tasks import TaskError, resolve_task
 
 if TYPE_CHECKING:
@@ -84,7 +83,7 @@ def plan_confirmation(
     name = choose_study(storage, url, study_name)
     study = optuna.load_study(storage=storage, study_name=name)
     if "task" not in study.user_attrs:
-        raise ConfirmError(not_a_search(name, study.user_attrs))
+        raise ConfirmError(not_a_search(name, study.user_attrs.get(RECORDED_DIAGNOSIS)))
     settings = settings_of(study)
     trials = study.get_trials(deepcopy=False)
     n_complete = sum(t.state == TrialState.COMPLETE for t in trials)

@@ -2,8 +2,9 @@
 
 The checks run cheapest first, and those that need no torch before any that do: a typo in a flag,
 a config, a task name or a SQLite path is refused in a fraction of a second (``import torch``
-alone takes about 2 s), and ``--trials 0`` on a SQLite file that does not exist ends before Optuna is imported. Only then is the task built (its Problem is torch tensors), the devices
-resolved and the storage opened, so that bad input leaves nothing behind. The per-trial step count
+alone takes about 2 s), and ``--trials 0`` on a SQLite file that does not exist ends once the devices are
+checked, before the task is built. Only then is the task built (its Problem is torch tensors) and the storage
+opened, so that bad input leaves nothing behind. The per-trial step count
 is resolved here, once, from ``--epochs``/``--steps`` and the task's own default.
 """
 
@@ -77,8 +78,12 @@ def plan_run(
     from search.storage import is_read_only, sqlite_path  # SQLAlchemy's URL parser: a fifth of a second.
 
     path = sqlite_path(run.storage)
-    from search.storage import check_storage, open_storage  # Optuna and its database layer.
-    from search.study._prepare import inspect_study, resolve_study_name
+    from search.storage import (  # Optuna and its database layer.
+        check_storage,
+        open_storage,
+        resolve_study_name,
+    )
+    from search.study._prepare import inspect_study
 
     read_only = is_read_only(run.storage)  # A study on read-only media is opened read-only.
     check_storage(run.storage, read_only)

@@ -8,6 +8,7 @@ for the whole study, says what became of the workers, and prints the summary onc
 
 from __future__ import annotations
 
+import logging
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ from search.core import (
 from search.storage import (
     StorageUnreachable,
     close_storage,
+    finished_and_best,
     first_line,
     mask_url,
     redact,
@@ -37,7 +39,6 @@ from search.storage import (
 )
 from search.study._logging import log_warnings
 from search.study._plan import RunPlan, plan_run
-from search.study._prepare import finished_and_best
 from search.study._roundings import rounding_note
 from search.study._run import (
     RunOutcome,
@@ -53,6 +54,7 @@ from search.study._run import (
     warn_mixed_devices,
 )
 from search.study._workers import WorkerSpec, run_pool, worker_context
+from search.tasks import TaskError
 
 # A worker's exit code for "gave up on the storage after --storage-retry" (sysexits' EX_TEMPFAIL):
 # the worker prints nothing, so that the user reads the one line the parent prints, once.
@@ -185,10 +187,7 @@ def worker_process(prog: str, settings: Settings, outage_flag: Any, spec: Worker
 
 
 def _work(plan: RunPlan, spec: WorkerSpec, url: str, prog: str) -> int:
-    import logging
-
-    from search.study._runner import TooManyFailures
-    from search.tasks import TaskError
+    from search.study._runner import TooManyFailures  # torch: only a worker trains.
 
     try:
         existing = existing_trials(plan.storage, plan.settings.study_name)

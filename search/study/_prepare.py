@@ -7,27 +7,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import optuna
-import sqlalchemy
-import sqlalchemy.orm
-from optuna.trial import TrialState
 
 from search.core import (
     BASELINE,
     DIAGNOSIS_BASELINE,
-    FINISHED,
     STUDY_DIAGNOSIS,
+    IncompatibleStudyError,
     PenaltyConfig,
     Settings,
     baseline_trials,
     diagnosis_trial,
     own_space,
-    settings_from_dict,
-    space_layout,
     waiting_baseline,
 )
 from search.diagnosis import setting_text
 from search.scalers import TORCH
-from search.storage import TrialWriter, orm_models, with_retry
+from search.storage import TrialWriter, with_retry
 from search.study._recorded_diagnosis import DiagnosedRun, diagnosis_conflict
 
 # Study user attrs that define what the trials measure; a resume must match them.
@@ -41,10 +36,6 @@ RECORDED_KEYS = (
 # counted before clipping on unskipped steps, the objective is the evaluation loss
 # (search.training._evaluation). Trials of two versions are not comparable, so a resume must match.
 MEASUREMENT_VERSION = 2
-
-
-class IncompatibleStudyError(ValueError):
-    """Resuming a study with settings that would make its trials incomparable."""
 
 
 @dataclass(frozen=True)
@@ -73,15 +64,6 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
         "penalty": data["penalty"],
         "fingerprint": fingerprint,
     }
-
-
-def settings_of(study: optuna.Study) -> Settings:
-    """The settings a study was created with (its recorded user attrs), for reading it back."""
-    attrs = study.user_attrs
-    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs}
-    scaler = attrs.get("scaler", TORCH)
-    space = space_layout(attrs.get("space", {}), scaler)
-    return settings_from_dict({"run": run, "space": space, "penalty": attrs.get("penalty", {})})
 
 
 def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
@@ -131,30 +113,6 @@ def _canon(value: Any) -> str:
 def _short(value: Any) -> str:
     text = _canon(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-def resolve_study_name(storage: optuna.storages.BaseStorage, settings: Settings) -> str:
-    """The study this run works on: ``settings.study_name``, or a user task's study under its import path.
-
-    Without ``--study-name`` a user task's study is named :func:`search.core._config.default_study_name`
-    (``noisy_regression``); studies made by older versions of the service are named after the task's
-    import path (``examples.noisy_regression:build``). Rerunning the command that made such a study must
-    resume it, not start a new one beside it, so the import path is used when only a study of that name
-    exists.
-    """
-    name = settings.study_name
-    legacy = settings.run.task
-    if settings.run.study_name or legacy == name:
-        return name
-    return legacy if _exists(storage, legacy) and not _exists(storage, name) else name
-
-
-def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
-    try:
-        storage.get_study_id_from_name(name)
-    except KeyError:
-        return False
-    return True
 
 
 def inspect_study(
@@ -248,32 +206,6 @@ def prepare_study(
             study.set_user_attr(key, value)  # The extras first: a study that has "task" has them too.
     notes += _enqueue_missing_baselines(study, settings)
     return StudyHandle(study, tuple(notes))
-
-
-def finished_and_best(storage: optuna.storages.RDBStorage, study_name: str) -> tuple[int, float | None]:
-    """The study's COMPLETE + PRUNED count and best value, in two cheap aggregate queries.
-
-    ``get_all_trials`` would load every trial's attrs (curves included), too heavy to poll.
-    """
-    models = orm_models()
-    trial, value = models.TrialModel, models.TrialValueModel
-    with sqlalchemy.orm.Session(storage.engine) as session:
-        study = models.StudyModel.find_by_name(study_name, session)
-        if study is None:
-            return 0, None
-        count = (
-            session.query(sqlalchemy.func.count(trial.trial_id))
-            .filter(trial.study_id == study.study_id, trial.state.in_(FINISHED))
-            .scalar()
-        )
-        best = (
-            session.query(sqlalchemy.func.min(value.value))
-            .join(trial, trial.trial_id == value.trial_id)
-            .filter(trial.study_id == study.study_id, trial.state == TrialState.COMPLETE)
-            .filter(value.value_type == models.TrialValueModel.TrialValueType.FINITE)
-            .scalar()
-        )
-    return int(count or 0), best
 
 
 def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:

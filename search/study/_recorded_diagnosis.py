@@ -16,13 +16,25 @@ never holds two stories. A study that does not exist yet is created empty (no se
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import optuna
 
-from search.core import RECORDED_DIAGNOSIS, Settings, UsageError
+from search.core import RECORDED_DIAGNOSIS, IncompatibleStudyError, Settings, UsageError
+from search.storage import (
+    StorageError,
+    check_storage,
+    close_storage,
+    is_read_only,
+    mask_url,
+    open_existing_storage,
+    open_storage,
+    resolve_study_name,
+    sqlite_path,
+)
 
 # What a recorded diagnosis leaves out of the --json: the per-step traces of the three runs and each skip.
 LEFT_OUT = ("runs", "skips")
@@ -71,9 +83,6 @@ def read_recorded_diagnosis(settings: Settings) -> tuple[dict[str, Any], str]:
     Raises:
         UsageError: The storage cannot be opened, the study does not exist or holds no recorded diagnosis.
     """
-    from search.storage import StorageError, close_storage, mask_url, open_existing_storage
-    from search.study._prepare import resolve_study_name
-
     url = settings.run.storage
     try:
         storage = open_existing_storage(url)
@@ -203,11 +212,6 @@ def open_for_recording(
         IncompatibleStudyError: The study searches another run (:func:`recording_conflict`), or the settings
             search another precision than the diagnosis's fp16.
     """
-    import os
-
-    from search.storage import StorageError, check_storage, is_read_only, open_storage, sqlite_path
-    from search.study._prepare import IncompatibleStudyError, resolve_study_name
-
     url = settings.run.storage
     if settings.run.amp_dtype != "float16":  # The study's search would be of another precision than the diagnosis.
         raise IncompatibleStudyError(f"a diagnosis trains fp16 and the config's amp_dtype is {settings.run.amp_dtype}: "
@@ -228,40 +232,3 @@ def open_for_recording(
     if conflict:
         raise IncompatibleStudyError(conflict)
     return RecordingTarget(storage, name, searched="task" in attrs)
-
-
-def why_no_search(record: Mapping[str, Any], settings: Settings, searched: bool) -> str | None:
-    """Why ``search.optimize --from-diagnosis`` on the study would be refused, in a clause; None: it would start.
-
-    ``searched``: the study already holds a search, whose recorded space a narrowing would change.
-    """
-    from search.diagnosis import NO_START, DiagnosisFileError, narrowed_space, recorded_start
-
-    if record["verdict"] in NO_START:
-        return f"{record['verdict']} is not fixed by a starting scale"
-    if searched:
-        return ("the study already holds a search, whose space --from-diagnosis would change: to search from this "
-                "diagnosis, record it under another --study-name")  # fmt: skip
-    try:
-        narrowed_space(settings.space, recorded_start(dict(record), settings.study_name))
-    except DiagnosisFileError as e:
-        return str(e).removeprefix("--from-diagnosis: ")
-    return None
-
-
-def not_a_search(study_name: str, attrs: Mapping[str, Any]) -> str:
-    """Why a command that reads a search (report, confirm) cannot read this study: it records no settings."""
-    from search.diagnosis import NO_START
-
-    record = attrs.get(RECORDED_DIAGNOSIS)
-    if isinstance(record, dict):
-        held = f"study {study_name!r} holds a diagnosis (task {record.get('task')}: {record.get('verdict')})"
-        if record.get("verdict") in NO_START:
-            return f"{held}, which no loss-scaler setting fixes, and no search"
-        from search.core import DEFAULTS
-
-        refused = why_no_search(record, DEFAULTS, searched=False)  # As the default config's search would take it.
-        if refused:
-            return f"{held} and no search yet; a search from it with the default space would be refused: {refused}"
-        return f"{held} and no search yet: run search.optimize there (--from-diagnosis starts from it)"
-    return f"study {study_name!r} was not created by search.optimize (it records no task/space)"

@@ -1,10 +1,12 @@
-"""One search run from a checked plan: is the study done, the trials in this process, the summary.
+"""What a run is made of, in this process alone or with workers: is the study done, its start, the trial loop
+and its progress bar, the summary.
 
 ``python -m search.optimize`` and each of its ``--workers`` processes decide whether there is work
 left with one function, :func:`study_is_done`: N finished trials, every baseline among them,
 nothing queued or running. A RUNNING trial of a dead worker is therefore never taken for done: the
-run fails it once its heartbeat is stale and runs its baseline again. The run with worker
-processes is :mod:`search.study._pool_run`; both end in :func:`finish`, the summary of the study.
+run fails it once its heartbeat is stale and runs its baseline again. The run in this process alone
+is :mod:`search.study._search_run`'s, the run with worker processes :mod:`search.study._pool_run`'s;
+both end in :func:`finish`, the summary of the study.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from tqdm import tqdm
 from search.core import (
     DEVICE,
     FINISHED,
-    Interrupted,
     Settings,
-    UsageError,
     baseline_of,
     baseline_trials,
     device_label,
@@ -33,7 +33,7 @@ from search.core import (
     unfinished_baselines,
 )
 from search.results import summarize, summarize_confirmation
-from search.storage import enable_wal, first_line, mask_url, redact, sqlite_path, storage_of, with_retry
+from search.storage import enable_wal, first_line, mask_url, redact, storage_of, with_retry
 from search.study._plan import RunPlan
 from search.study._prepare import StudyHandle, prepare_study
 from search.study._sampling import make_pruner, make_sampler, sampler_seed
@@ -76,54 +76,6 @@ def existing_trials(storage: optuna.storages.RDBStorage, name: str) -> list[Froz
         return optuna.load_study(storage=storage, study_name=name).get_trials(deepcopy=False)
     except KeyError:
         return []
-
-
-def run_plan(plan: RunPlan, quiet: bool, note: Note, prog: str = "search.optimize") -> RunOutcome:
-    """Runs the plan's trials in this process, or in ``--workers`` processes; then the summary.
-
-    Args:
-        plan: The checked run (:func:`search.study.plan_run`).
-        quiet: No progress bar.
-        note: Prints one line on stderr (warnings and notes as the run goes).
-        prog: The command's name, in the ``--workers`` processes' own lines.
-
-    Raises:
-        StorageUnreachable: The storage stayed away longer than ``--storage-retry``.
-        UsageError: The study is not done and its storage is read-only.
-    """
-    settings = plan.settings
-    existing = existing_trials(plan.storage, settings.study_name)
-    done = sum(t.state in FINISHED for t in existing)
-    if study_is_done(settings, existing):
-        return nothing_to_do(plan, existing, done, note)
-    if plan.read_only:
-        raise _read_only_error(settings, done)
-    if settings.run.workers > 1:
-        from search.study._pool_run import run_workers
-
-        return run_workers(plan, existing, done, quiet, note, prog)
-    return run_here(plan, existing, done, quiet, note)
-
-
-def nothing_to_do(plan: RunPlan, existing: list[FrozenTrial], done: int, note: Note) -> RunOutcome:
-    """The study is done: its summary, read without writing anything."""
-    settings, name = plan.settings, plan.settings.study_name
-    if existing or settings.run.trials > 0:
-        study = optuna.load_study(storage=plan.storage, study_name=name)
-        return finish(study, settings, f"study already holds {done} finished trials", note)
-    note(f"study {name!r} does not exist yet and --trials is 0: nothing to do")
-    return RunOutcome(0)
-
-
-def _read_only_error(settings: Settings, done: int) -> UsageError:
-    """A study that needs trials, on storage that cannot be written: bad input, nothing tried."""
-    short = done < settings.run.trials
-    why = f"{done} of {settings.run.trials} trials finished" if short else "a trial or baseline is unfinished"
-    return UsageError(
-        f"{sqlite_path(settings.run.storage)} is read-only (the file or its directory is not writable) and "
-        f"study {settings.study_name!r} is not done ({why}): a run must write; copy it to writable storage "
-        "to go on"
-    )
 
 
 def warn_mixed_devices(existing: list[FrozenTrial], device_type: str, note: Note) -> None:
@@ -208,41 +160,6 @@ def make_runner(
         shared=shared, steps=plan.steps_per_trial,
     )
     return handle, runner, bar
-
-
-def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool, note: Note) -> RunOutcome:
-    """The run in this process alone: the trial loop, then the summary."""
-    from search.study._runner import TooManyFailures
-    from search.tasks import TaskError
-
-    settings = plan.settings
-    handle, runner, bar = make_runner(plan, existing, None, quiet, note)
-    try:
-        stats = runner.run()
-    except Interrupted as e:
-        bar.close()
-        note(f"interrupted by {e}; {runner.stats.interrupted}")
-        outcome = finish(handle.study, settings, "interrupted", note)
-        return RunOutcome(128 + e.signum, outcome.headline, outcome.summary)
-    except (TooManyFailures, TaskError) as e:  # TaskError: the task called sys.exit in a trial.
-        bar.close()
-        if getattr(e, "trace", ""):  # Shown once; each failed trial keeps it (fail_traceback).
-            note("the failed trials' traceback (stored with each as fail_traceback):\n" + e.trace.rstrip())
-        outcome = finish(handle.study, settings, "stopped", note, publish_figures=True)
-        return RunOutcome(1, outcome.headline, outcome.summary, str(e))
-    bar.close()
-    outcome = finish(
-        handle.study,
-        settings,
-        f"this run: {stats.completed} complete, {stats.pruned} pruned, {stats.failed} failed"
-        + stale_text(stats.stale_failed)
-        + f" in {stats.seconds:.1f} s of trials, start-up not counted ({stats.stop_reason})",
-        note,
-        publish_figures=True,
-    )
-    if not_done(settings, read_trials(handle.study, settings), stats.stop_reason, note):
-        return RunOutcome(1, outcome.headline, outcome.summary)
-    return outcome
 
 
 def not_done(settings: Settings, trials: list[FrozenTrial], stop_reason: str, note: Note) -> bool:

@@ -16,26 +16,47 @@ Knows nothing of Optuna or storage (``tests/test_layering.py``), so every number
 against a plain PyTorch loop alone.
 """
 
-from search._exports import lazy_exports
+from typing import TYPE_CHECKING
 
-__getattr__, __dir__, __all__ = lazy_exports(
-    __name__,
-    {
-        "_trainer": ("StepObserver", "TrainResult", "TrialTimeout", "fp32_zero_fraction", "run_steps", "train"),
-        "_feed": ("batch_plan",),
-        "_evaluation": (
-            "FINAL_WEIGHTS",
-            "LAST_STEP",
-            "Evaluation",
-            "evaluate",
-            "evaluation_mode",
-            "evaluation_of",
-            "evaluation_values",
-            "initial_evaluation",
-        ),
-        "_penalty": ("Assessment", "assess"),
-        "_population_check": ("PopulationError", "check_population"),
-        "_population": ("train_population",),
-        "_objective": ("TrialOutcome", "outcome_of", "pruning_checkpoints", "run_population", "run_trial"),
-    },
-)
+from search._lazy import lazy_face
+
+if TYPE_CHECKING:  # Loaded on first use: every module here imports torch.
+    from search.training._evaluation import (
+        FINAL_WEIGHTS,
+        LAST_STEP,
+        Evaluation,
+        evaluate,
+        evaluation_mode,
+        evaluation_of,
+        evaluation_values,
+        initial_evaluation,
+    )
+    from search.training._feed import batch_plan
+    from search.training._objective import (
+        TrialOutcome,
+        outcome_of,
+        pruning_checkpoints,
+        run_population,
+        run_trial,
+    )
+    from search.training._penalty import Assessment, assess
+    from search.training._population import train_population
+    from search.training._population_check import PopulationError, check_population
+    from search.training._trainer import (
+        StepObserver,
+        TrainResult,
+        TrialTimeout,
+        fp32_zero_fraction,
+        run_steps,
+        train,
+    )
+
+__getattr__, __dir__ = lazy_face(__name__, globals())
+
+__all__ = [
+    "Assessment", "Evaluation", "FINAL_WEIGHTS", "LAST_STEP", "PopulationError", "StepObserver",
+    "TrainResult", "TrialOutcome", "TrialTimeout", "assess", "batch_plan", "check_population", "evaluate",
+    "evaluation_mode", "evaluation_of", "evaluation_values", "fp32_zero_fraction", "initial_evaluation",
+    "outcome_of", "pruning_checkpoints", "run_population", "run_steps", "run_trial", "train",
+    "train_population",
+]

@@ -17,7 +17,7 @@ from test_optimize_scalers import deepspeed_next
 from search.core import LOSS_CURVE, NONFINITE, OVERFLOW_STEPS, SCALE_CURVE, SKIPPED_STEPS, setting_of
 from search.results import answer_rule_study, default_label, summarize_confirmation
 from search.scalers import RULES
-from search.study import settings_of
+from search.storage import settings_of
 from search.tasks.sum_outliers import build
 from search.training import run_steps
 

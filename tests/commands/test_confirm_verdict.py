@@ -70,7 +70,7 @@ def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
     """The issue's bar: after confirmation, a default run either keeps the default or recommends a
     setting that is not worse than the default on new seeds."""
     from search.results import recommend
-    from search.study import settings_of
+    from search.storage import settings_of
 
     url = f"sqlite:///{default_run / 'study.db'}"
     search = optuna.load_study(storage=url, study_name="seed-mlp")
@@ -85,7 +85,7 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
     """The checked box's corners and random points inside it train without failure in the independent
     plain loop; every corner search.confirm saw fail fails there too."""
     from search.results import recommend
-    from search.study import settings_of
+    from search.storage import settings_of
     from search.tasks.seed_mlp import build
 
     from plain_loop import plain_fp32_zero_fraction, plain_run

@@ -21,7 +21,7 @@ from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, setting_of
 from search.optimize import main as optimize_main
 from search.results import idle_settings, param_values
 from search.scalers import RULES
-from search.study import settings_of
+from search.storage import settings_of
 from search.tasks.seed_mlp import build
 
 from conftest import load, run_cli

@@ -15,7 +15,7 @@ import pytest
 from optuna_dashboard import get_note, save_note
 
 from search.publishing import _publish as publishing
-from search.storage import open_storage
+from search.storage import open_storage, settings_of
 
 from conftest import cli_env, run_cli
 
@@ -52,7 +52,7 @@ def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
 
 def test_curves_figure_marks_the_skipped_steps(study_dir):
     study = _study(study_dir)
-    space = publishing.settings_of(study).space
+    space = settings_of(study).space
     named = publishing._named_trials(study.get_trials())
     labels = [label for label, _ in named]
     assert labels[0].startswith("best") and any("seed-1 default" in label for label in labels)
@@ -101,7 +101,6 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
 
     from search.publishing import curves_figure
     from search.results import summarize, summarize_confirmation
-    from search.study import settings_of
 
     shown = {}
     for route in ("ours", "public"):

@@ -20,12 +20,12 @@ from optuna.trial import TrialState
 
 from search.core import OVERFLOW_STEPS, record_interrupts, setting_of
 from search.scalers import RULES
+from search.storage import settings_of
 from search.study import (
     DevicePlanError,
     plan_workers,
     run_pool,
     sampler_seed,
-    settings_of,
     threads_per_process,
 )
 
@@ -33,7 +33,7 @@ from conftest import child_pids, cli_env, fork_server_of, run_cli, run_process, 
 from tasks_for_tests import MID_TRIAL_FLAG, listening_worker
 
 SLOW = "tasks_for_tests:slow"
-SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.core._config.default_study_name).
+SLOW_STUDY = "tasks_for_tests-slow"  # Its default study name (search.core._settings.default_study_name).
 TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
 

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from search.core import RECORDED_DIAGNOSIS, STUDY_DIAGNOSIS, Settings, UsageError
+from search.diagnosis import not_a_search
 from search.results import summarize_confirmation
 from search.storage import (
     StorageError,
@@ -22,8 +23,8 @@ from search.storage import (
     first_line,
     mask_url,
     open_existing_storage,
+    settings_of,
 )
-from search.study import not_a_search, settings_of
 
 
 class ReportError(UsageError):
@@ -80,7 +81,7 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
         study_id = storage.get_study_id_from_name(name)
         attrs = storage.get_study_user_attrs(study_id)
         if "task" not in attrs or "space" not in attrs:
-            raise ReportError(not_a_search(name, attrs))
+            raise ReportError(not_a_search(name, attrs.get(RECORDED_DIAGNOSIS)))
         if len(storage.get_study_directions(study_id)) != 1:
             raise ReportError(f"study {name!r} is multi-objective; search.optimize studies are not")
         study = optuna.load_study(storage=storage, study_name=name)
