@@ -8,7 +8,7 @@ From a log (no torch, no Optuna: ``search.diagnose --log`` answers in a fraction
 From training (the settings in fp16 beside fp32 and bf16 controls):
 
 * ``_observer``: a run watched step by step (gradients per parameter, forward outputs per layer) (torch);
-* ``_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
+* ``_training_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
@@ -53,7 +53,7 @@ from search.diagnosis._training_verdict import (
 
 if TYPE_CHECKING:  # Loaded on first use: _observer and _runs import torch (about 2 s).
     from search.diagnosis._observer import RunObserver, StepReading
-    from search.diagnosis._runs import bf16_supported, diagnosis_runs, start_steps
+    from search.diagnosis._training_runs import bf16_supported, diagnosis_runs, start_steps
 
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
