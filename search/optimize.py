@@ -39,6 +39,7 @@ from search.diagnosis import (
     DiagnosisStart,
     narrowed_space,
     read_diagnosis,
+    read_recorded_diagnosis,
     recorded_start,
 )
 from search.results import FRAMEWORKS, format_summary, write_best_json
@@ -49,7 +50,6 @@ from search.study import (
     RunPlan,
     log_warnings,
     plan_run,
-    read_recorded_diagnosis,
     run_plan,
 )
 from search.tasks import BUILTIN_TASKS, TaskError

@@ -24,7 +24,9 @@ from conftest import ROOT
 
 COMMANDS = {"search.optimize", "search.confirm", "search.report", "search.transfer", "search.dashboard", "search.diagnose"}
 READ_ONLY_COMMANDS = {"search.report", "search.transfer", "search.dashboard"}
-SUBPACKAGES = {"cli", "core", "scalers", "tasks", "training", "storage", "study", "results", "publishing", "diagnosis"}
+SUBPACKAGES = {
+    "cli", "core", "scalers", "tasks", "training", "storage", "study", "confirmation", "results", "publishing", "diagnosis"
+}
 MAX_LINES = 400
 
 

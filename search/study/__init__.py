@@ -1,5 +1,4 @@
-"""A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes,
-confirmation runs.
+"""A study from start to finish: creating or resuming it, the trial loop, samplers, worker processes.
 
 * ``_plan``: a run checked before a byte is written (light checks before torch), its step count;
 * ``_search_run``: a checked plan run: the study done already, its trials here or with ``--workers``;
@@ -8,7 +7,6 @@ confirmation runs.
 * ``_run_with_workers``: ``--workers K``: the parent's run over K processes, and a worker process's life;
 * ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
-* ``_recorded_diagnosis``: a diagnosis kept in a study (``search.diagnose --storage``), and the runs it fits;
 * ``_trial_loop``: the trial loop (:class:`Runner`): reads the study, picks each trial's path, stops when done;
 * ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
 * ``_sampled``: sampled trials: asked of the replica, trained, written whole (or RUNNING when shared);
@@ -21,8 +19,6 @@ confirmation runs.
 * ``_sampling``: samplers, pruners and the per-worker sampler seed;
 * ``_workers``: ``--workers``: the device plan, worker processes, signal forwarding;
 * ``_fork_server``: imported first by the fork server the worker processes are forked from;
-* ``_confirmation_plan``: what a confirmation still has to run: the study and its sibling checked;
-* ``_confirmation_runs``: confirmation runs and corners trained and written into ``<study>.confirm``.
 """
 
 from typing import TYPE_CHECKING
@@ -39,8 +35,6 @@ from search.study._workers import (
 )
 
 if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loop's modules torch too.
-    from search.study._confirmation_plan import ConfirmationPlan, ConfirmError, plan_confirmation
-    from search.study._confirmation_runs import ConfirmationRuns, run_confirmation
     from search.study._in_flight import InFlight
     from search.study._logging import log_warnings
     from search.study._plan import NothingToRun, RunPlan, plan_run
@@ -51,20 +45,6 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
         prepare_study,
     )
     from search.study._queued import run_queued_trial
-    from search.study._recorded_diagnosis import (
-        DiagnosedRun,
-        RecordingTarget,
-        diagnosis_conflict,
-        diagnosis_record,
-        not_a_search,
-        open_for_recording,
-        read_recorded_diagnosis,
-        record_diagnosis,
-        recorded_diagnosis,
-        recording_conflict,
-        study_run,
-        why_no_search,
-    )
     from search.study._replica import Replica
     from search.study._run_parts import RunOutcome, study_is_done
     from search.study._run_with_workers import GAVE_UP_ON_STORAGE, run_workers, worker_process
@@ -78,14 +58,10 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "ConfirmError", "ConfirmationPlan", "ConfirmationRuns", "DevicePlanError", "DiagnosedRun",
-    "GAVE_UP_ON_STORAGE", "InFlight", "NothingToRun", "PoolResult", "RecordingTarget", "Replica",
+    "DevicePlanError", "GAVE_UP_ON_STORAGE", "InFlight", "NothingToRun", "PoolResult", "Replica",
     "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle", "TooManyFailures", "TrialTraining",
-    "WORKER", "WorkerSpec", "diagnosis_conflict", "diagnosis_record", "fail_stale_trials", "inspect_study",
-    "log_warnings", "make_pruner", "make_sampler", "not_a_search", "open_for_recording", "plan_confirmation",
-    "plan_run", "plan_workers", "population_size", "prepare_study", "raise_task_exit",
-    "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis", "recording_conflict",
-    "run_confirmation", "run_plan", "run_pool", "run_population_trials", "run_queued_trial",
-    "run_sampled_trial", "run_workers", "sampler_seed", "study_is_done", "study_run", "threads_per_process",
-    "why_no_search", "worker_context", "worker_process",
+    "WORKER", "WorkerSpec", "fail_stale_trials", "inspect_study", "log_warnings", "make_pruner",
+    "make_sampler", "plan_run", "plan_workers", "population_size", "prepare_study", "raise_task_exit",
+    "run_plan", "run_pool", "run_population_trials", "run_queued_trial", "run_sampled_trial", "run_workers",
+    "sampler_seed", "study_is_done", "threads_per_process", "worker_context", "worker_process",
 ]

@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from search.core import RECORDED_DIAGNOSIS, STUDY_DIAGNOSIS, Settings, UsageError
+from search.diagnosis import not_a_search
 from search.results import summarize_confirmation
 from search.storage import (
     StorageError,
@@ -24,7 +25,6 @@ from search.storage import (
     open_existing_storage,
     settings_of,
 )
-from search.study import not_a_search
 
 
 class ReportError(UsageError):

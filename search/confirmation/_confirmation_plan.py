@@ -17,6 +17,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import DATA_SEED, SOURCE_TRIAL, Settings, UsageError, baseline_of
+from search.diagnosis import not_a_search
 from search.results import (
     Candidate,
     confirm_study_name,
@@ -25,7 +26,6 @@ from search.results import (
 )
 from search.results import config_key as _config_key
 from search.storage import choose_study, settings_of
-from search.study._recorded_diagnosis import not_a_search
 from search.tasks import TaskError, resolve_task
 
 if TYPE_CHECKING:

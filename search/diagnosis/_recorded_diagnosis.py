@@ -24,7 +24,7 @@ from typing import Any
 import optuna
 
 from search.core import DEFAULTS, RECORDED_DIAGNOSIS, IncompatibleStudyError, Settings, UsageError
-from search.diagnosis import NO_START, DiagnosisFileError, narrowed_space, recorded_start
+from search.diagnosis._narrowing import NO_START, DiagnosisFileError, narrowed_space, recorded_start
 from search.storage import (
     StorageError,
     check_storage,
