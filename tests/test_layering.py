@@ -302,6 +302,17 @@ def test_no_import_cycles():
     )
 
 
+def test_no_import_cycles_between_subpackages():
+    """The subpackages are layers (docs/internals.md draws them): none imports another that imports it back,
+    counting every import, inside functions too."""
+    graph = {p: set() for p in SUBPACKAGES}
+    for module in MODULES:
+        home = next((p for p in SUBPACKAGES if _in(module, p)), None)
+        if home is not None:
+            graph[home] |= {p for m in imports(module) for p in SUBPACKAGES if _in(m, p) and p != home}
+    assert not _cycles(graph), _cycles(graph)
+
+
 def test_no_library_module_or_bench_script_imports_a_command():
     offenders = []
     for path in _sources("search") + _sources("bench"):
