@@ -52,7 +52,7 @@ sys.exit(code)
 # --workers started them before the fork server (search/study/_fork_server.py).
 _FRESH_INTERPRETERS = """
 import multiprocessing, sys
-import search.study._pool_run as pool, search.study._workers as workers
+import search.study._run_with_workers as pool, search.study._workers as workers
 pool.worker_context = workers.worker_context = lambda target: multiprocessing.get_context("spawn")
 from search.optimize import main
 sys.exit(main(sys.argv[1:]))

@@ -10,9 +10,11 @@ are thin layers over the library's subpackages, grouped by job (docs/internals.m
 * :mod:`search.training`: one AMP training run and its judgement, knowing nothing of Optuna;
 * :mod:`search.storage`: storage URLs, trial writes, retries, heartbeats;
 * :mod:`search.study`: creating and resuming a study, the trial loop, samplers, worker processes;
+* :mod:`search.confirmation`: the answer re-run on new seeds beside the default, the corners checked;
 * :mod:`search.results`: safe ranges, the recommendation, confirmation, the summary;
 * :mod:`search.publishing`: figures, dashboard notes, trial pictures, the HTML report;
-* :mod:`search.diagnosis`: a training log's loss-scaler lines read, and the verdict they support;
+* :mod:`search.diagnosis`: whether loss scaling is a run's problem: a training log's loss-scaler lines read, or the
+  settings trained beside fp32 and bf16 controls, and the verdict they support; a diagnosis kept in a study;
 * :mod:`search.cli`: the command skeleton.
 
 This package's API lets a script run the same pieces: build a task's :class:`Problem`, train it with

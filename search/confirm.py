@@ -14,8 +14,8 @@ setting, with no ranges to check).
 The runs are stored apart from the search, in a sibling study ``<study>.confirm`` of the same
 storage; a (configuration, seed) pair already stored is never run again, so an interrupted
 confirmation resumes and a larger ``--top``/``--seeds`` adds only what is missing. What is checked
-before anything is written: :func:`search.study.plan_confirmation`; the runs and what they store:
-:func:`search.study.run_confirmation`; reading them back: :mod:`search.results._confirmations`.
+before anything is written: :func:`search.confirmation.plan_confirmation`; the runs and what they store:
+:func:`search.confirmation.run_confirmation`; reading them back: :mod:`search.results._confirmations`.
 This command parses the arguments, prints the table and chooses the exit code.
 
 Exit codes: 0 done, 1 a storage or training failure during the runs, 2 bad input (one line on
@@ -42,6 +42,7 @@ from search.cli import (
     run_command,
     stdout_reader_gone,
 )
+from search.confirmation import ConfirmationPlan, ConfirmError, plan_confirmation
 from search.core import (
     Interrupted,
     UsageError,
@@ -68,7 +69,6 @@ from search.storage import (
     open_existing_storage,
     redact,
 )
-from search.study import ConfirmationPlan, ConfirmError, plan_confirmation
 from search.tasks import TaskError
 
 __all__ = ["build_parser", "main"]
@@ -228,7 +228,7 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     url = args.storage
     for note in plan.notes:
         _note(f"note: {note}")
-    from search.study import run_confirmation  # Trains, so imports torch: not for --help or bad input.
+    from search.confirmation import run_confirmation  # Trains, so imports torch: not for --help or bad input.
 
     runs = run_confirmation(
         plan, top=args.top, corners=not args.no_corners, tolerance=args.tolerance / 100, quiet=args.quiet

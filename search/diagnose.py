@@ -221,8 +221,8 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         import optuna
 
         from search.core import IncompatibleStudyError
+        from search.diagnosis import DiagnosedRun, open_for_recording
         from search.storage import StorageError
-        from search.study import DiagnosedRun, open_for_recording
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
@@ -250,7 +250,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     recorded = []
     raise_pending()  # A signal that came after the runs: nothing is recorded or written either.
     if recording:
-        from search.study import diagnosis_record
+        from search.diagnosis import diagnosis_record
 
         record = diagnosis_record(diagnosis.to_dict(), diagnosed.fingerprint)
         recorded = [_record(run.storage, target.storage, target.study_name, record, session),
@@ -266,8 +266,8 @@ def _training(session: Session, args: argparse.Namespace) -> int:
 def _record(url: str, storage, study_name: str, record: dict, session: Session) -> str:  # noqa: ANN001
     # storage: an RDBStorage, or None (optuna, lazily imported).
     """Records the diagnosis (:func:`search.study.diagnosis_record`) in the study; returns the line that says where."""
+    from search.diagnosis import record_diagnosis
     from search.storage import mask_url, open_storage
-    from search.study import record_diagnosis
 
     if storage is None:  # A SQLite file that did not exist: made now, with the diagnosis in it.
         storage = session.keep(open_storage(url))

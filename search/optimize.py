@@ -225,7 +225,7 @@ def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | N
     from search.diagnosis import read_diagnosis, recorded_start
 
     if path is IN_STUDY:
-        from search.study import read_recorded_diagnosis
+        from search.diagnosis import read_recorded_diagnosis
 
         start = recorded_start(*read_recorded_diagnosis(settings))
     else:

@@ -19,7 +19,7 @@ service writes into a trial, so that no other module spells a key:
   with it (their ``train_seconds`` is the population's wall time divided by that); absent on an
   ordinary trial, so that ``--population 1`` stores what it always stored;
 * ``rounding_of`` (:data:`ROUNDING_OF`): on a trial enqueued to measure the answer's line rounded
-  (:mod:`search.results._rounding`), the trial whose line it rounds and its params;
+  (:mod:`search.results._answer_rounding`), the trial whose line it rounds and its params;
 * ``worker`` (the process that ran it) and, on FAIL, ``fail_reason`` (and ``fail_traceback`` when the
   training raised);
 * confirmation runs (``search.confirm``, in the sibling study) add ``config``, ``source_trial``,

@@ -8,12 +8,17 @@ From a log (no torch, no Optuna: ``search.diagnose --log`` answers in a fraction
 From training (the settings in fp16 beside fp32 and bf16 controls):
 
 * ``_observer``: a run watched step by step (gradients per parameter, forward outputs per layer) (torch);
-* ``_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
+* ``_training_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
 * ``_narrowing``: a diagnosis's JSON (or the record a study keeps of it) as the start of a search: the starting scale
   around its suggestion, the growth interval within its window.
+
+Kept in a study:
+
+* ``_recorded_diagnosis``: a diagnosis recorded in a study (``search.diagnose --storage``), read back for
+  ``search.optimize --from-diagnosis``, and the runs it fits (Optuna, a storage).
 """
 
 from typing import TYPE_CHECKING
@@ -53,18 +58,33 @@ from search.diagnosis._training_verdict import (
     settled_step,
 )
 
-if TYPE_CHECKING:  # Loaded on first use: _observer and _runs import torch (about 2 s).
+if TYPE_CHECKING:  # Loaded on first use: _observer and _training_runs import torch, _recorded_diagnosis Optuna.
     from search.diagnosis._observer import RunObserver, StepReading
-    from search.diagnosis._runs import bf16_supported, diagnosis_runs, start_steps
+    from search.diagnosis._recorded_diagnosis import (
+        DiagnosedRun,
+        RecordingTarget,
+        diagnosis_conflict,
+        diagnosis_record,
+        open_for_recording,
+        read_recorded_diagnosis,
+        record_diagnosis,
+        recorded_diagnosis,
+        recording_conflict,
+        study_run,
+    )
+    from search.diagnosis._training_runs import bf16_supported, diagnosis_runs, start_steps
 
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "CHRONIC_RATE", "DiagnosisFileError", "DiagnosisRuns", "DiagnosisStart", "FP16_MAX", "FP16_SMALLEST",
-    "GROWTH", "HEALTHY_ADVICE", "HYSTERESIS", "LayerForward", "LogError", "LogLine", "LogReading", "MINIMUM",
-    "NO_START", "OCTAVES", "OVERFLOW", "PROGRESS", "ParameterGradients", "RunEvidence", "RunObserver",
-    "SkipCause", "StepReading", "TITLES", "TrainingDiagnosis", "TrainingVerdict", "VERDICTS",
-    "bf16_supported", "diagnosis_runs", "expected_skip_rate", "format_training", "growth_window", "judge",
-    "narrowed_space", "not_a_search", "why_no_search", "read_diagnosis", "read_line", "read_log", "recorded_start", "scale_text",
-    "setting_text", "settled_step", "start_steps",
+    "CHRONIC_RATE", "DiagnosedRun", "DiagnosisFileError", "DiagnosisRuns", "DiagnosisStart", "FP16_MAX",
+    "FP16_SMALLEST", "GROWTH", "HEALTHY_ADVICE", "HYSTERESIS", "LayerForward", "LogError", "LogLine",
+    "LogReading", "MINIMUM", "NO_START", "OCTAVES", "OVERFLOW", "PROGRESS", "ParameterGradients",
+    "RecordingTarget", "RunEvidence", "RunObserver", "SkipCause", "StepReading", "TITLES",
+    "TrainingDiagnosis", "TrainingVerdict", "VERDICTS", "bf16_supported", "diagnosis_conflict",
+    "diagnosis_record", "diagnosis_runs", "expected_skip_rate", "format_training", "growth_window", "judge",
+    "narrowed_space", "not_a_search", "open_for_recording", "read_diagnosis", "read_line", "read_log",
+    "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis", "recorded_start",
+    "recording_conflict", "scale_text", "setting_text", "settled_step", "start_steps", "study_run",
+    "why_no_search",
 ]

@@ -1,7 +1,7 @@
 """What one diagnosed run measured, as plain numbers: its curves, each parameter's gradients, each layer's forward.
 
 No torch here: the verdict, the command's lines, the JSON and the page all read these, and a test can build
-them by hand. :mod:`search.diagnosis._runs` fills them from a real run.
+them by hand. :mod:`search.diagnosis._training_runs` fills them from a real run.
 """
 
 from __future__ import annotations

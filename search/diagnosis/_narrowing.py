@@ -138,7 +138,7 @@ def read_diagnosis(path: str) -> DiagnosisStart:
 
 def recorded_start(record: dict[str, Any], study_name: str) -> DiagnosisStart:
     """The start a diagnosis recorded in a study gives (``search.diagnose --storage``,
-    :mod:`search.study._recorded_diagnosis`); raises :class:`DiagnosisFileError` in one line."""
+    :mod:`search.diagnosis._recorded_diagnosis`); raises :class:`DiagnosisFileError` in one line."""
     keys = ("verdict", "suggested_init_scale", "task", "seed", "scaler", "settings", "recorded_at")
     if any(key not in record for key in keys):
         raise DiagnosisFileError(f"--from-diagnosis: the diagnosis recorded in study {study_name!r} lacks "

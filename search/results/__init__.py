@@ -7,6 +7,7 @@
 * ``_landscape``: the trials in the space of octaves: coordinates, distance, depth, support;
 * ``_minimal``: the minimal change: settings that did not act in a run put back to PyTorch's defaults;
 * ``_recommendation``: the verdict and its setting: the deepest good trial or PyTorch's default, step by step;
+* ``_answer_rounding``: the answer's line rounded, coarse to fine, each rounding taken once a trial measured it;
 * ``_reasons``: the recommendation's reasons, sentence by sentence;
 * ``_verdict``: what confirmation runs say of a setting against the default;
 * ``_together``: ranges safe together: the candidate box, its corners, the check of their runs;

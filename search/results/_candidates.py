@@ -6,7 +6,7 @@ lowest-objective COMPLETE trials, de-duplicated by params, baselines included), 
 recommendation (:func:`search.results._recommendation.recommend`) when it is not the default itself, and
 PyTorch's default GradScaler settings (the ``seed-1`` baseline, in the study's space: a fixed
 parameter keeps its fixed value). This module chooses them from the finished trials; training them
-is :mod:`search.study._confirmation_runs`, reading the runs back :mod:`search.results._confirmations`.
+is :mod:`search.confirmation._confirmation_runs`, reading the runs back :mod:`search.results._confirmations`.
 """
 
 from __future__ import annotations

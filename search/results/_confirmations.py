@@ -1,7 +1,7 @@
 """The read side of confirmation runs: collecting them, the paired statistics, the table.
 
 ``python -m search.confirm`` writes the runs into the sibling study ``<study>.confirm``
-(:mod:`search.study._confirmation_runs`); this module reads them back for the command, for
+(:mod:`search.confirmation._confirmation_runs`); this module reads them back for the command, for
 ``search.report`` and for :func:`search.results._recommendation.recommend`, without importing the command.
 Each configuration is compared with PyTorch's default by a two-sided paired t-test over the data
 seeds (``scipy.stats.ttest_rel``, alpha :data:`ALPHA`).

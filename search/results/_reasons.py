@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from optuna.trial import FrozenTrial
 
 from search.core import FAILURE
+from search.results._answer_rounding import Rounding
 from search.results._format import format_point, offsets_text
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings
-from search.results._rounding import Rounding
 from search.scalers import ScalerConfig
 
 
@@ -141,7 +141,7 @@ def reset_sentence(trial: FrozenTrial, reset: dict[str, str]) -> str:
 
 
 def rounding_sentence(source: FrozenTrial, line: ScalerConfig, rounding: Rounding, tolerance: float) -> str:
-    """What the study measured of ``source``'s line rounded (:mod:`search.results._rounding`)."""
+    """What the study measured of ``source``'s line rounded (:mod:`search.results._answer_rounding`)."""
     tried = "; ".join(f"#{number}: {why}" for number, why in rounding.rejected)
     if rounding.trial is not None and rounding.config is not None:
         moved = [p for p in changed_settings(line) if getattr(line, p) != getattr(rounding.config, p)]

@@ -5,7 +5,7 @@ which can sit next to a failure edge. The recommendation is the deepest good tri
 octaves (:mod:`search.results._landscape`) among those with at least :data:`MIN_SUPPORT` good
 trials within their depth (so it is judged on the trials around it, not on one lucky point). Its
 line is rounded only where a trial of the study ran the rounding and measured it the same
-(:mod:`search.results._rounding`; on a rough objective such as deep-mlp's an unmeasured rounding can
+(:mod:`search.results._answer_rounding`; on a rough objective such as deep-mlp's an unmeasured rounding can
 land well outside the tolerance); the answer is then that trial. When PyTorch's default
 (baseline ``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep
 the default". When confirmation runs on new seeds exist (``search.confirm``), they decide
@@ -28,6 +28,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from search.core import SEED_BASELINES, SpaceConfig, default_trial, device_kind, scaler_config
+from search.results._answer_rounding import Rounding, measured_rounding
 from search.results._landscape import MIN_SUPPORT, Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
@@ -41,7 +42,6 @@ from search.results._reasons import (
     reset_sentence,
     rounding_sentence,
 )
-from search.results._rounding import Rounding, measured_rounding
 from search.results._together import box_limits, safe_together
 from search.results._tolerance import DEFAULT_TOLERANCE
 from search.results._trials import as_config, best_trial, completed, searched_params
@@ -95,7 +95,7 @@ class Recommendation:
         reset: Per setting of ``source_trial`` put back to PyTorch's default because it did not act
             in its run, why (:func:`~search.results._minimal.minimal_change`).
         safe: False when no trial is good: ``config`` is then only the lowest objective found.
-        rounding: What the study measured of the line rounded (:mod:`search.results._rounding`);
+        rounding: What the study measured of the line rounded (:mod:`search.results._answer_rounding`);
             when it holds a trial, that trial is ``source_trial`` and its line is ``config``.
         rounded_from: The deepest good trial, whose line was rounded (None when nothing was).
         nearest_offsets: Per searched setting, the octaves from ``source_trial`` to ``nearest_bad``

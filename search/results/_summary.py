@@ -298,7 +298,7 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
 
 def _answer_trial(rec: dict[str, Any]) -> str:
     """The trial the answer is, as the report names it: the deepest good trial, or the trial that measured its
-    line rounded (search.results._rounding), which is not itself the deepest."""
+    line rounded (search.results._answer_rounding), which is not itself the deepest."""
     deepest = "the only good trial" if rec["n_good"] == 1 else f"the deepest of {rec['n_good']} good trials"
     rounded_from = rec.get("rounded_from")
     if rounded_from is not None and rounded_from != rec["source_trial"]:

@@ -13,7 +13,7 @@
 * ``_recorder``: each write stored once: write ids, a peer's FAIL respected, baselines re-queued;
 * ``_heartbeat``: heartbeats of RUNNING trials (the thread, the first beat);
 * ``_copy``: a study copied to another storage and verified, all or nothing (``search.transfer``);
-* ``_snapshot``: the one read of the study to copy: RUNNING as FAIL, keys holding trial ids set apart;
+* ``_copy_snapshot``: the one read of the study to copy: RUNNING as FAIL, keys holding trial ids set apart;
 * ``_copy_check``: the copy read back and compared with that snapshot.
 """
 
@@ -24,6 +24,14 @@ from search._lazy import lazy_face
 if TYPE_CHECKING:  # Loaded on first use: _urls imports SQLAlchemy, the others optuna.
     from search.storage._copy import TransferError, TransferFailed, TransferReport, transfer_study
     from search.storage._copy_check import verify_copy
+    from search.storage._copy_snapshot import (
+        RUNNING_FAIL_REASON,
+        SAMPLER_ID_LIST_KEY,
+        CopySnapshot,
+        count_artifacts,
+        read_snapshot,
+        remap_id_keys,
+    )
     from search.storage._heartbeat import beating_trials, first_beat, heartbeat, heartbeat_interval
     from search.storage._open import (
         StorageError,
@@ -54,14 +62,6 @@ if TYPE_CHECKING:  # Loaded on first use: _urls imports SQLAlchemy, the others o
         share_outage_warning,
         with_retry,
     )
-    from search.storage._snapshot import (
-        RUNNING_FAIL_REASON,
-        SAMPLER_ID_LIST_KEY,
-        StudySnapshot,
-        count_artifacts,
-        read_snapshot,
-        remap_id_keys,
-    )
     from search.storage._study_attrs import set_study_system_attrs
     from search.storage._study_reads import finished_and_best, resolve_study_name, settings_of
     from search.storage._study_tables import StudyTables, study_tables
@@ -72,8 +72,8 @@ if TYPE_CHECKING:  # Loaded on first use: _urls imports SQLAlchemy, the others o
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "DEFAULT_BUDGET_S", "Finish", "NewTrial", "PASSWORD_MASKED", "RDB_STORAGE_LOGGER", "RUNNING_FAIL_REASON",
-    "SAMPLER_ID_LIST_KEY", "StorageError", "StorageUnreachable", "StudySnapshot", "StudyTables",
+    "CopySnapshot", "DEFAULT_BUDGET_S", "Finish", "NewTrial", "PASSWORD_MASKED", "RDB_STORAGE_LOGGER",
+    "RUNNING_FAIL_REASON", "SAMPLER_ID_LIST_KEY", "StorageError", "StorageUnreachable", "StudyTables",
     "TransferError", "TransferFailed", "TransferReport", "TrialRecorder", "TrialWriter", "WRITE_ID_ATTR",
     "as_stored", "beating_trials", "check_storage", "check_trial", "choose_study", "claim_waiting",
     "close_storage", "count_artifacts", "enable_wal", "enqueue_once", "find_by_system_attr",

@@ -4,7 +4,7 @@
 direction), including the recorded settings that ``search.optimize`` checks on resume. The
 destination write is :func:`optuna.copy_study`; around it:
 
-* The source is read once, into an in-memory snapshot (:mod:`search.storage._snapshot`). Everything
+* The source is read once, into an in-memory snapshot (:mod:`search.storage._copy_snapshot`). Everything
   written and verified is that snapshot, so a source that is still running gives a consistent copy.
 * A trial RUNNING in the source is copied as FAIL with user attr ``fail_reason``: a RUNNING trial
   in the copy has no worker and no heartbeat, so it would never finish there. WAITING trials
@@ -37,6 +37,13 @@ from sqlalchemy.engine import make_url
 
 from search.core import CONFIRM_SUFFIX, UsageError
 from search.storage._copy_check import verify_copy
+from search.storage._copy_snapshot import (
+    SAMPLER_ID_LIST_KEY,
+    CopySnapshot,
+    count_artifacts,
+    read_snapshot,
+    remap_id_keys,
+)
 from search.storage._open import (
     StorageError,
     choose_study,
@@ -45,13 +52,6 @@ from search.storage._open import (
     open_storage,
 )
 from search.storage._optuna_internals import trial_id_of
-from search.storage._snapshot import (
-    SAMPLER_ID_LIST_KEY,
-    StudySnapshot,
-    count_artifacts,
-    read_snapshot,
-    remap_id_keys,
-)
 from search.storage._urls import first_line, mask_url, redact, sqlite_path
 
 _DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mariadb": 3306}
@@ -237,7 +237,7 @@ def _has_study(storage: optuna.storages.BaseStorage, name: str) -> bool:
 
 
 def _report(
-    snapshot: StudySnapshot,
+    snapshot: CopySnapshot,
     name: str,
     target: str,
     from_url: str,
@@ -313,7 +313,7 @@ def _open_source(url: str) -> optuna.storages.RDBStorage:
 
 
 def _copy(
-    snapshot: StudySnapshot, name: str, dest: optuna.storages.RDBStorage, target: str
+    snapshot: CopySnapshot, name: str, dest: optuna.storages.RDBStorage, target: str
 ) -> tuple[dict[str, Any], list[str]]:
     """Writes the snapshot with ``optuna.copy_study``, then re-keys the trial-id attrs.
 

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial
 
-from search.storage._snapshot import StudySnapshot
+from search.storage._copy_snapshot import CopySnapshot
 
 
 def _canon(value: Any) -> str:
@@ -17,7 +17,7 @@ def _canon(value: Any) -> str:
 
 
 def verify_copy(
-    snapshot: StudySnapshot, remapped: dict[str, Any], dest: optuna.storages.RDBStorage, target: str
+    snapshot: CopySnapshot, remapped: dict[str, Any], dest: optuna.storages.RDBStorage, target: str
 ) -> list[str]:
     """Compares the copy read back with the snapshot; returns what differs (empty: equal)."""
     dest_id = dest.get_study_id_from_name(target)

@@ -3,7 +3,7 @@
 A trial that is RUNNING in storage (a claimed baseline or retry, or a sampled trial of a shared
 study) beats while it trains: a thread records its heartbeat every ``--heartbeat-interval``
 seconds through the storage's public ``record_heartbeat``. Between trials every worker calls
-``optuna.storages.fail_stale_trials`` (:class:`search.study._runner.Runner`): a RUNNING trial with no
+``optuna.storages.fail_stale_trials`` (:class:`search.study._trial_loop.Runner`): a RUNNING trial with no
 heartbeat for twice the interval (kill -9, a lost host) becomes FAIL, and Optuna's
 ``RetryHeartbeatStaleTrialCallback`` queues it again. Optuna ignores RUNNING trials that never
 beat, so the first beat is recorded at once, before the trial trains (:func:`first_beat`).

@@ -22,7 +22,7 @@ from search.storage import Finish, NewTrial, heartbeat
 from search.study._trial_training import raise_task_exit
 
 if TYPE_CHECKING:
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
 
 
 def population_size(settings: Settings, trials: list[FrozenTrial]) -> int:

@@ -20,10 +20,9 @@ from search.core import (
     own_space,
     waiting_baseline,
 )
-from search.diagnosis import setting_text
+from search.diagnosis import DiagnosedRun, diagnosis_conflict, setting_text
 from search.scalers import TORCH
 from search.storage import TrialWriter, with_retry
-from search.study._recorded_diagnosis import DiagnosedRun, diagnosis_conflict
 
 # Study user attrs that define what the trials measure; a resume must match them.
 RECORDED_KEYS = (
@@ -129,7 +128,7 @@ def inspect_study(
     and resumed without it is told to add it).
 
     ``steps``: this run's steps per trial, to check a diagnosis ``search.diagnose --storage`` recorded in the
-    study against (:mod:`search.study._recorded_diagnosis`); None: not checked.
+    study against (:mod:`search.diagnosis._recorded_diagnosis`); None: not checked.
 
     Returns:
         Warnings for the user (empty when the study is new or matches).

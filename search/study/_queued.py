@@ -27,7 +27,7 @@ from search.storage import first_beat, heartbeat, trial_id_of
 from search.study._trial_training import raise_task_exit
 
 if TYPE_CHECKING:
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
 
 
 def run_queued_trial(runner: Runner) -> bool:

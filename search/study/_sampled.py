@@ -24,7 +24,7 @@ from search.study._trial_training import raise_task_exit
 from search.training import TrialOutcome
 
 if TYPE_CHECKING:
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
 
 # Records how a trial ended: (state, value, user attrs, intermediate values) -> False when a peer
 # failed it first.

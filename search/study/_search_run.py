@@ -2,7 +2,7 @@
 
 The study may be done already (its summary is printed, nothing written), or need trials on storage that
 cannot be written (refused); otherwise the trials run here (:func:`run_here`) or in worker processes
-(:mod:`search.study._pool_run`), and both end in the study's summary (:func:`search.study._run.finish`).
+(:mod:`search.study._run_with_workers`), and both end in the study's summary (:func:`search.study._run_parts.finish`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from optuna.trial import FrozenTrial
 from search.core import FINISHED, Interrupted, Settings, UsageError
 from search.storage import sqlite_path
 from search.study._plan import RunPlan
-from search.study._pool_run import run_workers
-from search.study._run import (
+from search.study._run_parts import (
     Note,
     RunOutcome,
     existing_trials,
@@ -25,6 +24,7 @@ from search.study._run import (
     stale_text,
     study_is_done,
 )
+from search.study._run_with_workers import run_workers
 from search.tasks import TaskError
 
 
@@ -76,7 +76,7 @@ def _read_only_error(settings: Settings, done: int) -> UsageError:
 
 def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool, note: Note) -> RunOutcome:
     """The run in this process alone: the trial loop, then the summary."""
-    from search.study._runner import TooManyFailures  # torch: not for a command that stops at bad input.
+    from search.study._trial_loop import TooManyFailures  # torch: not for a command that stops at bad input.
 
     settings = plan.settings
     handle, runner, bar = make_runner(plan, existing, None, quiet, note)

@@ -24,7 +24,7 @@ from search.tasks.base import Problem
 from search.training import TrialOutcome, TrialTimeout, run_population, run_trial
 
 if TYPE_CHECKING:
-    from search.study._runner import RunStats
+    from search.study._trial_loop import RunStats
 
 WORKER = process_token()  # Which process ran a trial (user attr "worker").
 

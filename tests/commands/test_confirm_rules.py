@@ -38,7 +38,7 @@ def confirmed(tmp_path_factory) -> tuple[pathlib.Path, str, str]:
     with pytest.MonkeyPatch.context() as patch:
         # The sampler's seed takes the process's pid (two runs on one study sample apart): one fixed study here,
         # whichever test process builds it.
-        patch.setattr("search.study._run.process_token", lambda: "test-host:1")
+        patch.setattr("search.study._run_parts.process_token", lambda: "test-host:1")
         search = run_cli(SEARCH, folder)
     assert search.returncode == 0, search.stderr
     confirm = run_cli(CONFIRM, folder, module="search.confirm")

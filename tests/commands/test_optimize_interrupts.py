@@ -121,9 +121,9 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
 
 
 def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monkeypatch, capsys):
-    import search.study._runner
+    import search.study._trial_loop
 
-    interrupt_at(monkeypatch, search.study._runner.Runner, "_fail_stale_trials", 3, True)
+    interrupt_at(monkeypatch, search.study._trial_loop.Runner, "_fail_stale_trials", 3, True)
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err

@@ -82,7 +82,7 @@ REFERENCES = {"deepspeed": deepspeed_next, "megatron": megatron_next, "fairseq":
 @pytest.mark.parametrize("scaler", ["deepspeed", "megatron", "fairseq"])
 def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, monkeypatch, scaler):
     # The sampler's seed mixes in host and pid; fixed here, so the sampled points (one far past the edge) are too.
-    monkeypatch.setattr("search.study._run.process_token", lambda: "tests:1")
+    monkeypatch.setattr("search.study._run_parts.process_token", lambda: "tests:1")
     args = ["--scaler", scaler, "--trials", "7", "--epochs", str(STEPS), "--quiet", "--best-out", "best.json"]
     if scaler == "fairseq":  # Its default 128 never overflows seed-mlp; start the sampled ones up to 2^30 (edge 2^19.4).
         (tmp_path / "fairseq.toml").write_text("[space.fairseq.fp16_init_scale]\nlow = 64\nhigh = 1073741824\nlog = true\n")

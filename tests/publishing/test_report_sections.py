@@ -72,7 +72,7 @@ def test_every_section_from_a_real_study(study_dir):
     assert [s.key for s in report.sections] == list(SECTION_TITLES)
     assert set(report.figures) == set(FIGURES)
     assert data["n_complete"] == TRIALS and data["ignored"] == {"RUNNING": 0, "WAITING": 0}
-    # A study searched without a diagnosis says how to record one (tests/study/test_recorded_diagnosis.py: with one).
+    # A study searched without a diagnosis says how to record one (tests/diagnosis/test_recorded_diagnosis.py: with one).
     assert data["diagnosis"] == {"started_from": None, "recorded": None}
     assert report.section("diagnosis").message == (
         "This study holds no diagnosis: search.diagnose --storage URL --study-name seed-mlp (with this study's task, "

@@ -15,7 +15,7 @@ from search.publishing.report._writing import write_report
 if TYPE_CHECKING:  # Loaded on first use: _reading imports optuna, the others plotly (_build and _page scikit-learn too).
     from search.publishing.report._build import Report, build_report, report_json
     from search.publishing.report._page import render_html
-    from search.publishing.report._reading import ReportError, StudySnapshot, load_snapshot
+    from search.publishing.report._reading import ReportError, ReportSnapshot, load_snapshot
     from search.publishing.report._section import SECTION_TITLES, Section
     from search.publishing.report._visualization import (
         MIN_CONTOUR_TRIALS,
@@ -29,6 +29,6 @@ __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
     "MIN_CONTOUR_TRIALS", "MIN_IMPORTANCE_TRIALS", "PARALLEL_MAX_LABELS", "PARALLEL_MIN_GAP", "Report",
-    "ReportError", "SECTION_TITLES", "Section", "StudySnapshot", "build_report", "load_snapshot",
+    "ReportError", "ReportSnapshot", "SECTION_TITLES", "Section", "build_report", "load_snapshot",
     "render_html", "report_json", "tidy_parallel_ticks", "write_report",
 ]

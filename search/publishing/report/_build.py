@@ -1,6 +1,6 @@
 """Putting a report together: every section in page order, and the numbers ``--format json`` writes.
 
-:func:`build_report` reads no storage (only its :class:`~search.publishing.report._reading.StudySnapshot`),
+:func:`build_report` reads no storage (only its :class:`~search.publishing.report._reading.ReportSnapshot`),
 and one :class:`Report` serves both outputs: :func:`search.publishing.report._page.render_html` and
 :func:`report_json`.
 """
@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from search.core import DIAGNOSIS_BASELINE, baseline_of
 from search.publishing.report._diagnoses import _diagnosis_section
 from search.publishing.report._failures import _failures_section
-from search.publishing.report._reading import StudySnapshot
+from search.publishing.report._reading import ReportSnapshot
 from search.publishing.report._rule_recommendation import _rule_recommendation_section
 from search.publishing.report._runs import _curves_section, _skipped_section
 from search.publishing.report._section import Section
@@ -64,7 +64,7 @@ class Report:
 
 
 def build_report(
-    snapshot: StudySnapshot,
+    snapshot: ReportSnapshot,
     tolerance: float = DEFAULT_TOLERANCE,
 ) -> Report:
     """Builds every section (figures, tables, message boxes) and the JSON numbers of a snapshot.

@@ -32,7 +32,7 @@ class ReportError(UsageError):
 
 
 @dataclass(frozen=True)
-class StudySnapshot:
+class ReportSnapshot:
     """One read of a study: everything the report needs, no storage access afterwards.
 
     Attributes:
@@ -65,7 +65,7 @@ def _read_confirmation(
     return data, "" if data is not None else "no sibling study"
 
 
-def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
+def load_snapshot(url: str, study_name: str | None = None) -> ReportSnapshot:
     """Reads a study once (trials, settings, confirmation) from any Optuna RDB storage.
 
     Raises:
@@ -91,4 +91,4 @@ def load_snapshot(url: str, study_name: str | None = None) -> StudySnapshot:
     finally:
         close_storage(storage)
     diagnoses = (attrs.get(STUDY_DIAGNOSIS), attrs.get(RECORDED_DIAGNOSIS))
-    return StudySnapshot(name, mask_url(url), trials, settings, confirmation, note, diagnoses)
+    return ReportSnapshot(name, mask_url(url), trials, settings, confirmation, note, diagnoses)

@@ -16,7 +16,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from search.core import CONFIRM_SUFFIX, SpaceConfig, baseline_of, baseline_trials
-from search.publishing.report._reading import StudySnapshot
+from search.publishing.report._reading import ReportSnapshot
 from search.publishing.report._section import SECTION_TITLES, Section
 from search.results import (
     DEFAULT_MARGIN,
@@ -269,7 +269,7 @@ def _together_cell(rec: Recommendation, param: str) -> str:
     return html.escape(format_range(param, *box[param]) + idle)
 
 
-def _confirmation_section(snapshot: StudySnapshot) -> Section:
+def _confirmation_section(snapshot: ReportSnapshot) -> Section:
     section = Section(
         "confirmation",
         SECTION_TITLES["confirmation"],

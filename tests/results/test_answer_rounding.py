@@ -1,4 +1,4 @@
-"""The answer's line rounded (search.results._rounding): coarse to fine, each rounding taken only once a
+"""The answer's line rounded (search.results._answer_rounding): coarse to fine, each rounding taken only once a
 trial has measured it good with the same settings acting; the runs behind the verdicts are checked with the
 independent plain loop (tests/plain_loop.py) on settings that are not powers of two."""
 
@@ -10,8 +10,13 @@ import torch
 
 from search.core import DEFAULTS, ParamRange, PenaltyConfig, distributions
 from search.results import recommend
+from search.results._answer_rounding import (
+    candidate_params,
+    measured_rounding,
+    rounding_candidates,
+    significant,
+)
 from search.results._landscape import Landscape
-from search.results._rounding import candidate_params, measured_rounding, rounding_candidates, significant
 from search.scalers import ScalerConfig
 from search.tasks.seed_mlp import build
 from search.training import run_trial

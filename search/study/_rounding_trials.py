@@ -1,4 +1,4 @@
-"""Measuring the answer's line rounded, before a run stops (:mod:`search.results._rounding`).
+"""Measuring the answer's line rounded, before a run stops (:mod:`search.results._answer_rounding`).
 
 When a run has reached its N trials, the runner asks the answer the summary will give (the same
 :func:`search.results.recommend` on the same trials: the COMPLETE ones of this device kind) for the
@@ -20,7 +20,7 @@ from search.results import recommend
 from search.scalers import RULES
 
 if TYPE_CHECKING:
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
 
 MAX_PER_RUN = 6  # Three roundings of one answer, twice over if the answer moves: a bound, never reached in practice.
 

@@ -1,6 +1,6 @@
 """The snapshot of a study to copy: one read of the source, as the copy will write it.
 
-:func:`search.storage._copy.transfer_study` reads the source once, into a :class:`StudySnapshot`,
+:func:`search.storage._copy.transfer_study` reads the source once, into a :class:`CopySnapshot`,
 and writes and verifies that snapshot, so a source that is still running gives a consistent copy.
 The read turns a RUNNING trial into FAIL with :data:`RUNNING_FAIL_REASON` (a RUNNING trial in the
 copy would have no worker and no heartbeat, so it would never finish there), gives the one-value
@@ -40,7 +40,7 @@ _ARTIFACT_PREFIXES = ("artifacts:", "dashboard:artifacts:")
 
 
 @dataclass(frozen=True)
-class StudySnapshot:
+class CopySnapshot:
     """One read of the source study, RUNNING trials already turned into FAIL."""
 
     directions: list[StudyDirection]
@@ -52,7 +52,7 @@ class StudySnapshot:
     aligned: tuple[int, ...] = ()  # Trials whose one-value distributions took the study's log flag.
 
 
-def read_snapshot(source: optuna.storages.RDBStorage, name: str) -> StudySnapshot:
+def read_snapshot(source: optuna.storages.RDBStorage, name: str) -> CopySnapshot:
     """Reads study ``name`` of ``source`` once; the copy writes and verifies what this returns."""
     study_id = source.get_study_id_from_name(name)
     directions = source.get_study_directions(study_id)
@@ -69,7 +69,7 @@ def read_snapshot(source: optuna.storages.RDBStorage, name: str) -> StudySnapsho
             converted.append(trial.number)
     plain = {k: v for k, v in system_attrs.items() if not _is_id_keyed(k, v)}
     keyed = {k: v for k, v in system_attrs.items() if _is_id_keyed(k, v)}
-    return StudySnapshot(directions, user_attrs, plain, keyed, trials, tuple(converted), _align_point_distributions(trials))
+    return CopySnapshot(directions, user_attrs, plain, keyed, trials, tuple(converted), _align_point_distributions(trials))
 
 
 def _align_point_distributions(trials: list[FrozenTrial]) -> tuple[int, ...]:
@@ -129,7 +129,7 @@ def remap_id_keys(attrs: dict[str, Any], id_map: dict[int, int]) -> tuple[dict[s
     return remapped, dropped
 
 
-def count_artifacts(snapshot: StudySnapshot) -> int:
+def count_artifacts(snapshot: CopySnapshot) -> int:
     """Artifact records in the snapshot: their files live in the artifact store, not in the copy."""
     keys = [*snapshot.plain_system_attrs, *snapshot.id_keyed_system_attrs]
     keys += [k for t in snapshot.trials for k in t.system_attrs]

@@ -2,7 +2,7 @@
 
 Each worker process plans the run again on its own device (:func:`search.study._plan.plan_run`,
 the parent's resolved settings) and decides whether there is work left with the same
-:func:`search.study._run.study_is_done` as a run without workers. The parent draws one progress bar
+:func:`search.study._run_parts.study_is_done` as a run without workers. The parent draws one progress bar
 for the whole study, says what became of the workers, and prints the summary once.
 """
 
@@ -39,8 +39,8 @@ from search.storage import (
 )
 from search.study._logging import log_warnings
 from search.study._plan import RunPlan, plan_run
-from search.study._roundings import rounding_note
-from search.study._run import (
+from search.study._rounding_trials import rounding_note
+from search.study._run_parts import (
     RunOutcome,
     existing_trials,
     finish,
@@ -187,7 +187,7 @@ def worker_process(prog: str, settings: Settings, outage_flag: Any, spec: Worker
 
 
 def _work(plan: RunPlan, spec: WorkerSpec, url: str, prog: str) -> int:
-    from search.study._runner import TooManyFailures  # torch: only a worker trains.
+    from search.study._trial_loop import TooManyFailures  # torch: only a worker trains.
 
     try:
         existing = existing_trials(plan.storage, plan.settings.study_name)

@@ -5,7 +5,7 @@ and its progress bar, the summary.
 left with one function, :func:`study_is_done`: N finished trials, every baseline among them,
 nothing queued or running. A RUNNING trial of a dead worker is therefore never taken for done: the
 run fails it once its heartbeat is stale and runs its baseline again. The run in this process alone
-is :mod:`search.study._search_run`'s, the run with worker processes :mod:`search.study._pool_run`'s;
+is :mod:`search.study._search_run`'s, the run with worker processes :mod:`search.study._run_with_workers`'s;
 both end in :func:`finish`, the summary of the study.
 """
 
@@ -39,7 +39,7 @@ from search.study._prepare import StudyHandle, prepare_study
 from search.study._sampling import make_pruner, make_sampler, sampler_seed
 
 if TYPE_CHECKING:
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
     from search.study._workers import WorkerSpec
 
 Note = Callable[[str], None]  # Prints one line on stderr, after the command's name.
@@ -121,7 +121,7 @@ def make_runner(
     progress bar. ``note`` is None in a worker: its parent speaks for all of them."""
     import torch
 
-    from search.study._runner import Runner
+    from search.study._trial_loop import Runner
 
     settings = plan.settings
     spec = worker or plan.specs[0]

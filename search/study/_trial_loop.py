@@ -28,7 +28,7 @@ workers (no heartbeat for twice the interval; :mod:`search.study._stale`), which
 ``RetryHeartbeatStaleTrialCallback`` queues again. A worker that has reached N does not stop while
 a peer's trial is RUNNING with a heartbeat, and runs every trial queued again, so that a dead
 worker's trial is retried, never left RUNNING (each retry may add one finished trial past N).
-Before it stops, a run measures the answer's line rounded (:mod:`search.study._roundings`): one
+Before it stops, a run measures the answer's line rounded (:mod:`search.study._rounding_trials`): one
 to three more trials when the answer is a change. Every storage call rides out a brief outage
 (:mod:`search.storage._retry`), and every write is stored once even when its acknowledgement is
 lost (:mod:`search.storage._recorder`). Interrupts (SIGINT/SIGTERM) record the trial in flight as
@@ -53,7 +53,7 @@ from search.study._in_flight import InFlight
 from search.study._population_trials import run_population_trials
 from search.study._queued import run_queued_trial
 from search.study._replica import Replica
-from search.study._roundings import queue_rounding, rounding_note
+from search.study._rounding_trials import queue_rounding, rounding_note
 from search.study._sampled import run_sampled_trial
 from search.study._stale import fail_stale_trials
 from search.study._trial_training import TrialTraining
@@ -127,7 +127,7 @@ class Runner:
         self.training = TrialTraining(problem, settings, device_label, amp_dtype, pruner, self.stats, steps)
         self.flight = InFlight()
         self._last_stale_check: float | None = None
-        self.roundings_queued = 0  # Roundings of the answer's line this run enqueued (search.study._roundings).
+        self.roundings_queued = 0  # Roundings of the answer's line this run enqueued (search.study._rounding_trials).
         self._known: list[FrozenTrial] | None = None  # The study after our last write, when it proves it.
 
     def run(self) -> RunStats:

@@ -36,6 +36,7 @@ from optuna.distributions import BaseDistribution, FloatDistribution, IntDistrib
 from optuna.trial import TrialState
 from tqdm import tqdm
 
+from search.confirmation._confirmation_plan import ConfirmationPlan
 from search.core import (
     CHECK,
     CONFIG,
@@ -61,7 +62,6 @@ from search.results import (
 )
 from search.scalers import RULES, ScalerConfig
 from search.storage import TrialWriter
-from search.study._confirmation_plan import ConfirmationPlan
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 from search.training import TrialOutcome, run_steps, run_trial
 
@@ -90,7 +90,7 @@ def run_confirmation(
     interrupted confirmation resumes where it stopped; each run is written once it has trained.
 
     Args:
-        plan: What :func:`search.study.plan_confirmation` found still to run.
+        plan: What :func:`search.confirmation.plan_confirmation` found still to run.
         top: The ``--top`` asked, recorded in the sibling study.
         corners: Train the corners of the ranges that may be safe together (GradScaler studies: a framework
             study's answer is one setting, with no ranges).

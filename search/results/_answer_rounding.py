@@ -9,7 +9,7 @@ would never grow). A rounded value outside the searched range keeps the trial's 
 
 A rounded line is never assumed to behave like the trial it comes from: on a rough objective it
 can land outside the tolerance. Each one is trained as a trial of the study (enqueued by
-:mod:`search.study._roundings` when a run has reached its N trials; user attr ``rounding_of``),
+:mod:`search.study._rounding_trials` when a run has reached its N trials; user attr ``rounding_of``),
 and the answer takes the coarsest whose trial (:func:`measured_rounding`)
 
 * is good (no failure, within the tolerance of the best: the one meaning of good), and
