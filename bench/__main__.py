@@ -61,16 +61,22 @@ PARTS = ("P1", "P2", "P3", "P4", "P5", "S")
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="The service's speed and search efficiency (P1-P5, S), each figure a ratio measured side by "
-        "side in one run (docs/benchmarks.md).",
+        description=(
+            "The service's speed and search efficiency (P1-P5, S), each figure a ratio measured side by "
+            "side in one run (docs/benchmarks.md)."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add = parser.add_argument
     add("--only", default=",".join(PARTS), metavar="PARTS", help="parts to run, e.g. P1,S")
     add("--trials", type=int, default=60, metavar="N", help="trials per P1 measurement")
     add("--rounds", type=int, default=3, metavar="N", help="alternating rounds for P1")
-    add("--p1-user", default="20,40,160", metavar="A,B,C",
-        help="P1 from the user's side: the same command resumed from A to B, then from B to C trials")
+    add(
+        "--p1-user",
+        default="20,40,160",
+        metavar="A,B,C",
+        help="P1 from the user's side: the same command resumed from A to B, then from B to C trials",
+    )
     add("--repeats", type=int, default=40, metavar="N", help="interleaved runs for P2")
     add("--device", default="cpu", help="device of P2 and P5 (cpu, cuda, cuda:N)")
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
@@ -78,28 +84,53 @@ def main() -> None:
     add("--p3-start-workers", type=int, default=4, metavar="K", help="workers of P3's start-up measurement")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")
     add("--p4-budget", type=int, default=100, metavar="N", help="sampled trials per P4 run (a default run's)")
-    add("--p4-from", default=argparse.SUPPRESS, metavar="PATH",
-        help="P4's figures from a --p4-save file, without running a trial")
-    add("--p4-save", default=argparse.SUPPRESS, metavar="PATH", help="write every P4 run's objective values to PATH, as JSON")
+    add(
+        "--p4-from",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="P4's figures from a --p4-save file, without running a trial",
+    )
+    add(
+        "--p4-save",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="write every P4 run's objective values to PATH, as JSON",
+    )
     add("--p4-seeds", type=int, default=5, metavar="N", help="sampler seeds per sampler for P4")
-    add("--p4-arms", default=",".join(ARMS), metavar="ARMS",
-        help="P4's arms: samplers, tpe+diagnosis (TPE from the task's diagnosis, search.optimize --from-diagnosis) "
-        "and random+diagnosis (random search on the same narrowed space)")
+    add(
+        "--p4-arms",
+        default=",".join(ARMS),
+        metavar="ARMS",
+        help=(
+            "P4's arms: samplers, tpe+diagnosis (TPE from the task's diagnosis, search.optimize"
+            " --from-diagnosis) and random+diagnosis (random search on the same narrowed space)"
+        ),
+    )
     add("--p5-task", default="seed-mlp", metavar="TASK", help="task of P5")
     add("--p5-ordinary", type=int, default=16, metavar="N", help="ordinary trials timed for P5")
     add("--p5-populations", default="64,256", metavar="K,K", help="population sizes timed for P5")
-    add("--s-before", default=OLDER_REVISION, metavar="REV", help="the revision S's whole commands are timed against")
+    add(
+        "--s-before",
+        default=OLDER_REVISION,
+        metavar="REV",
+        help="the revision S's whole commands are timed against",
+    )
     add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
     args = parser.parse_args()
     counts = [int(n) for n in args.p1_user.split(",") if n.strip().isdigit()]
-    if len(counts) != 3 or not 0 < counts[0] < counts[1] < counts[2] or counts[2] - counts[1] == counts[1] - counts[0]:
+    if (
+        len(counts) != 3
+        or not 0 < counts[0] < counts[1] < counts[2]
+        or counts[2] - counts[1] == counts[1] - counts[0]
+    ):
         parser.error(f"--p1-user {args.p1_user}: three trial counts A < B < C with C - B != B - A")
     for name in ("p4_save", "p4_from"):  # The parts run in a temporary directory.
         if getattr(args, name, None):
             setattr(args, name, os.path.abspath(getattr(args, name)))
     parts = {p.strip().upper() for p in args.only.split(",")}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # As the service trains (search.study._workers.threads_per_process): one thread unless OMP_NUM_THREADS says.
+    # As the service trains (search.study._workers.threads_per_process): one thread unless OMP_NUM_THREADS
+    # says.
     torch.set_num_threads(threads_per_process())
     print(
         f"torch {torch.__version__}, optuna {optuna.__version__}, {os.cpu_count()} CPUs, "
@@ -111,8 +142,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)
         try:
-            runs = {"P1": lambda: p1(args, tmp), "P2": lambda: p2(args), "P3": lambda: p3(args, tmp),
-                    "P4": lambda: p4(args), "P5": lambda: p5(args), "S": lambda: scaling(args, tmp)}
+            runs = {
+                "P1": lambda: p1(args, tmp),
+                "P2": lambda: p2(args),
+                "P3": lambda: p3(args, tmp),
+                "P4": lambda: p4(args),
+                "P5": lambda: p5(args),
+                "S": lambda: scaling(args, tmp),
+            }
             for part in PARTS:
                 if part in parts:
                     start = time.perf_counter()
@@ -142,8 +179,8 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
         no_curve = plain_same_values_per_trial("sqlite:///nocurve.db", args.trials, template, curve=False)
         rounds.append((memory, reference, same, no_curve, ours, ours_sampled, train_s))
         print(
-            f"  P1 round {r + 1}: plain same values {same * 1000:.1f} ms, without curve {no_curve * 1000:.1f} ms, "
-            f"3 params {reference * 1000:.1f} ms; ours {ours * 1000:.1f} ms ({ours / same:.2f}x)"
+            f"  P1 round {r + 1}: plain same values {same * 1000:.1f} ms, without curve {no_curve * 1000:.1f}"
+            f" ms, 3 params {reference * 1000:.1f} ms; ours {ours * 1000:.1f} ms ({ours / same:.2f}x)"
         )
     os.chdir(tmp)
     memory, reference, same, no_curve, ours, ours_sampled, train_s = (
@@ -154,12 +191,19 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     print(f"  plain Optuna, SQLite, same values as ours            {same * 1000:8.1f} ms   1.00x")
     print(f"  plain Optuna, SQLite, same values but no loss curve  {no_curve * 1000:8.1f} ms")
     print(f"  plain Optuna, SQLite, 3 params + 9 attrs (reference) {reference * 1000:8.1f} ms")
-    print(f"  this service, SQLite, all trials                     {ours * 1000:8.1f} ms   {ours / same:.2f}x"
-          f"   ({ours / no_curve:.2f}x of no-curve, {ours / reference:.2f}x of reference)")
-    print(f"  this service, SQLite, sampled trials                 {ours_sampled * 1000:8.1f} ms   "
-          f"{ours_sampled / same:.2f}x")
-    print(f"  (training itself: {train_s * 1000:.1f} ms per trial; a trial stores {len(template.params)} params, "
-          f"{len(template.user_attrs)} user attrs, {len(template.intermediate_values)} intermediate values)")
+    print(
+        f"  this service, SQLite, all trials                     {ours * 1000:8.1f} ms   {ours / same:.2f}x"
+        f"   ({ours / no_curve:.2f}x of no-curve, {ours / reference:.2f}x of reference)"
+    )
+    print(
+        f"  this service, SQLite, sampled trials                 {ours_sampled * 1000:8.1f} ms   "
+        f"{ours_sampled / same:.2f}x"
+    )
+    print(
+        f"  (training itself: {train_s * 1000:.1f} ms per trial; a trial stores {len(template.params)}"
+        f" params, {len(template.user_attrs)} user attrs, {len(template.intermediate_values)} intermediate"
+        " values)"
+    )
     script = os.path.join(tmp, "plain_user.py")
     with open(script, "w") as f:
         f.write(PLAIN_USER_SCRIPT)
@@ -171,14 +215,26 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
         user_dir = os.path.join(tmp, f"p1-user-{r}")
         os.makedirs(user_dir)
         sides.append(user_side_per_trial(user_dir, script, *counts))
-        print(f"  P1 user side, round {r + 1}: ours {sides[-1][0] * 1000:.1f} ms, plain script {sides[-1][1] * 1000:.1f} ms")
+        print(
+            f"  P1 user side, round {r + 1}: ours {sides[-1][0] * 1000:.1f} ms, plain script"
+            f" {sides[-1][1] * 1000:.1f} ms"
+        )
     user, plain_user = (statistics.median(col) for col in zip(*sides))
-    print(f"  from the user's side (whole commands resumed {' -> '.join(map(str, counts))} trials, training subtracted; median of "
-          f"{args.rounds} rounds):")
+    print(
+        f"  from the user's side (whole commands resumed {' -> '.join(map(str, counts))} trials, training"
+        f" subtracted; median of {args.rounds} rounds):"
+    )
     print(f"  plain Optuna script, SQLite, 3 params + 9 attrs      {plain_user * 1000:8.1f} ms   1.00x")
-    print(f"  python -m search.optimize                            {user * 1000:8.1f} ms   {user / plain_user:.2f}x")
+    print(
+        f"  python -m search.optimize                            {user * 1000:8.1f} ms  "
+        f" {user / plain_user:.2f}x"
+    )
     return [
-        ("P1 user side: search.optimize / plain Optuna script", f"{user / plain_user:.2f}x", "target <= 0.3x"),
+        (
+            "P1 user side: search.optimize / plain Optuna script",
+            f"{user / plain_user:.2f}x",
+            "target <= 0.3x",
+        ),
         ("P1 service overhead / plain Optuna, same values", f"{ours / same:.2f}x", "target <= 0.3x"),
         ("P1 ... / plain Optuna, same values without curve", f"{ours / no_curve:.2f}x", ""),
         ("P1 ... / plain Optuna, 3 params + 9 attrs", f"{ours / reference:.2f}x", ""),
@@ -207,16 +263,29 @@ def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
             os.makedirs(directory, exist_ok=True)
             runs[workers].append(workers_throughput(workers, args.p3_trials, directory))
     (one, one_wall), (two, two_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (1, 2))
-    print(f"\nP3 throughput, seed-mlp, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):")
+    print(
+        f"\nP3 throughput, seed-mlp, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):"
+    )
     print(f"  --workers 1                            {one:8.2f} trials/s   1.00x   (wall {one_wall:.1f} s)")
-    print(f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   (wall {two_wall:.1f} s)")
+    print(
+        f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   (wall"
+        f" {two_wall:.1f} s)"
+    )
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     ceiling = min(2, cores)  # each worker trains on one thread (--threads), so 2 workers can use 2 cores
-    print(f"  ceiling on this machine: {ceiling:.2f}x ({cores} cores, 1 torch thread per worker); "
-          f"reached {two / one / ceiling:.0%} of it")
+    print(
+        f"  ceiling on this machine: {ceiling:.2f}x ({cores} cores, 1 torch thread per worker); "
+        f"reached {two / one / ceiling:.0%} of it"
+    )
     start = p3_start(args, tmp)
-    return [("P3 throughput, --workers 2 / --workers 1", f"{two / one:.2f}x", f"target >= 1.8x; ceiling {ceiling:.2f}x"),
-            start]  # fmt: skip
+    return [
+        (
+            "P3 throughput, --workers 2 / --workers 1",
+            f"{two / one:.2f}x",
+            f"target >= 1.8x; ceiling {ceiling:.2f}x",
+        ),
+        start,
+    ]
 
 
 def p3_start(args: argparse.Namespace, tmp: str) -> tuple[str, str, str]:
@@ -227,12 +296,26 @@ def p3_start(args: argparse.Namespace, tmp: str) -> tuple[str, str, str]:
             directory = os.path.join(tmp, f"p3-start-{r}")
             os.makedirs(directory, exist_ok=True)
             runs[fresh].append(workers_start_cost(args.p3_start_workers, 20, directory, fresh))
-    (forked, forked_wall), (fresh, fresh_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (False, True))
+    (forked, forked_wall), (fresh, fresh_wall) = (
+        tuple(statistics.median(c) for c in zip(*runs[k])) for k in (False, True)
+    )
     k = args.p3_start_workers
-    print(f"\nP3 start-up, --workers {k}, 20 seed-mlp trials on SQLite, CPU of every process (median of {args.p3_rounds} rounds):")
-    print(f"  workers forked from the fork server    {forked:6.1f} s CPU   1.00x   (wall {forked_wall:.1f} s)")
-    print(f"  each worker a fresh interpreter        {fresh:6.1f} s CPU   {fresh / forked:.2f}x   (wall {fresh_wall:.1f} s)")
-    return (f"P3 start-up CPU, --workers {k}: fresh interpreters / fork server", f"{fresh / forked:.2f}x", "higher is better")
+    print(
+        f"\nP3 start-up, --workers {k}, 20 seed-mlp trials on SQLite, CPU of every process (median of"
+        f" {args.p3_rounds} rounds):"
+    )
+    print(
+        f"  workers forked from the fork server    {forked:6.1f} s CPU   1.00x   (wall {forked_wall:.1f} s)"
+    )
+    print(
+        f"  each worker a fresh interpreter        {fresh:6.1f} s CPU   {fresh / forked:.2f}x   (wall"
+        f" {fresh_wall:.1f} s)"
+    )
+    return (
+        f"P3 start-up CPU, --workers {k}: fresh interpreters / fork server",
+        f"{fresh / forked:.2f}x",
+        "higher is better",
+    )
 
 
 def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
@@ -246,57 +329,94 @@ def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         raise SystemExit(2) from None
     arms = tuple(a.strip() for a in args.p4_arms.split(",") if a.strip())
     if not saved and all(diagnosed(a) for a in arms):  # Before 30 minutes of runs, not after.
-        print("bench: error: --p4-arms: add an arm on the whole space (e.g. random): a diagnosis can narrow "
-              "PyTorch's default out of the others, and P4 measures from the default", file=sys.stderr)
+        print(
+            "bench: error: --p4-arms: add an arm on the whole space (e.g. random): a diagnosis can narrow "
+            "PyTorch's default out of the others, and P4 measures from the default",
+            file=sys.stderr,
+        )
         raise SystemExit(2)
     for task in [r.task for r in saved] if saved else tasks:
-        r = (next(x for x in saved if x.task == task) if saved
-             else search_efficiency(task, args.p4_budget, args.p4_seeds, arms))  # fmt: skip
+        r = (
+            next(x for x in saved if x.task == task)
+            if saved
+            else search_efficiency(task, args.p4_budget, args.p4_seeds, arms)
+        )
         results.append(r)
         seeds = len({x.seed for x in r.runs})
-        print(f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {seeds} sampler seeds; "
-              f"best-known {r.best:.4f}, default (seed-1) {r.default:.4f}):", flush=True)
+        print(
+            f"\nP4 trials to the target ({task}, budget {args.p4_budget}, {seeds} sampler seeds; "
+            f"best-known {r.best:.4f}, default (seed-1) {r.default:.4f}):",
+            flush=True,
+        )
         for target, words in TARGETS.items():
             print(f"  {words} (<= {r.targets[target]:.4f}):")
             for sampler in r.arms:
                 _, label = median_label(r.reach[target][sampler], args.p4_budget)
                 print(f"    {sampler:16} median {label:>5}   per seed {r.reach[target][sampler]}")
-        print(f"  share of the gap left after {args.p4_budget} trials (median of seeds), time a trial outside training:")
+        print(
+            f"  share of the gap left after {args.p4_budget} trials (median of seeds), time a trial outside"
+            " training:"
+        )
         for sampler in r.arms:
             print(f"    {sampler:16} {r.regret[sampler]:7.1%}   {r.overhead[sampler] * 1000:6.1f} ms")
         if any(diagnosed(a) for a in r.arms):
-            print(f"  +diagnosis: the diagnosis cost {r.diagnosis_trials:.1f} trials' time (its three runs against a "
-                  "random trial, start to finish), counted in the '+ diagnosis' figures")
+            print(
+                f"  +diagnosis: the diagnosis cost {r.diagnosis_trials:.1f} trials' time (its three runs"
+                " against a random trial, start to finish), counted in the '+ diagnosis' figures"
+            )
         for target in ("gap10", "gap"):
             random = statistics.median(r.reach[target]["random"])
             bound = "<=" if random > args.p4_budget else ""  # Random censored: the ratio is a bound.
             level = "90%" if target == "gap10" else "99%"
             for s in r.arms[1:]:
                 mine = statistics.median(r.reach[target][s])
-                target_note = "target <= 0.5x" if s == DIAGNOSED and target == "gap10" else ""  # the default sampler
-                rows.append((f"P4 {task} {level}: trials {s} / random", f"{bound}{mine / random:.2f}x", target_note))
+                target_note = (
+                    "target <= 0.5x" if s == DIAGNOSED and target == "gap10" else ""
+                )  # the default sampler
+                rows.append(
+                    (f"P4 {task} {level}: trials {s} / random", f"{bound}{mine / random:.2f}x", target_note)
+                )
                 if diagnosed(s):
-                    rows.append((f"P4 {task} {level}: trials {s} + diagnosis / random",
-                                 f"{bound}{(mine + r.diagnosis_trials) / random:.2f}x", target_note))
+                    rows.append(
+                        (
+                            f"P4 {task} {level}: trials {s} + diagnosis / random",
+                            f"{bound}{(mine + r.diagnosis_trials) / random:.2f}x",
+                            target_note,
+                        )
+                    )
     if getattr(args, "p4_save", None):
         save_runs(results, args.p4_save)
         print(f"\n  every run's values: {args.p4_save}")
     chosen, scores = choose_default(results, args.p4_budget)
     tasks = [r.task for r in results]
-    print(f"\nP4 the default sampler, by measurement over {', '.join(tasks)} (median task; ranked by the share of "
-          f"the gap left after {args.p4_budget} trials; within {TIE:.0%} of the gap of the lowest is a tie, won by the "
-          "cheapest trial):")
+    print(
+        f"\nP4 the default sampler, by measurement over {', '.join(tasks)} (median task; ranked by the share"
+        f" of the gap left after {args.p4_budget} trials; within {TIE:.0%} of the gap of the lowest is a tie,"
+        " won by the cheapest trial):"
+    )
     for sampler in scores:
         regret, ninety, ninety_nine, cost = scores[sampler]
         mark = "   <- chosen" if sampler == chosen else ""
-        print(f"  {sampler:16} gap left {regret:6.1%}   90%: {median_label([ninety], args.p4_budget)[1]:>4} trials   "
-              f"99%: {median_label([ninety_nine], args.p4_budget)[1]:>4} trials   {cost * 1000:6.1f} ms a trial{mark}")
+        print(
+            f"  {sampler:16} gap left {regret:6.1%}   90%: {median_label([ninety], args.p4_budget)[1]:>4}"
+            f" trials   99%: {median_label([ninety_nine], args.p4_budget)[1]:>4} trials   {cost * 1000:6.1f}"
+            f" ms a trial{mark}"
+        )
     random = scores["random"]
-    rows.append((f"P4 default by measurement: {chosen}, median task, gap left / random's",
-                 f"{scores[chosen][0] / random[0]:.2f}x" if random[0] else "-",
-                 f"{scores[chosen][3] * 1000:.1f} ms a trial outside training"))
-    rows.append((f"P4 {chosen}, median task, 90%: trials / random", f"{scores[chosen][1] / random[1]:.2f}x",
-                 "target <= 0.5x"))
+    rows.append(
+        (
+            f"P4 default by measurement: {chosen}, median task, gap left / random's",
+            f"{scores[chosen][0] / random[0]:.2f}x" if random[0] else "-",
+            f"{scores[chosen][3] * 1000:.1f} ms a trial outside training",
+        )
+    )
+    rows.append(
+        (
+            f"P4 {chosen}, median task, 90%: trials / random",
+            f"{scores[chosen][1] / random[1]:.2f}x",
+            "target <= 0.5x",
+        )
+    )
     return rows
 
 
@@ -305,29 +425,46 @@ def p5(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     device = torch.device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{os.cpu_count()} CPUs"
     rows = population_throughput(args.p5_task, args.device, populations, args.p5_ordinary)
-    print(f"\nP5 population mode, trials/s ({args.p5_task} on {args.device}, {where}; one run, same settings):")
+    print(
+        f"\nP5 population mode, trials/s ({args.p5_task} on {args.device}, {where}; one run, same settings):"
+    )
     for label, rate, ratio in rows:
         print(f"  {label:45} {rate:9.2f} trials/s   {ratio:6.2f}x")
     # The target is a GPU's: a tiny model leaves it launch-bound. A CPU's fp16 products are
     # compute-bound, so batching saves per-op overhead only; its figure is printed as measured.
     target = "target >= 20x on a GPU" + ("; CPU, printed as measured" if device.type == "cpu" else "")
-    return [(f"P5 {args.p5_task}: {label.split(' (')[0]} / ordinary, trials/s", f"{ratio:.2f}x", target)
-            for label, _rate, ratio in rows[1:]]
+    return [
+        (f"P5 {args.p5_task}: {label.split(' (')[0]} / ordinary, trials/s", f"{ratio:.2f}x", target)
+        for label, _rate, ratio in rows[1:]
+    ]
 
 
 def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     print("\nS  time per trial as steps grow (seed-mlp, full batch, TPE, SQLite; medians of sampled trials):")
     for epochs, wall, train in per_trial_vs_steps(tmp, (30, 100, 300), 15):
-        print(f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
-              f"overhead {(wall - train) * 1000:6.1f} ms")
+        print(
+            f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
+            f"overhead {(wall - train) * 1000:6.1f} ms"
+        )
     print(f"\nS  overhead per trial as the study grows ({args.size_trials} trials of 1 step, TPE, SQLite):")
     sizes = per_trial_vs_study_size(tmp, args.size_trials)
     for start, overhead, train in sizes:
-        print(f"  trials {start:5}-{start + 99:<5} overhead {overhead * 1000:7.1f} ms   train {train * 1000:6.1f} ms")
+        print(
+            f"  trials {start:5}-{start + 99:<5} overhead {overhead * 1000:7.1f} ms   train"
+            f" {train * 1000:6.1f} ms"
+        )
     (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
-    rows = [(f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
-             f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms", "")]
-    print(f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating runs):")
+    rows = [
+        (
+            f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
+            f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms",
+            "",
+        )
+    ]
+    print(
+        f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating"
+        " runs):"
+    )
     costs = command_costs(tmp, args.s_before)
     for (name, target), (label, args_shown) in zip(
         (("bad input", 0.5), ("report --help", 1.0), ("report", 1.5)),
@@ -338,7 +475,10 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
         ),
     ):
         now, before = costs[name]["now"], costs[name]["before"]
-        print(f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s   {now / before:5.2f}x")
+        print(
+            f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s  "
+            f" {now / before:5.2f}x"
+        )
         rows.append((f"S {label}", f"{now:.2f} s ({now / before:.2f}x)", f"<= {target} s"))
     return rows
 

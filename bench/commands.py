@@ -47,7 +47,9 @@ def _timed(tree: pathlib.Path, args: tuple[str, ...], cwd: pathlib.Path, expect:
     proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != expect:
-        raise RuntimeError(f"{' '.join(args)} in {tree} exited {proc.returncode}: {proc.stderr.strip()[:300]}")
+        raise RuntimeError(
+            f"{' '.join(args)} in {tree} exited {proc.returncode}: {proc.stderr.strip()[:300]}"
+        )
     return seconds
 
 
@@ -58,8 +60,8 @@ def side_by_side(
     expect: int,
     rounds: int,
 ) -> dict[str, float]:
-    """Median wall seconds of ``python -m ARGS`` per tree (run in its ``cwds`` folder), the trees alternating in
-    every round."""
+    """Median wall seconds of ``python -m ARGS`` per tree (run in its ``cwds`` folder), the trees alternating
+    in every round."""
     times: dict[str, list[float]] = {label: [] for label in trees}
     for _ in range(rounds):
         for label, tree in trees.items():
@@ -67,11 +69,14 @@ def side_by_side(
     return {label: statistics.median(values) for label, values in times.items()}
 
 
-def command_costs(directory: str, revision: str = OLDER_REVISION, rounds: int = 5) -> dict[str, dict[str, float]]:
+def command_costs(
+    directory: str, revision: str = OLDER_REVISION, rounds: int = 5
+) -> dict[str, dict[str, float]]:
     """{"bad input": {"now": s, "before": s}, "report --help": {...}, "report": {...}}: whole-process seconds,
     medians of ``rounds``.
 
-    The report reads a finished 100-trial seed-mlp study that each tree's own ``search.optimize`` writes first.
+    The report reads a finished 100-trial seed-mlp study that each tree's own ``search.optimize`` writes
+    first.
     """
     work = pathlib.Path(directory)
     trees = {"now": ROOT, "before": unpack(revision, work)}

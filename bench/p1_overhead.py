@@ -38,7 +38,9 @@ def plain_optuna_per_trial(storage: str | None, n_trials: int) -> float:
     return _optimize_seconds_per_trial(study, objective, n_trials)
 
 
-def plain_same_values_per_trial(storage: str | None, n_trials: int, template: FrozenTrial, curve: bool) -> float:
+def plain_same_values_per_trial(
+    storage: str | None, n_trials: int, template: FrozenTrial, curve: bool
+) -> float:
     """Seconds per trial of plain Optuna storing what the service stores for ``template``.
 
     The same search space (``search.core._space.distributions`` of the defaults: 3 floats and the integer
@@ -61,7 +63,9 @@ def plain_same_values_per_trial(storage: str | None, n_trials: int, template: Fr
     return _optimize_seconds_per_trial(study, objective, n_trials)
 
 
-def _optimize_seconds_per_trial(study: optuna.Study, objective: Callable[[optuna.Trial], float], n: int) -> float:
+def _optimize_seconds_per_trial(
+    study: optuna.Study, objective: Callable[[optuna.Trial], float], n: int
+) -> float:
     start = time.perf_counter()
     study.optimize(objective, n_trials=n)
     return (time.perf_counter() - start) / n
@@ -101,7 +105,9 @@ def service_overhead_per_trial(path: str, n_trials: int) -> tuple[float, float, 
     return overhead, sampled_overhead, statistics.fmean(train_s), trials[-1]
 
 
-def user_side_per_trial(directory: str, plain_script: str, first: int = 20, second: int = 40, third: int = 100) -> tuple[float, float]:
+def user_side_per_trial(
+    directory: str, plain_script: str, first: int = 20, second: int = 40, third: int = 100
+) -> tuple[float, float]:
     """Overhead per extra trial as the user pays it: whole commands, start-up and end-of-run work included.
 
     Two resumed runs of the same command (``first`` -> ``second`` trials, then ``second`` -> ``third``);

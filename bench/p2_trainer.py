@@ -76,12 +76,27 @@ def as_loader(problem: Problem, steps: int) -> LoaderProblem:
     pairs = []
     for micro in batch_plan(problem, steps=steps):
         for index in micro:
-            pairs.append((problem.inputs, problem.targets) if index is None else (problem.inputs[index], problem.targets[index]))
-    evaluation = list(zip(problem.inputs.split(problem.batch_size or len(problem.inputs)),
-                          problem.targets.split(problem.batch_size or len(problem.inputs))))
+            pairs.append(
+                (problem.inputs, problem.targets)
+                if index is None
+                else (problem.inputs[index], problem.targets[index])
+            )
+    evaluation = list(
+        zip(
+            problem.inputs.split(problem.batch_size or len(problem.inputs)),
+            problem.targets.split(problem.batch_size or len(problem.inputs)),
+        )
+    )
     return LoaderProblem(
-        problem.model, pairs, problem.make_optimizer, steps, loss_fn=problem.loss_fn, eval_batches=evaluation,
-        accumulation_steps=problem.accumulation_steps, grad_clip=problem.grad_clip, seed=problem.shuffle_seed,
+        problem.model,
+        pairs,
+        problem.make_optimizer,
+        steps,
+        loss_fn=problem.loss_fn,
+        eval_batches=evaluation,
+        accumulation_steps=problem.accumulation_steps,
+        grad_clip=problem.grad_clip,
+        seed=problem.shuffle_seed,
     )
 
 

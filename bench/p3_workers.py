@@ -66,10 +66,24 @@ def workers_start_cost(workers: int, n_trials: int, directory: str, fresh: bool)
     of a fork of the fork server that imported them once.
     """
     path = os.path.join(directory, f"start-{workers}-{int(fresh)}.db")
-    command = [sys.executable, "-c", _FRESH_INTERPRETERS] if fresh else [sys.executable, "-m", "search.optimize"]
-    command += ["--trials", str(n_trials), "--workers", str(workers), "--storage", f"sqlite:///{path}", "--quiet"]
+    command = (
+        [sys.executable, "-c", _FRESH_INTERPRETERS] if fresh else [sys.executable, "-m", "search.optimize"]
+    )
+    command += [
+        "--trials",
+        str(n_trials),
+        "--workers",
+        str(workers),
+        "--storage",
+        f"sqlite:///{path}",
+        "--quiet",
+    ]
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", _ALL_PROCESSES_CPU, *command], check=True, capture_output=True, text=True, cwd=directory
+        [sys.executable, "-c", _ALL_PROCESSES_CPU, *command],
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=directory,
     )
     return float(out.stdout.split()[-1]), time.perf_counter() - start

@@ -4,8 +4,8 @@ Run on several tasks where PyTorch's default is not the best (``TASKS``: deep-ml
 above the default, and deep-mlp-spikes and deep-mlp-sum, whose good windows are closed on both sides).
 Each sampler (random, TPE, GP, CMA-ES) runs ``budget`` sampled trials of a task from
 5 sampler seeds, through the service's own trial loop on in-memory storage (after the 5 baselines
-seed-1 … seed-5, which every study runs first and which are not counted). The best-known objective is the lowest any
-run reached. Three targets:
+seed-1 … seed-5, which every study runs first and which are not counted). The best-known objective is the
+lowest any run reached. Three targets:
 
 * strict: within 1% of the best-known value itself. Good settings of these tasks scatter by tens of
   per cent (deep-mlp: ±40% around 0.01), so this asks for the one lucky point, not a good region;
@@ -17,9 +17,11 @@ And the *regret*: the share of that distance still left after the budget, what a
 many trials delivers. Two more arms: ``tpe+diagnosis`` is what ``search.diagnose --json d.json`` then
 ``search.optimize --from-diagnosis d.json`` does: TPE on the space the task's diagnosis at PyTorch's default
 narrows (:mod:`search.diagnosis._narrowing`); the diagnosis itself costs about three trials' training, counted
-as ``diagnosis_trials`` (its seconds over a trial's) and printed beside its trial counts; ``random+diagnosis`` is
-random search on the same narrowed space, the narrowing's own effect. A narrowed space may leave PyTorch's default
-out (its baseline is then not run): the default's value comes from an arm on the whole space. The default sampler is chosen by :func:`choose_default`, on the regret at the
+as ``diagnosis_trials`` (its seconds over a trial's) and printed beside its trial counts; ``random+diagnosis``
+is random search on the same narrowed space, the narrowing's own effect. A narrowed space may leave PyTorch's
+default
+out (its baseline is then not run): the default's value comes from an arm on the whole space. The default
+    sampler is chosen by :func:`choose_default`, on the regret at the
 default run's budget (100). ``--p4-from`` recomputes every figure from a ``--p4-save`` file.
 A run "reaches" a target at its first trial at or below it; a run that never does counts as
 ``budget + 1`` (censored: the median is then a lower bound, printed with ">").
@@ -59,6 +61,8 @@ ARMS = (*SAMPLERS, DIAGNOSED, "random+diagnosis")
 def diagnosed(arm: str) -> bool:
     """Whether an arm starts from the task's diagnosis (``SAMPLER+diagnosis``)."""
     return arm.endswith("+diagnosis")
+
+
 TASKS = ("deep-mlp", "deep-mlp-spikes", "deep-mlp-sum")
 
 
@@ -91,12 +95,23 @@ def diagnose_task(task: str) -> TaskDiagnosis:
     runs = diagnosis_runs(problem, default, epochs=problem.epochs)
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, default)
     seconds = time.perf_counter() - began
-    start = DiagnosisStart("(bench)", verdict.verdict, verdict.suggested_init_scale, 2.0**16, task, settings.run.seed,
-                           "torch", verdict.growth_window, setting=verdict.suggested_setting)
+    start = DiagnosisStart(
+        "(bench)",
+        verdict.verdict,
+        verdict.suggested_init_scale,
+        2.0**16,
+        task,
+        settings.run.seed,
+        "torch",
+        verdict.growth_window,
+        setting=verdict.suggested_setting,
+    )
     return TaskDiagnosis(start, seconds)
 
 
-def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskDiagnosis | None = None) -> SearchRun:
+def run_search(
+    task: str, sampler: str, seed: int, budget: int, diagnosis: TaskDiagnosis | None = None
+) -> SearchRun:
     """``budget`` trials of ``task`` with ``sampler`` (an arm) seeded ``seed``, in memory."""
     chosen_name = sampler.removesuffix("+diagnosis")
     settings = with_run(DEFAULTS, task=task, trials=budget + 5, sampler=chosen_name, storage="")
@@ -110,8 +125,12 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
     settings = with_run(settings, epochs=problem.epochs)
     storage = optuna.storages.InMemoryStorage()
     chosen = make_sampler(chosen_name, seed)
-    handle = prepare_study(storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner(), attrs)
-    Runner(handle.study, settings, problem, "cpu", torch.float16, chosen, None, steps=run_steps(problem, 0, 0)).run()
+    handle = prepare_study(
+        storage, settings, problem.fingerprint(), chosen, optuna.pruners.NopPruner(), attrs
+    )
+    Runner(
+        handle.study, settings, problem, "cpu", torch.float16, chosen, None, steps=run_steps(problem, 0, 0)
+    ).run()
     trials = handle.study.get_trials(deepcopy=False)
     # Each sampled trial's own time outside training (the sampler's suggest is inside it), median:
     # a mean would charge one-time costs (the first optimizer's imports, a sampler's own imports)
@@ -126,9 +145,12 @@ def run_search(task: str, sampler: str, seed: int, budget: int, diagnosis: TaskD
     # The five baselines (seed-1 … seed-5) run first in every study, whatever the sampler: they are not the
     # sampler's work (seed-3, 2^24, alone is within the gap target on deep-mlp), so they are not
     # counted; the budget is of sampled trials.
-    # The diagnosis's suggested setting (baseline "diagnosis", trained first) is the diagnosis's work: it counts,
+    # The diagnosis's suggested setting (baseline "diagnosis", trained first) is the diagnosis's work: it
+    # counts,
     # as trial 1 of the budget.
-    sampled = [t.value for t in trials if t.value is not None and baseline_of(t) in (None, DIAGNOSIS_BASELINE)]
+    sampled = [
+        t.value for t in trials if t.value is not None and baseline_of(t) in (None, DIAGNOSIS_BASELINE)
+    ]
     seconds = statistics.median(
         (t.datetime_complete - t.datetime_start).total_seconds()
         for t in trials
@@ -154,7 +176,9 @@ class TaskEfficiency:
     reach: dict[str, dict[str, list[int]]]  # target -> sampler -> trials per seed (budget + 1: never)
     regret: dict[str, float]  # sampler -> median over seeds of the share of the gap left after the budget
     overhead: dict[str, float]  # sampler -> median seconds per sampled trial outside training
-    diagnosis_trials: float = 0.0  # the diagnosis's seconds over a random trial's (start to finish), when one ran
+    diagnosis_trials: float = (
+        0.0  # the diagnosis's seconds over a random trial's (start to finish), when one ran
+    )
 
     @property
     def arms(self) -> list[str]:
@@ -170,8 +194,8 @@ TARGETS = {
 
 
 def search_efficiency(task: str, budget: int, seeds: int = 5, arms: tuple[str, ...] = ARMS) -> TaskEfficiency:
-    """Runs every arm ``seeds`` times on ``task`` (the diagnosis first, once, for ``tpe+diagnosis``) and measures
-    the trials each needs."""
+    """Runs every arm ``seeds`` times on ``task`` (the diagnosis first, once, for ``tpe+diagnosis``) and
+    measures the trials each needs."""
     diagnosis = diagnose_task(task) if any(diagnosed(a) for a in arms) else None
     runs = [run_search(task, a, seed, budget, diagnosis) for seed in range(seeds) for a in arms]
     result = efficiency_of(task, runs, budget)
@@ -188,8 +212,10 @@ def efficiency_of(task: str, runs: list[SearchRun], budget: int) -> TaskEfficien
     # The same in every run that ran it: same data, weights and settings.
     default = next((r.default for r in runs if math.isfinite(r.default)), math.nan)
     if not math.isfinite(default):
-        raise ValueError(f"P4 {task}: no arm ran PyTorch's default (a diagnosis narrowed it out of every arm's space): "
-                         "add an arm on the whole space, e.g. random")
+        raise ValueError(
+            f"P4 {task}: no arm ran PyTorch's default (a diagnosis narrowed it out of every arm's space): "
+            "add an arm on the whole space, e.g. random"
+        )
     gap = default - best
     targets = {"strict": best + 0.01 * abs(best), "gap": best + 0.01 * gap, "gap10": best + 0.1 * gap}
     reach = {
@@ -197,7 +223,9 @@ def efficiency_of(task: str, runs: list[SearchRun], budget: int) -> TaskEfficien
         for name, t in targets.items()
     }
     regret = {
-        s: statistics.median((min(r.values[:budget]) - best) / gap if gap > 0 else 0.0 for r in runs if r.sampler == s)
+        s: statistics.median(
+            (min(r.values[:budget]) - best) / gap if gap > 0 else 0.0 for r in runs if r.sampler == s
+        )
         for s in arms
     }
     overhead = {s: statistics.median(r.overhead for r in runs if r.sampler == s) for s in arms}
@@ -245,14 +273,18 @@ def load_runs(path: str, budget: int) -> list[TaskEfficiency]:
     results = []
     for task, saved in data.items():
         runs = [
-            SearchRun(x["sampler"], x["seed"], x["values"], saved["default"], x["overhead"], x.get("seconds", 0.0))
+            SearchRun(
+                x["sampler"], x["seed"], x["values"], saved["default"], x["overhead"], x.get("seconds", 0.0)
+            )
             for x in saved["runs"]
             if x["sampler"] in ARMS  # e.g. "tpe-multivariate" in older files: not an option
         ]
         shortest = min(len(r.values) for r in runs)
         if shortest < budget:
             raise ValueError(f"{path}: {task}'s runs hold {shortest} trials, fewer than --p4-budget {budget}")
-        results.append(replace(efficiency_of(task, runs, budget), diagnosis_trials=saved.get("diagnosis_trials", 0.0)))
+        results.append(
+            replace(efficiency_of(task, runs, budget), diagnosis_trials=saved.get("diagnosis_trials", 0.0))
+        )
     return results
 
 
@@ -261,9 +293,21 @@ def save_runs(results: list[TaskEfficiency], path: str) -> None:
     import json
 
     data = {
-        r.task: {"best": r.best, "default": r.default, "diagnosis_trials": r.diagnosis_trials,
-                 "runs": [{"sampler": x.sampler, "seed": x.seed, "values": x.values, "overhead": x.overhead,
-                           "seconds": x.seconds} for x in r.runs]}
+        r.task: {
+            "best": r.best,
+            "default": r.default,
+            "diagnosis_trials": r.diagnosis_trials,
+            "runs": [
+                {
+                    "sampler": x.sampler,
+                    "seed": x.seed,
+                    "values": x.values,
+                    "overhead": x.overhead,
+                    "seconds": x.seconds,
+                }
+                for x in r.runs
+            ],
+        }
         for r in results
     }
     with open(path, "w") as f:

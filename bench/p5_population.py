@@ -102,17 +102,32 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--ordinary", type=int, default=16, metavar="N", help="ordinary trials timed")
     parser.add_argument("--populations", default="64,256", metavar="K,K", help="population sizes timed")
-    parser.add_argument("--steps", type=int, default=None, metavar="N", help="optimizer steps per trial (default: the task's epochs)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="optimizer steps per trial (default: the task's epochs)",
+    )
     args = parser.parse_args()
     populations = tuple(int(k) for k in args.populations.split(","))
-    torch.set_num_threads(threads_per_process())  # as the service trains: one thread unless OMP_NUM_THREADS says
+    torch.set_num_threads(
+        threads_per_process()
+    )  # as the service trains: one thread unless OMP_NUM_THREADS says
     where = torch.device(args.device)
     name = torch.cuda.get_device_name(where) if where.type == "cuda" else f"{os.cpu_count()} CPUs"
-    print(f"P5 on {args.task}, {args.device} ({name}), torch {torch.__version__}, {torch.get_num_threads()} torch threads")
-    for label, rate, ratio in population_throughput(args.task, args.device, populations, args.ordinary, args.steps):
+    print(
+        f"P5 on {args.task}, {args.device} ({name}), torch {torch.__version__}, {torch.get_num_threads()}"
+        " torch threads"
+    )
+    for label, rate, ratio in population_throughput(
+        args.task, args.device, populations, args.ordinary, args.steps
+    ):
         print(f"  {label:45s} {rate:9.2f} trials/s  {ratio:6.2f}x")
     if where.type == "cpu":
-        print("  (CPU: fp16 matrix products are compute-bound; batching saves per-op overhead, not arithmetic.)")
+        print(
+            "  (CPU: fp16 matrix products are compute-bound; batching saves per-op overhead, not arithmetic.)"
+        )
 
 
 if __name__ == "__main__":

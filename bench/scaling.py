@@ -26,7 +26,13 @@ def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]
     handle = prepare_study(storage, settings, problem.fingerprint(), sampler, optuna.pruners.NopPruner())
     stamps = [time.perf_counter()]
     Runner(
-        handle.study, settings, problem, "cpu", torch.float16, sampler, None,
+        handle.study,
+        settings,
+        problem,
+        "cpu",
+        torch.float16,
+        sampler,
+        None,
         on_trial=lambda state, value: stamps.append(time.perf_counter()),
         steps=run_steps(problem, settings.run.epochs, settings.run.steps),
     ).run()
@@ -36,7 +42,9 @@ def _run(path: str, trials: int, epochs: int) -> tuple[list[float], list[float]]
     return walls, [t.user_attrs["train_seconds"] for t in trials]
 
 
-def per_trial_vs_steps(directory: str, epochs: tuple[int, ...], trials: int) -> list[tuple[int, float, float]]:
+def per_trial_vs_steps(
+    directory: str, epochs: tuple[int, ...], trials: int
+) -> list[tuple[int, float, float]]:
     """(epochs, median wall s/trial, median train s/trial) on seed-mlp (full batch: steps = epochs)."""
     rows = []
     for e in epochs:

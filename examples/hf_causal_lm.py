@@ -49,7 +49,9 @@ def collate(sequences: list[torch.Tensor]) -> dict[str, torch.Tensor]:
 
 def build(seed: int) -> LoaderProblem:
     torch.manual_seed(seed)  # The initial weights.
-    config = GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=1)
+    config = GPT2Config(
+        vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=2, bos_token_id=1, eos_token_id=1
+    )
     model = GPT2LMHeadModel(config)
     model.loss_type = "ForCausalLM"  # What transformers falls back to anyway, said outright (no warning).
     sequences = _sequences(seed, 640)  # One chain: 512 sequences to train on, 128 held out.

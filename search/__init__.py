@@ -13,8 +13,9 @@ are thin layers over the library's subpackages, grouped by job (docs/internals.m
 * :mod:`search.confirmation`: the answer re-run on new seeds beside the default, the corners checked;
 * :mod:`search.results`: safe ranges, the recommendation, confirmation, the summary;
 * :mod:`search.publishing`: figures, dashboard notes, trial pictures, the HTML report;
-* :mod:`search.diagnosis`: whether loss scaling is a run's problem: a training log's loss-scaler lines read, or the
-  settings trained beside fp32 and bf16 controls, and the verdict they support; a diagnosis kept in a study;
+* :mod:`search.diagnosis`: whether loss scaling is a run's problem: a training log's loss-scaler lines read,
+  or the settings trained beside fp32 and bf16 controls, and the verdict they support; a diagnosis kept in a
+  study;
 * :mod:`search.cli`: the command skeleton.
 
 This package's API lets a script run the same pieces: build a task's :class:`Problem`, train it with
@@ -59,9 +60,36 @@ if TYPE_CHECKING:  # Loaded on first use: these import torch, Optuna, SQLAlchemy
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "Assessment", "ConfigError", "DEFAULTS", "Evaluation", "LoaderProblem", "PenaltyConfig",
-    "PopulationError", "Problem", "Recommendation", "Runner", "SEED_BASELINES", "ScalerConfig", "Settings",
-    "TrainResult", "TransferReport", "assess", "batch_plan", "curves_figure", "evaluate", "format_summary",
-    "load_settings", "mask_url", "open_storage", "plan_workers", "prepare_study", "publish", "recommend",
-    "resolve_task", "summarize", "train", "train_population", "transfer_study",
+    "Assessment",
+    "ConfigError",
+    "DEFAULTS",
+    "Evaluation",
+    "LoaderProblem",
+    "PenaltyConfig",
+    "PopulationError",
+    "Problem",
+    "Recommendation",
+    "Runner",
+    "SEED_BASELINES",
+    "ScalerConfig",
+    "Settings",
+    "TrainResult",
+    "TransferReport",
+    "assess",
+    "batch_plan",
+    "curves_figure",
+    "evaluate",
+    "format_summary",
+    "load_settings",
+    "mask_url",
+    "open_storage",
+    "plan_workers",
+    "prepare_study",
+    "publish",
+    "recommend",
+    "resolve_task",
+    "summarize",
+    "train",
+    "train_population",
+    "transfer_study",
 ]

@@ -36,14 +36,18 @@ __all__ = ["lazy_face", "lazy_names"]
 
 
 def lazy_names(source: str) -> dict[str, tuple[str, str]]:
-    """The names a module's source imports under a top-level ``if TYPE_CHECKING:``: name -> (module, its name there).
+    """The names a module's source imports under a top-level ``if TYPE_CHECKING:``: name -> (module, its name
+    there).
 
     Raises:
-        ValueError: A name is imported twice, or the block holds something other than absolute ``from`` imports.
+        ValueError: A name is imported twice, or the block holds something other than absolute ``from``
+            imports.
     """
     found: dict[str, tuple[str, str]] = {}
     for node in ast.parse(source).body:
-        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+        if not (
+            isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        ):
             continue
         for statement in node.body:
             if not (isinstance(statement, ast.ImportFrom) and statement.module and statement.level == 0):

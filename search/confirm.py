@@ -3,9 +3,10 @@
 A search ranks settings on one seed: one data set and one set of initial weights. The winner may
 simply be lucky on that seed. This command re-runs the top-k configurations of a finished study,
 the search's recommendation and the default (PyTorch's GradScaler settings, or under ``--scaler
-deepspeed|megatron|fairseq`` that framework's own; :func:`search.results.select_candidates`) on K new seeds: seed ``s`` in ``study_seed + 1 ...
-study_seed + K`` builds the study's task with new data and new initial weights. The comparison
-with the default is paired by seed: a two-sided paired t-test (``scipy.stats.ttest_rel``, alpha
+deepspeed|megatron|fairseq`` that framework's own; :func:`search.results.select_candidates`) on K new seeds:
+seed ``s`` in ``study_seed + 1 ... study_seed + K`` builds the study's task with new data and new initial
+weights. The comparison with the default is paired by seed: a two-sided paired t-test
+(``scipy.stats.ttest_rel``, alpha
 0.05), so a default that is significantly better is said so too; ``search.report`` then lets these
 runs decide the recommendation. Then the corners of the ranges that may be safe together are
 trained on the search's own data (``--no-corners`` skips them; a framework study's answer is one
@@ -80,13 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name("search.confirm"),
-        description="Re-run the top configurations of a finished search and the default (PyTorch's "
-        "GradScaler settings, or a framework study's own default) on new data/initialisation seeds, stored in the sibling study "
-        "<study>.confirm, and test whether the best beats the default beyond seed noise.",
+        description=(
+            "Re-run the top configurations of a finished search and the default (PyTorch's GradScaler"
+            " settings, or a framework study's own default) on new data/initialisation seeds, stored in the"
+            " sibling study <study>.confirm, and test whether the best beats the default beyond seed noise."
+        ),
         allow_abbrev=False,
     )
     add = p.add_argument
-    add("--storage", metavar="URL", default="sqlite:///study.db", help="Optuna storage URL [sqlite:///study.db]")
+    add(
+        "--storage",
+        metavar="URL",
+        default="sqlite:///study.db",
+        help="Optuna storage URL [sqlite:///study.db]",
+    )
     add("--study-name", default=None, help="the search study [the storage's only search study]")
     add("--top", type=int, default=3, metavar="K", help="confirm the K best distinct configurations [3]")
     add(
@@ -102,34 +110,40 @@ def build_parser() -> argparse.ArgumentParser:
         type=percent,
         default=DEFAULT_TOLERANCE * 100,
         metavar="PCT",
-        help="good: objective within PCT%% of the best, as search.report's --tolerance; picks the "
-        "recommendation to confirm and the ranges to check [1]",
+        help=(
+            "good: objective within PCT%% of the best, as search.report's --tolerance; picks the "
+            "recommendation to confirm and the ranges to check [1]"
+        ),
     )
     add(
         "--no-corners",
         action="store_true",
-        help="do not train the corners of the ranges that may be safe together (up to 16 runs a box, "
-        "on the search's own data)",
+        help=(
+            "do not train the corners of the ranges that may be safe together (up to 16 runs a box, "
+            "on the search's own data)"
+        ),
     )
     add(
         "--threads",
         type=int,
         default=0,
         metavar="N",
-        help="torch intra-op threads; 0: 1 thread, or OMP_NUM_THREADS when set (threads that share cores "
-        "with another process stall at every barrier, as for search.optimize) [0]",
+        help=(
+            "torch intra-op threads; 0: 1 thread, or OMP_NUM_THREADS when set (threads that share cores "
+            "with another process stall at every barrier, as for search.optimize) [0]"
+        ),
     )
     add("--json", metavar="PATH", default=None, help="write the confirmation's numbers as JSON")
     add(
         "--paste",
         choices=tuple(FRAMEWORKS),
         default=None,
-        help="whose line the verdict of a GradScaler study shows: " + ", ".join(FRAMEWORKS) + " [torch]; "
-        "a DeepSpeed, Megatron-LM or fairseq study answers in that framework's own form",
+        help="whose line the verdict of a GradScaler study shows: "
+        + ", ".join(FRAMEWORKS)
+        + " [torch]; a DeepSpeed, Megatron-LM or fairseq study answers in that framework's own form",
     )
     add("--quiet", action="store_true", help="no progress bar")
     return p
-
 
 
 def _plan(args: argparse.Namespace) -> ConfirmationPlan:
@@ -162,12 +176,19 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
 
     torch.set_num_threads(threads_per_process(args.threads))
     plan = plan_confirmation(
-        storage, url, args.study_name, top=args.top, n_seeds=args.seeds, device=device, tolerance=args.tolerance / 100
+        storage,
+        url,
+        args.study_name,
+        top=args.top,
+        n_seeds=args.seeds,
+        device=device,
+        tolerance=args.tolerance / 100,
     )
     if args.paste is not None and RULES[plan.settings.run.scaler].replays:
         raise ConfirmError(
-            f"--paste {args.paste}: study {plan.study_name!r} searched {RULES[plan.settings.run.scaler].title}'s "
-            "own rule, whose answer is that framework's own config; --paste picks among GradScaler's forms"
+            f"--paste {args.paste}: study {plan.study_name!r} searched"
+            f" {RULES[plan.settings.run.scaler].title}'s own rule, whose answer is that framework's own"
+            " config; --paste picks among GradScaler's forms"
         )
     return plan
 
@@ -222,6 +243,7 @@ def _main(session: Session, argv: list[str]) -> int:
     except Exception as e:  # Training failed (CUDA out of memory, a user loss that raises).
         return _fail(f"a confirmation run failed: {type(e).__name__}: {redact(first_line(e), url)}", 1)
 
+
 def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     """Runs what the plan left to run, then prints the confirmation table (and writes ``--json``)."""
     settings, storage = plan.settings, plan.storage
@@ -239,20 +261,20 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     assert collected is not None
     seeds, stats, corners = collected
     steps = counted_steps(settings.run.epochs, settings.run.steps, plan.trials)
-    print(
-        f"Confirmation of study {plan.study_name!r} ({plan.n_complete} complete trials) in {mask_url(url)}"
-    )
+    print(f"Confirmation of study {plan.study_name!r} ({plan.n_complete} complete trials) in {mask_url(url)}")
     print(
         f"  {len(plan.candidates)} configs x {len(seeds)} seeds (data seeds {seeds[0]}..{seeds[-1]}: "
-        f"new data and initial weights each), "
+        "new data and initial weights each), "
         + (f"{steps} optimizer steps" if steps else f"{settings.run.epochs} epochs")
-        + f", {settings.run.amp_dtype} "
-        f"on {plan.device.type}"
+        + f", {settings.run.amp_dtype} on {plan.device.type}"
         + f", {RULES[settings.run.scaler].title}'s loss-scale rule"
     )
     stored = len(plan.candidates) * len(seeds)
     if done:
-        print(f"  this run: {done} runs in {seconds:.1f} s of training, start-up not counted; stored in study {runs.study_name!r}")
+        print(
+            f"  this run: {done} runs in {seconds:.1f} s of training, start-up not counted; stored in study"
+            f" {runs.study_name!r}"
+        )
     else:
         print(f"  this run: nothing to run, all {stored} runs are already in study {runs.study_name!r}")
     print()

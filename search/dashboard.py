@@ -42,9 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Publish the study's curves and notes, then serve optuna-dashboard on it.",
         allow_abbrev=False,
     )
-    p.add_argument(
-        "--storage", default="sqlite:///study.db", help="Optuna storage URL [sqlite:///study.db]"
-    )
+    p.add_argument("--storage", default="sqlite:///study.db", help="Optuna storage URL [sqlite:///study.db]")
     p.add_argument("--study-name", default=None, help="study to publish figures for [every study]")
     p.add_argument("--host", default="127.0.0.1", help="address to bind [127.0.0.1: this machine only]")
     p.add_argument("--port", type=int, default=8080, help="port [8080]")
@@ -53,8 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--artifact-dir",
         default=None,
         metavar="DIR",
-        help="where each trial's loss-and-scale picture is drawn and served from [beside a SQLite file: "
-        "<file>-artifacts; for a database server: ./dashboard-artifacts]",
+        help=(
+            "where each trial's loss-and-scale picture is drawn and served from [beside a SQLite file: "
+            "<file>-artifacts; for a database server: ./dashboard-artifacts]"
+        ),
     )
     p.add_argument("--publish-only", action="store_true", help="publish, then exit without serving")
     return p
@@ -80,10 +80,14 @@ def _main(session: Session, argv: list[str]) -> int:
     path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else None
     if path is not None:
         if not os.path.isfile(path):
-            return _fail(f"no study file {path} here (run python -m search.optimize first, or pass --storage)")
+            return _fail(
+                f"no study file {path} here (run python -m search.optimize first, or pass --storage)"
+            )
     try:
         # Deferred SQLite transactions: serving only reads, and must not hold the workers' write lock.
-        storage = session.keep(open_existing_storage(url))  # Closed on every path: SQLite removes its -wal/-shm.
+        storage = session.keep(
+            open_existing_storage(url)
+        )  # Closed on every path: SQLite removes its -wal/-shm.
         names = [s.study_name for s in storage.get_all_studies()]
     except StorageError as e:
         return _fail(str(e))
@@ -91,17 +95,23 @@ def _main(session: Session, argv: list[str]) -> int:
         return _fail(f"cannot read {mask_url(url)}: {redact(first_line(e), url)}")
     return _publish_and_serve(args, storage, names, path)
 
+
 def _publish_and_serve(
     args: argparse.Namespace, storage: optuna.storages.RDBStorage, names: list[str], path: str | None
 ) -> int:
     url = args.storage
     if args.study_name is not None and args.study_name not in names:
-        return _fail(f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})")
+        return _fail(
+            f"no study {args.study_name!r} in {mask_url(url)} (studies: {', '.join(names) or 'none'})"
+        )
     publishing = not args.no_publish
     if publishing and is_read_only(url):  # Read-only media: optuna-dashboard can still show it.
         if args.publish_only:
             return _fail(f"{mask_url(url)} is read-only: nothing can be published to it")
-        print(f"search.dashboard: note: {mask_url(url)} is read-only: serving it without publishing", file=sys.stderr)
+        print(
+            f"search.dashboard: note: {mask_url(url)} is read-only: serving it without publishing",
+            file=sys.stderr,
+        )
         publishing = False
     artifact_dir = args.artifact_dir or (f"{path}-artifacts" if path is not None else "dashboard-artifacts")
     # Everything that can be refused is checked before anything is written.
@@ -117,12 +127,18 @@ def _publish_and_serve(
             with interrupts_as_exceptions():
                 missed = _publish_all(url, [args.study_name] if args.study_name else names, artifact_dir)
         except Interrupted as e:  # Each study's figures and notes are written in one transaction.
-            return fail("search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum)
+            return fail(
+                "search.dashboard", f"interrupted ({e}) while publishing; trials untouched", 128 + e.signum
+            )
         if missed and args.publish_only:
-            return fail("search.dashboard", f"not published: {', '.join(missed)} (the warnings above say why)", 1)
+            return fail(
+                "search.dashboard", f"not published: {', '.join(missed)} (the warnings above say why)", 1
+            )
     signum = take_pending()  # Recorded while starting or publishing outside its block (search.cli._startup).
     if signum is not None:
-        return fail("search.dashboard", f"interrupted ({signal.Signals(signum).name}) before serving", 128 + signum)
+        return fail(
+            "search.dashboard", f"interrupted ({signal.Signals(signum).name}) before serving", 128 + signum
+        )
     if args.publish_only:
         return 0
     print(f"search.dashboard: serving {mask_url(url)} on http://{args.host}:{args.port}/", file=sys.stderr)
@@ -187,7 +203,9 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> list[str]:
     writer = open_existing_storage(url, immediate=True)
     try:
         for name in names:
-            study = optuna.load_study(storage=writer, study_name=name, sampler=optuna.samplers.RandomSampler())
+            study = optuna.load_study(
+                storage=writer, study_name=name, sampler=optuna.samplers.RandomSampler()
+            )
             if "task" not in study.user_attrs:
                 continue  # Not a study of this service (or a search.confirm sibling).
             try:
@@ -195,12 +213,15 @@ def _publish_all(url: str, names: list[str], artifact_dir: str) -> list[str]:
                 report = publish(study, trials, storage_url=url)
                 pictures = publish_pictures(study, artifact_dir, trials)
             except Exception as e:  # The study is fine; only its figures are not refreshed.
-                print(f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}", file=sys.stderr)
+                print(
+                    f"search.dashboard: warning: {name}: not published: {redact(first_line(e), url)}",
+                    file=sys.stderr,
+                )
                 missed.append(name)
                 continue
             print(
-                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial notes, "
-                f"{pictures} new trial pictures in {artifact_dir}",
+                f"search.dashboard: {name}: {len(report.figures)} figures, {report.trial_notes} new trial"
+                f" notes, {pictures} new trial pictures in {artifact_dir}",
                 file=sys.stderr,
             )
     finally:

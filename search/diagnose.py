@@ -2,16 +2,19 @@
 
 Two ways in:
 
-* **a task** (the same ``--task``, ``--device``, ``--epochs``/``--steps`` and ``--seed`` as ``search.optimize``) and
-  the settings you train with today (``--init-scale`` ... ``--growth-interval``, PyTorch's defaults unless given;
-  or ``--scaler deepspeed|megatron|fairseq`` with ``--knob NAME=VALUE``): it trains those settings in fp16, an
-  fp32 control and a bf16 control (:mod:`search.diagnosis`), and prints the scale trace, every skipped step with
-  what overflowed, each parameter's gradient magnitudes against fp16's range, the forward pass's largest
-  activation against 65504, and a verdict; ``--json`` and ``--html`` write it for a program and for a person,
-  and ``--storage``/``--study-name`` record it in the study ``search.optimize`` would use (checked first: a study
-  of another run refuses it before anything trains), where ``search.optimize --from-diagnosis`` starts from it;
-* **a log** (``--log FILE``): the loss-scaler lines of a DeepSpeed, apex or fairseq run, read without re-running
-  it: skipped steps, the scale over time, when it settled, whether it reached the minimum, and the verdict a log
+* **a task** (the same ``--task``, ``--device``, ``--epochs``/``--steps`` and ``--seed`` as
+  ``search.optimize``) and the settings you train with today (``--init-scale`` ... ``--growth-interval``,
+  PyTorch's defaults unless given; or ``--scaler deepspeed|megatron|fairseq`` with ``--knob NAME=VALUE``): it
+  trains those settings in fp16, an fp32 control and a bf16 control (:mod:`search.diagnosis`), and prints the
+  scale trace, every skipped step with what overflowed, each parameter's gradient magnitudes against fp16's
+  range, the forward pass's largest activation against 65504, and a verdict; ``--json`` and ``--html`` write
+  it for a program and for a person, and ``--storage``/``--study-name`` record it in the study
+  ``search.optimize`` would use (checked first: a study of another run refuses it before anything trains),
+  where ``search.optimize --from-diagnosis`` starts from it;
+* **a log** (``--log FILE``): the loss-scaler lines of a DeepSpeed, apex or fairseq run, read without
+  re-running
+  it: skipped steps, the scale over time, when it settled, whether it reached the minimum, and the verdict a
+      log
   can support (``healthy``, ``chronic-skipping``, ``scale-collapse``); a log cannot show an underflow nor a
   forward overflow, and the command says so. This way never imports torch.
 
@@ -25,63 +28,125 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from typing import BinaryIO
 
-from search.cli import OneLineParser, Session, check_output, check_run_length, fail, prog_name, run_command
+from search.cli import (
+    OneLineParser,
+    Session,
+    check_output,
+    check_run_length,
+    fail,
+    prog_name,
+    run_command,
+    setting_from_flags,
+)
 from search.core import UsageError, interrupts_as_exceptions, raise_pending
 
-__all__ = ["build_parser", "format_reading", "main"]
+__all__ = ["build_parser", "main"]
 
 PROG = "search.diagnose"
-LIMITS = (
-    "a log cannot show an underflow (gradients rounded to zero skip nothing) nor a forward pass that overflows "
-    "fp16; those need the run itself"
-)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name(PROG),
-        description="Say in seconds whether loss scaling is a run's problem, and which one: train your settings "
-        "in fp16 beside fp32 and bf16 controls on a task, or read a DeepSpeed, apex or fairseq log (--log).",
+        description=(
+            "Say in seconds whether loss scaling is a run's problem, and which one: train your settings in"
+            " fp16 beside fp32 and bf16 controls on a task, or read a DeepSpeed, apex or fairseq log (--log)."
+        ),
         allow_abbrev=False,
     )
     add = p.add_argument
     run = p.add_argument_group("a training diagnosis (the default)")
-    run.add_argument("--task", default=None, metavar="NAME", help="a built-in task or package.module:callable [seed-mlp]")
-    run.add_argument("--config", metavar="PATH", default=None, help="TOML config, as search.optimize reads it")
+    run.add_argument(
+        "--task", default=None, metavar="NAME", help="a built-in task or package.module:callable [seed-mlp]"
+    )
+    run.add_argument(
+        "--config", metavar="PATH", default=None, help="TOML config, as search.optimize reads it"
+    )
     run.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N [auto]")
-    run.add_argument("--epochs", type=int, default=None, metavar="N", help="passes over the data [the task's default]")
-    run.add_argument("--seed", type=int, default=None, metavar="N", help="task seed: data and initial weights [42]")
-    run.add_argument("--threads", type=int, default=None, metavar="N", help="torch intra-op threads; 0: 1, or OMP_NUM_THREADS [0]")
-    run.add_argument("--scaler", default=None, metavar="RULE", help="whose loss-scale rule: torch (GradScaler), deepspeed, megatron, fairseq [torch]")
+    run.add_argument(
+        "--epochs", type=int, default=None, metavar="N", help="passes over the data [the task's default]"
+    )
+    run.add_argument(
+        "--seed", type=int, default=None, metavar="N", help="task seed: data and initial weights [42]"
+    )
+    run.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        metavar="N",
+        help="torch intra-op threads; 0: 1, or OMP_NUM_THREADS [0]",
+    )
+    run.add_argument(
+        "--scaler",
+        default=None,
+        metavar="RULE",
+        help="whose loss-scale rule: torch (GradScaler), deepspeed, megatron, fairseq [torch]",
+    )
     for flag, kind, default in _TORCH_FLAGS:
-        run.add_argument(flag, type=kind, default=None, metavar="N" if kind is int else "X",
-                         help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]")  # fmt: skip
-    run.add_argument("--knob", action="append", default=[], metavar="NAME=VALUE",
-                     help="a setting of the --scaler rule by its own name (initial_scale_power=12); repeatable")  # fmt: skip
-    run.add_argument("--html", metavar="PATH", default=None, help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)")
-    run.add_argument("--storage", default=None, metavar="URL",
-                     help="record the diagnosis in this Optuna storage, in the study search.optimize would use; "
-                     "search.optimize --from-diagnosis then starts from it [--study-name alone: the config's "
-                     "storage, else sqlite:///study.db]")  # fmt: skip
-    run.add_argument("--study-name", default=None, metavar="NAME",
-                     help="record the diagnosis in this study [the task's default study]")  # fmt: skip
-    add("--log", metavar="FILE", default=None, help="read this training log instead of training ('-': standard input)")
+        run.add_argument(
+            flag,
+            type=kind,
+            default=None,
+            metavar="N" if kind is int else "X",
+            help=f"GradScaler's {flag[2:].replace('-', '_')} [{default}]",
+        )
+    run.add_argument(
+        "--knob",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a setting of the --scaler rule by its own name (initial_scale_power=12); repeatable",
+    )
+    run.add_argument(
+        "--html",
+        metavar="PATH",
+        default=None,
+        help="write the diagnosis as an HTML page (scale trace, skips, gradient ranges)",
+    )
+    run.add_argument(
+        "--storage",
+        default=None,
+        metavar="URL",
+        help=(
+            "record the diagnosis in this Optuna storage, in the study search.optimize would use; "
+            "search.optimize --from-diagnosis then starts from it [--study-name alone: the config's "
+            "storage, else sqlite:///study.db]"
+        ),
+    )
+    run.add_argument(
+        "--study-name",
+        default=None,
+        metavar="NAME",
+        help="record the diagnosis in this study [the task's default study]",
+    )
+    add(
+        "--log",
+        metavar="FILE",
+        default=None,
+        help="read this training log instead of training ('-': standard input)",
+    )
     add(
         "--steps",
         type=int,
         default=None,
         metavar="N",
-        help="a training diagnosis: optimizer steps to train [as the epochs make]; --log: the steps the log covers, "
-        "for a log that numbers none (apex; a step number in the log wins where it is larger)",
+        help=(
+            "a training diagnosis: optimizer steps to train [as the epochs make]; --log: the steps the log"
+            " covers, for a log that numbers none (apex; a step number in the log wins where it is larger)"
+        ),
     )
-    add("--json", metavar="PATH", default=None, help="write the diagnosis as JSON (verdict, skipped_steps, ...)")
+    add(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="write the diagnosis as JSON (verdict, skipped_steps, ...)",
+    )
     return p
 
 
@@ -94,41 +159,22 @@ _TORCH_FLAGS = (
     ("--backoff-factor", float, "0.5"),
     ("--growth-interval", int, "2000"),
 )
-_TRAINING_ONLY = ("task", "config", "device", "epochs", "seed", "threads", "scaler", "init_scale", "growth_factor",
-                  "backoff_factor", "growth_interval", "html", "storage", "study_name")  # fmt: skip
-
-
-def format_reading(reading, source: str) -> list[str]:  # noqa: ANN001 (search.diagnosis.LogReading: lazily imported)
-    """The lines the command prints for a :class:`search.diagnosis.LogReading` of ``source``."""
-    from search.diagnosis import TITLES
-
-    names = ", ".join(TITLES[f] for f in reading.frameworks)
-    covered = f"{reading.steps} optimizer steps" if reading.steps else "no step count"
-    lines = [f"Log {source}: {names}, {len(reading.lines)} loss-scaler lines, {covered}"]
-    of = f" of {reading.steps} ({reading.skipped_steps / reading.steps:.2%})" if reading.steps else ""
-    if reading.skipped_steps == 0:
-        where = "none"
-    elif reading.settled_line:
-        where = (f"{reading.initial_skips} while the scale searched down from its start, {reading.later_skips} after "
-                 f"it had grown again (line {reading.settled_line})")  # fmt: skip
-    else:
-        unseen = reading.skipped_steps - reading.initial_skips
-        where = f"{reading.initial_skips} while the scale searched down from its start; it never grew again" + (
-            f"; {unseen} more counted by the engine with no overflow line" if unseen else "")  # fmt: skip
-    lines.append(f"  skipped steps: {reading.skipped_steps}{of}: {where}")
-    if reading.scale_trace:
-        scales = [scale for _, _, scale in reading.scale_trace]
-        first = reading.scale_trace[0]
-        told = [line.number for line in reading.lines if line.scale_before is not None or line.scale_after is not None]
-        lines.append(
-            f"  scale: {first[2]:g} at line {first[0]}, {scales[-1]:g} at line {told[-1]} (the last that tells it); "
-            f"lowest {min(scales):g}, highest {max(scales):g}, {len(scales) - 1} changes"
-        )
-    lines.append(f"  minimum scale: {'reached: the framework ends the run there' if reading.hit_minimum else 'not reached'}")
-    lines.append(f"  verdict: {reading.verdict}")
-    lines.append(f"    ({reading.reason})")
-    lines.append(f"    note: {LIMITS}")
-    return lines
+_TRAINING_ONLY = (
+    "task",
+    "config",
+    "device",
+    "epochs",
+    "seed",
+    "threads",
+    "scaler",
+    "init_scale",
+    "growth_factor",
+    "backoff_factor",
+    "growth_interval",
+    "html",
+    "storage",
+    "study_name",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,14 +190,21 @@ def _main(session: Session, argv: list[str]) -> int:
             check_output("--json", args.json)
         if args.log is None:
             return _training(session, args)
-        given = [name for name in _TRAINING_ONLY if getattr(args, name) is not None] + (["knob"] if args.knob else [])
+        given = [name for name in _TRAINING_ONLY if getattr(args, name) is not None] + (
+            ["knob"] if args.knob else []
+        )
         if given:
-            raise UsageError(f"--{given[0].replace('_', '-')} is for a training diagnosis; --log reads a log without training")
+            raise UsageError(
+                f"--{given[0].replace('_', '-')} is for a training diagnosis; --log reads a log without"
+                " training"
+            )
         reading, source = _read(args)
     except UsageError as e:
         return fail(PROG, str(e))
     text = json.dumps({"log": source, **reading.to_dict()}, indent=2, allow_nan=False) if args.json else None
     raise_pending()  # A Ctrl-C while a long log was read: exit 130, nothing written.
+    from search.diagnosis import format_reading
+
     print("\n".join(format_reading(reading, source)))
     if text is not None:
         with open(args.json, "w") as f:
@@ -180,9 +233,17 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     from search.core import ConfigError, load_settings
     from search.tasks import TaskError, task_target
 
-    overrides = {"task": args.task, "device": args.device, "epochs": args.epochs, "steps": args.steps,
-                 "seed": args.seed, "threads": args.threads, "scaler": args.scaler, "storage": args.storage,
-                 "study_name": args.study_name}  # fmt: skip
+    overrides = {
+        "task": args.task,
+        "device": args.device,
+        "epochs": args.epochs,
+        "steps": args.steps,
+        "seed": args.seed,
+        "threads": args.threads,
+        "scaler": args.scaler,
+        "storage": args.storage,
+        "study_name": args.study_name,
+    }
     session.urls.append(args.storage or "")
     try:
         settings = load_settings(args.config, overrides)
@@ -224,7 +285,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         from search.diagnosis import DiagnosedRun, open_for_recording
         from search.storage import StorageError
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # Not "A new study created": the line below says it.
+        optuna.logging.set_verbosity(
+            optuna.logging.WARNING
+        )  # Not "A new study created": the line below says it.
         diagnosed = DiagnosedRun(run.task, run.seed, run.scaler, steps, problem.fingerprint(steps))
         try:
             target = open_for_recording(
@@ -233,10 +296,13 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
     session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
-    # Ctrl-C: one line, exit 130, nothing recorded or written; kept pending too, for the observer to raise at the
+    # Ctrl-C: one line, exit 130, nothing recorded or written; kept pending too, for the observer to raise at
+    # the
     # next step should the first raise land where Python loses it (a __del__ during training).
     with interrupts_as_exceptions(keep_pending=True):
-        runs = diagnosis_runs(problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
+        runs = diagnosis_runs(
+            problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
+        )
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
     values = dict(setting.values)
     diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
@@ -253,8 +319,10 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         from search.diagnosis import diagnosis_record
 
         record = diagnosis_record(diagnosis.to_dict(), diagnosed.fingerprint)
-        recorded = [_record(run.storage, target.storage, target.study_name, record, session),
-                    _search_line(args, record, settings, target.searched)]  # fmt: skip
+        recorded = [
+            _record(run.storage, target.storage, target.study_name, record, session),
+            _search_line(args, record, settings, target.searched),
+        ]
     print("\n".join(format_training(diagnosis) + recorded))
     for path, content in ((args.json, text), (args.html, page)):
         if path and content is not None:
@@ -265,7 +333,8 @@ def _training(session: Session, args: argparse.Namespace) -> int:
 
 def _record(url: str, storage, study_name: str, record: dict, session: Session) -> str:  # noqa: ANN001
     # storage: an RDBStorage, or None (optuna, lazily imported).
-    """Records the diagnosis (:func:`search.study.diagnosis_record`) in the study; returns the line that says where."""
+    """Records the diagnosis (:func:`search.study.diagnosis_record`) in the study; returns the line that says
+    where."""
     from search.diagnosis import record_diagnosis
     from search.storage import mask_url, open_storage
 
@@ -275,8 +344,11 @@ def _record(url: str, storage, study_name: str, record: dict, session: Session) 
     line = f"  recorded in study {study_name!r} of {mask_url(url)}"
     if earlier is None:
         return line
-    return line + (f", in place of the diagnosis recorded there at {earlier.get('recorded_at')} (task "
-                   f"{earlier.get('task')}, seed {earlier.get('seed')}: {earlier.get('verdict')})")  # fmt: skip
+    return (
+        line
+        + f", in place of the diagnosis recorded there at {earlier.get('recorded_at')} (task "
+        f"{earlier.get('task')}, seed {earlier.get('seed')}: {earlier.get('verdict')})"
+    )
 
 
 # The flags that say which run was diagnosed, repeated in the search command a recorded diagnosis suggests.
@@ -284,8 +356,8 @@ _RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "see
 
 
 def _search_line(args: argparse.Namespace, record: dict, settings, searched: bool) -> str:  # noqa: ANN001
-    """The command that searches from the recorded diagnosis, with the flags given here (passwords masked), or why
-    there is none. ``settings``: this run's (search.core.Settings)."""
+    """The command that searches from the recorded diagnosis, with the flags given here (passwords masked), or
+    why there is none. ``settings``: this run's (search.core.Settings)."""
     from search.diagnosis import why_no_search
     from search.storage import PASSWORD_MASKED, mask_url
 
@@ -305,40 +377,9 @@ def _search_line(args: argparse.Namespace, record: dict, settings, searched: boo
 
 
 def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)
-    """The settings to diagnose, from the flags: the rule's defaults, then GradScaler's four flags, then each
-    ``--knob NAME=VALUE``; bad values are one line each."""
-    from search.scalers import RULES
-
-    rule = RULES[scaler]
-    values = dict(rule.default)
-    for flag, _, _ in _TORCH_FLAGS:
-        value = getattr(args, flag[2:].replace("-", "_"))
-        if value is None:
-            continue
-        name = flag[2:].replace("-", "_")
-        if name not in rule.names:
-            raise UsageError(f"{flag} is GradScaler's; {rule.title}'s settings are given as --knob NAME=VALUE")
-        if not (math.isfinite(value) and rule.knob(name).valid(value)):
-            raise UsageError(f"{flag} must be {rule.knob(name).rule} ({rule.title}'s rule), got {value:g}")
-        values[name] = rule.knob(name).cast(value)
-    for item in args.knob:
-        name, sep, text = item.partition("=")
-        if not sep or name not in rule.names:
-            raise UsageError(f"--knob {item}: {rule.title}'s settings are {', '.join(rule.names)} (as NAME=VALUE)")
-        knob = rule.knob(name)
-        try:
-            value = float(text)
-        except ValueError:
-            raise UsageError(f"--knob {item}: not a number") from None
-        if not (math.isfinite(value) and knob.valid(value)):
-            raise UsageError(f"--knob {item}: {name} must be {knob.rule}")
-        values[name] = knob.cast(value)
-    setting = rule.setting(values)
-    try:
-        setting.make()
-    except ValueError as e:  # Knobs valid alone but not together (a minimum above the start).
-        raise UsageError(f"{rule.title}'s settings: {e}") from None
-    return setting
+    """The settings to diagnose, from the flags (:func:`search.cli.setting_from_flags`)."""
+    flags = {flag: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _TORCH_FLAGS}
+    return setting_from_flags(scaler, flags, args.knob)
 
 
 def _lines(binary: BinaryIO) -> Iterator[str]:

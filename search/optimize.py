@@ -48,8 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = DEFAULTS.run
     p = OneLineParser(
         prog=prog_name("search.optimize"),
-        description="Search torch.amp.GradScaler settings (init_scale, growth_factor, "
-        "backoff_factor, growth_interval) with Optuna. Each trial runs a real AMP training loop.",
+        description=(
+            "Search torch.amp.GradScaler settings (init_scale, growth_factor, "
+            "backoff_factor, growth_interval) with Optuna. Each trial runs a real AMP training loop."
+        ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
         allow_abbrev=False,
     )
@@ -63,7 +65,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add("--config", metavar="PATH", default=None, help="TOML config (see configs/default.toml)")
     add("--storage", metavar="URL", default=None, help=f"Optuna storage URL [{d.storage}]")
-    add("--study-name", default=None, metavar="NAME", help="study name [the task's name; a task of your own: its module's name]")
+    add(
+        "--study-name",
+        default=None,
+        metavar="NAME",
+        help="study name [the task's name; a task of your own: its module's name]",
+    )
     add(
         "--task",
         default=None,
@@ -77,13 +84,33 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="passes over the data per trial; a full-batch task takes one optimizer step per epoch "
-        "[the task's default; seed-mlp: 30]",
+        help=(
+            "passes over the data per trial; a full-batch task takes one optimizer step per epoch "
+            "[the task's default; seed-mlp: 30]"
+        ),
     )
-    add("--steps", type=int, default=None, metavar="N", help="optimizer steps per trial instead of --epochs [as the epochs make]")
+    add(
+        "--steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="optimizer steps per trial instead of --epochs [as the epochs make]",
+    )
     add("--seed", type=int, default=None, metavar="N", help=f"task seed: data and initial weights [{d.seed}]")
-    add("--timeout", type=float, default=None, metavar="SECONDS", help="stop starting trials after SECONDS (0 = none) [0]")
-    add("--trial-timeout", type=float, default=None, metavar="SECONDS", help="fail a trial running past SECONDS (0 = none) [0]")
+    add(
+        "--timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop starting trials after SECONDS (0 = none) [0]",
+    )
+    add(
+        "--trial-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="fail a trial running past SECONDS (0 = none) [0]",
+    )
     add("--sampler", default=None, choices=SAMPLERS, help=f"Optuna sampler [{d.sampler}]")
     add("--pruner", default=None, choices=("none", "median", "hyperband"), help=f"Optuna pruner [{d.pruner}]")
     add(
@@ -98,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="SECONDS",
-        help=f"heartbeat of claimed trials; one silent for twice this is failed and retried [{d.heartbeat_interval}]",
+        help=(
+            "heartbeat of claimed trials; one silent for twice this is failed and retried"
+            f" [{d.heartbeat_interval}]"
+        ),
     )
     add(
         "--workers",
@@ -112,40 +142,50 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         metavar="N",
-        help="torch intra-op threads in each process (each worker); 0: 1 thread, or OMP_NUM_THREADS when set "
-        f"(threads that share cores with another process stall at every barrier) [{d.threads}]",
+        help=(
+            "torch intra-op threads in each process (each worker); 0: 1 thread, or OMP_NUM_THREADS when set "
+            f"(threads that share cores with another process stall at every barrier) [{d.threads}]"
+        ),
     )
     add(
         "--devices",
         default=None,
         metavar="LIST",
-        help="CUDA device indices for the workers, e.g. 0,1; worker i uses the (i mod len)-th "
-        "[all visible GPUs; --device stays the single-worker choice]",
+        help=(
+            "CUDA device indices for the workers, e.g. 0,1; worker i uses the (i mod len)-th "
+            "[all visible GPUs; --device stays the single-worker choice]"
+        ),
     )
     add(
         "--scaler",
         default=None,
         metavar="RULE",
-        help="whose loss-scale rule the trials follow and whose knobs the study searches: torch (GradScaler), "
-        "deepspeed (ZeRO's DynamicLossScaler), megatron, fairseq; the answer comes in that framework's own "
-        f"form (docs/frameworks.md) [{d.scaler}]",
+        help=(
+            "whose loss-scale rule the trials follow and whose knobs the study searches: torch (GradScaler),"
+            " deepspeed (ZeRO's DynamicLossScaler), megatron, fairseq; the answer comes in that framework's"
+            f" own form (docs/frameworks.md) [{d.scaler}]"
+        ),
     )
     add(
         "--population",
         type=int,
         default=None,
         metavar="K",
-        help="train K sampled trials at once in one process, weights stacked (built-in tasks; a task of "
-        "your own if its model is a Sequential of Linear layers and activations, docs/population.md); "
-        f"--trial-timeout then applies to the whole population [{d.population}]",
+        help=(
+            "train K sampled trials at once in one process, weights stacked (built-in tasks; a task of "
+            "your own if its model is a Sequential of Linear layers and activations, docs/population.md); "
+            f"--trial-timeout then applies to the whole population [{d.population}]"
+        ),
     )
     add(
         "--batch-memory",
         type=float,
         default=None,
         metavar="MIB",
-        help="MiB a loader task's batches may take, drawn once per process (steps x batch); more is "
-        f"refused before any trial [{d.batch_memory:g}]",
+        help=(
+            "MiB a loader task's batches may take, drawn once per process (steps x batch); more is "
+            f"refused before any trial [{d.batch_memory:g}]"
+        ),
     )
     add(
         "--storage-retry",
@@ -165,16 +205,26 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="?",
         const=IN_STUDY,
         default=None,
-        help="start from a diagnosis: PATH (search.diagnose --json PATH), or without PATH the one search.diagnose "
-        "--storage recorded in the study; the starting scale is searched within 4 octaves of the scale it suggests "
-        "and the growth interval within the window it measured; the study records it",
+        help=(
+            "start from a diagnosis: PATH (search.diagnose --json PATH), or without PATH the one"
+            " search.diagnose --storage recorded in the study; the starting scale is searched within 4"
+            " octaves of the scale it suggests and the growth interval within the window it measured; the"
+            " study records it"
+        ),
     )
-    add("--best-out", metavar="PATH", default=None, help="write the summary, the verdict and every framework's line as JSON")
+    add(
+        "--best-out",
+        metavar="PATH",
+        default=None,
+        help="write the summary, the verdict and every framework's line as JSON",
+    )
     add(
         "--paste",
         choices=tuple(FRAMEWORKS),
         default="torch",
-        help="whose line the verdict shows: " + ", ".join(f"{k} ({v})" for k, v in FRAMEWORKS.items()) + " [torch]",
+        help="whose line the verdict shows: "
+        + ", ".join(f"{k} ({v})" for k, v in FRAMEWORKS.items())
+        + " [torch]",
     )
     add("--quiet", action="store_true", help="no progress bar")
     # ArgumentDefaultsHelpFormatter would print "None" for flags whose defaults live in config.
@@ -202,7 +252,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def _is_bad_input(error: Exception) -> bool:
-    """Whether ``error``, raised while the run is checked, is bad input (one line, exit 2, nothing written)."""
+    """Whether ``error``, raised while the run is checked, is bad input (one line, exit 2, nothing written).
+    """
     if isinstance(error, (ConfigError, UsageError, TaskError)):  # Known without importing the run's modules.
         return True
     from search.core import IncompatibleStudyError
@@ -218,26 +269,12 @@ IN_STUDY = "(the diagnosis recorded in the study)"
 
 
 def _diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart | None:
-    """``--from-diagnosis``'s file or the study's recorded diagnosis, checked against this run: the same task,
-    seed and scaler."""
+    """``--from-diagnosis``'s file or the study's recorded diagnosis, checked against this run."""
     if path is None:
         return None
-    from search.diagnosis import read_diagnosis, recorded_start
+    from search.diagnosis import diagnosis_start
 
-    if path is IN_STUDY:
-        from search.diagnosis import read_recorded_diagnosis
-
-        start = recorded_start(*read_recorded_diagnosis(settings))
-    else:
-        start = read_diagnosis(path)
-    run = settings.run
-    for what, theirs, ours in (("task", start.task, run.task), ("seed", start.seed, run.seed),
-                               ("scaler", start.scaler, run.scaler)):  # fmt: skip
-        if theirs != ours:
-            raise UsageError(
-                f"--from-diagnosis {start.source}: it diagnosed {what} {theirs}, this run has {what} {ours}"
-            )
-    return start
+    return diagnosis_start(None if path is IN_STUDY else path, settings)
 
 
 def _main(session: Session, argv: list[str]) -> int:
@@ -256,9 +293,13 @@ def _main(session: Session, argv: list[str]) -> int:
             from search.diagnosis import narrowed_space
 
             settings = replace(settings, space=narrowed_space(settings.space, start))
-        plan = plan_run(settings, args.allow_changed_settings, keep=session.keep,
-                        diagnosed_steps=None if start is None else start.steps,
-                        from_diagnosis=start is not None)  # fmt: skip
+        plan = plan_run(
+            settings,
+            args.allow_changed_settings,
+            keep=session.keep,
+            diagnosed_steps=None if start is None else start.steps,
+            from_diagnosis=start is not None,
+        )
         if start is not None:
             from search.core import STUDY_DIAGNOSIS
 

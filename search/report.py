@@ -1,8 +1,9 @@
 """``python -m search.report``: one self-contained HTML page (or JSON) about a study.
 
 :func:`main` is also the ``search-report`` console script (``search.report:main``). It reads the
-study (:mod:`~search.publishing.report._reading`), builds the report (:mod:`~search.publishing.report._build`) and writes
-the page or the JSON (:mod:`~search.publishing.report._page`, :mod:`~search.publishing.report._writing`).
+study (:mod:`~search.publishing.report._reading`), builds the report (:mod:`~search.publishing.report._build`)
+and writes the page or the JSON (:mod:`~search.publishing.report._page`,
+:mod:`~search.publishing.report._writing`).
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name("search.report"),
-        description="Write one self-contained HTML report (plotly embedded, opens offline) or the same "
-        "numbers as JSON about a search study (GradScaler's or a framework's rule): history, importances, slices, contour, parallel "
-        "coordinates, curves, skipped steps, baselines, safe ranges, a robust recommendation, confirmation.",
+        description=(
+            "Write one self-contained HTML report (plotly embedded, opens offline) or the same numbers as"
+            " JSON about a search study (GradScaler's or a framework's rule): history, importances, slices,"
+            " contour, parallel coordinates, curves, skipped steps, baselines, safe ranges, a robust"
+            " recommendation, confirmation."
+        ),
         allow_abbrev=False,
     )
     add = p.add_argument
@@ -72,7 +76,8 @@ def _main(session: Session, argv: list[str]) -> int:
         if out != "-":  # "-": standard output, as for search.diagnose --log (for a pipe: | jq ...).
             check_output("--out", out)
         with interrupts_as_exceptions():
-            # Here, once the flags are read: Optuna and plotly cost a second that --help and bad input need not pay.
+            # Here, once the flags are read: Optuna and plotly cost a second that --help and bad input need
+            # not pay.
             import optuna
 
             from search.publishing.report import build_report, load_snapshot, render_html, report_json
@@ -96,14 +101,18 @@ def _main(session: Session, argv: list[str]) -> int:
 
             write_report(text, out)
         if pending:
-            return _fail(f"interrupted ({signal.Signals(pending[0]).name}) after writing {out}", 128 + pending[0])
+            return _fail(
+                f"interrupted ({signal.Signals(pending[0]).name}) after writing {out}", 128 + pending[0]
+            )
     except OSError as e:
         return _fail(f"cannot write --out {out}: {e.strerror or first_line(e)}")
     done = report.data["n_complete"]
     print(
-        f"wrote {out}: study {report.study_name!r}, {done} complete trial{'s' if done != 1 else ''} ({args.format})"
+        f"wrote {out}: study {report.study_name!r}, {done} complete trial{'s' if done != 1 else ''}"
+        f" ({args.format})"
     )
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

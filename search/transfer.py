@@ -36,7 +36,6 @@ __all__ = ["build_parser", "format_report", "main"]
 PROG = "search.transfer"
 
 
-
 def format_report(report: TransferReport) -> list[str]:
     """The lines ``python -m search.transfer`` prints for ``report`` and its siblings."""
     lines = _format_one(report)
@@ -44,7 +43,8 @@ def format_report(report: TransferReport) -> list[str]:
         lines += _format_one(sibling, along=f" (search.confirm's runs of {report.study_name!r})")
     copied = [report, *report.siblings]
     names = ", ".join(
-        repr(r.study_name) + ("" if r.to_study_name == r.study_name else f" as {r.to_study_name!r}") for r in copied
+        repr(r.study_name) + ("" if r.to_study_name == r.study_name else f" as {r.to_study_name!r}")
+        for r in copied
     )
     lines.append(f"studies copied: {names}")
     for name in report.skipped:
@@ -70,8 +70,9 @@ def _format_one(report: TransferReport, along: str = "") -> list[str]:
         )
     if report.aligned_distributions:
         lines.append(
-            f"  distributions: {len(report.aligned_distributions)} trial(s) with one-value ranges written with the "
-            "study's log flags (Optuna refuses mixed flags; a one-value range has no scale); values unchanged"
+            f"  distributions: {len(report.aligned_distributions)} trial(s) with one-value ranges written"
+            " with the study's log flags (Optuna refuses mixed flags; a one-value range has no scale);"
+            " values unchanged"
         )
     lines.append(f"  study attrs: {report.user_attrs} user, {report.system_attrs} system")
     remapped = f"{report.dashboard_keys_remapped} dashboard key(s) (trial notes, artifacts)"
@@ -98,23 +99,25 @@ def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     p = OneLineParser(
         prog=prog_name("search.transfer"),
-        description="Copy a study, with all trials and attrs, from one Optuna storage to another "
-        "(SQLite, PostgreSQL, MySQL) and verify the copy. Trials RUNNING in the source are copied "
-        "as FAIL; WAITING trials stay WAITING.",
+        description=(
+            "Copy a study, with all trials and attrs, from one Optuna storage to another "
+            "(SQLite, PostgreSQL, MySQL) and verify the copy. Trials RUNNING in the source are copied "
+            "as FAIL; WAITING trials stay WAITING."
+        ),
         allow_abbrev=False,
     )
     p.add_argument("--from", dest="from_url", metavar="URL", required=True, help="source storage URL")
     p.add_argument("--to", dest="to_url", metavar="URL", required=True, help="destination storage URL")
     p.add_argument("--study-name", default=None, help="study to copy [the source's only study]")
     p.add_argument("--to-study-name", default=None, help="its name in the destination [the same]")
-    p.add_argument(
-        "--overwrite", action="store_true", help="replace a study of that name in the destination"
-    )
+    p.add_argument("--overwrite", action="store_true", help="replace a study of that name in the destination")
     p.add_argument(
         "--no-confirm",
         action="store_true",
-        help="do not copy the study's search.confirm runs (its sibling study <name>.confirm), "
-        "which are copied along by default",
+        help=(
+            "do not copy the study's search.confirm runs (its sibling study <name>.confirm), "
+            "which are copied along by default"
+        ),
     )
     return p
 
@@ -143,7 +146,12 @@ def _main(session: Session, argv: list[str]) -> int:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         with interrupts_as_exceptions():
             report = transfer_study(
-                args.from_url, args.to_url, args.study_name, args.to_study_name, args.overwrite, not args.no_confirm
+                args.from_url,
+                args.to_url,
+                args.study_name,
+                args.to_study_name,
+                args.overwrite,
+                not args.no_confirm,
             )
     except Interrupted as e:  # transfer_study removed its partial copy on the way out.
         return _fail(f"interrupted ({e}); nothing was copied (a partial copy was removed)", 128 + e.signum)
@@ -160,6 +168,7 @@ def _main(session: Session, argv: list[str]) -> int:
             _clean(f"the copy in {report.to_url} differs from the source; rerun with --overwrite", urls), 1
         )
     return 0
+
 
 def _fail(message: str, code: int) -> int:
     return fail(PROG, message, code)

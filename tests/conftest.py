@@ -69,7 +69,9 @@ def run_process(
     )
 
 
-def run_cli(args: list[str], cwd: pathlib.Path, module: str = "search.optimize") -> subprocess.CompletedProcess:
+def run_cli(
+    args: list[str], cwd: pathlib.Path, module: str = "search.optimize"
+) -> subprocess.CompletedProcess:
     """Runs command ``MODULE``'s ``main(ARGS)`` in this process, in ``cwd``; its exit code and output.
 
     What ``python -m MODULE ARGS`` does, less the seconds of a new interpreter importing torch and
@@ -211,7 +213,9 @@ class OwnPostgres:
             command = ["runuser", "-u", "postgres", "--", *command]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if proc.returncode:
-            raise RuntimeError(f"{tool} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+            raise RuntimeError(
+                f"{tool} failed ({proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}"
+            )
 
     def start(self) -> None:
         # fsync off: a throwaway server; an immediate stop still replays its WAL on start.
@@ -280,8 +284,9 @@ def interrupt_at(monkeypatch: pytest.MonkeyPatch, target: object, name: str, cal
     monkeypatch.setattr(target, name, wrapped)
 
 
-def wait_until_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, trial_ids: Collection[int],
-                     timeout: float = 60) -> None:
+def wait_until_stale(
+    storage: optuna.storages.RDBStorage, study: optuna.Study, trial_ids: Collection[int], timeout: float = 60
+) -> None:
     """Polls until the storage counts every one of ``trial_ids`` stale (silent for twice the heartbeat
     interval, by the database's clock: whole seconds on SQLite), instead of sleeping a fixed margin."""
     deadline = time.monotonic() + timeout
@@ -291,8 +296,9 @@ def wait_until_stale(storage: optuna.storages.RDBStorage, study: optuna.Study, t
 
 
 def example_build(module: str, installs: str):
-    """``examples.<module>.build``, imported when a test calls it (transformers takes 3 s: not at collection, in
-    every runner). A missing dependency fails, naming the install command (``installs``); it never skips."""
+    """``examples.<module>.build``, imported when a test calls it (transformers takes 3 s: not at collection,
+    in every runner). A missing dependency fails, naming the install command (``installs``); it never skips.
+    """
     try:
         return importlib.import_module(f"examples.{module}").build
     except ImportError as missing:

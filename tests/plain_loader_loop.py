@@ -50,7 +50,11 @@ def _evaluate(problem: LoaderProblem, model: torch.nn.Module, batches: list) -> 
     model.eval()
     with torch.no_grad():
         values = [
-            float((problem.eval_loss(model, b) if problem.eval_loss is not None else _loss(problem, model, b)).float())
+            float(
+                (
+                    problem.eval_loss(model, b) if problem.eval_loss is not None else _loss(problem, model, b)
+                ).float()
+            )
             for b in batches
         ]
     model.train()
@@ -66,16 +70,25 @@ def plain_loader_run(
     steps: int,
     **judging: float | str,
 ) -> PlainRun:
-    """One plain AMP run of ``steps`` steps; ``judging``: :func:`plain_loop.judge`'s thresholds (its defaults here)."""
+    """One plain AMP run of ``steps`` steps; ``judging``: :func:`plain_loop.judge`'s thresholds (its defaults
+    here)."""
     per = problem.accumulation_steps
     drawn = _draw(problem.train_batches, steps * per, problem.seed)
     first_pass = len(_draw(problem.train_batches, None, problem.seed))
-    judged = _draw(problem.eval_batches, None, problem.seed) if problem.eval_batches is not None else drawn[:first_pass]
+    judged = (
+        _draw(problem.eval_batches, None, problem.seed)
+        if problem.eval_batches is not None
+        else drawn[:first_pass]
+    )
     model = copy.deepcopy(problem.model)
     params = list(model.parameters())
     optimizer = problem.make_optimizer(params)
     scaler = torch.amp.GradScaler(
-        "cpu", init_scale=init_scale, growth_factor=growth_factor, backoff_factor=backoff_factor, growth_interval=growth_interval
+        "cpu",
+        init_scale=init_scale,
+        growth_factor=growth_factor,
+        backoff_factor=backoff_factor,
+        growth_interval=growth_interval,
     )
     losses, scales, skipped, zeros, counted = [], [], 0, 0, 0
     model.train()
@@ -100,7 +113,15 @@ def plain_loader_run(
         scales.append(scaler.get_scale())
     initial = _evaluate(problem, copy.deepcopy(problem.model), judged)
     final = _evaluate(problem, model, judged)
-    rules = {"fp32_zeros": 0.0, "churn": 0.5, "underflow": 0.5, "learn": 0.1, "nonfinite_weight": 10.0,
-             "silent": 1.0, "skip": 0.1, "evaluation": "mean"} | judging
+    rules = {
+        "fp32_zeros": 0.0,
+        "churn": 0.5,
+        "underflow": 0.5,
+        "learn": 0.1,
+        "nonfinite_weight": 10.0,
+        "silent": 1.0,
+        "skip": 0.1,
+        "evaluation": "mean",
+    } | judging
     zero_fraction = zeros / counted if counted else 0.0
     return judge(losses, scales, params, skipped, zero_fraction, (*initial, *final), steps, **rules)

@@ -45,13 +45,20 @@ def _batches(problem: Problem, steps: int) -> list[list[torch.Tensor | None]]:
     plan: list[list[torch.Tensor | None]] = []
     while len(plan) < steps:
         micro = list(torch.randperm(n, generator=generator).split(problem.batch_size))
-        plan += [micro[i : i + problem.accumulation_steps] for i in range(0, len(micro), problem.accumulation_steps)]
+        plan += [
+            micro[i : i + problem.accumulation_steps]
+            for i in range(0, len(micro), problem.accumulation_steps)
+        ]
     return plan[:steps]
 
 
 def _evaluate(problem: Problem, model: torch.nn.Module) -> tuple[float, float]:
     """(loss on the whole evaluation set, median chunk loss), fp32, eval mode."""
-    x, y = (problem.eval_inputs, problem.eval_targets) if problem.eval_inputs is not None else (problem.inputs, problem.targets)
+    x, y = (
+        (problem.eval_inputs, problem.eval_targets)
+        if problem.eval_inputs is not None
+        else (problem.inputs, problem.targets)
+    )
 
     def loss(a: torch.Tensor, b: torch.Tensor) -> float:
         if problem.eval_fn is not None:
@@ -76,7 +83,11 @@ def plain_fp32_zero_fraction(problem: Problem, steps: int) -> float:
     for micro in _batches(problem, steps):
         optimizer.zero_grad(set_to_none=True)
         for index in micro:
-            x, y = (problem.inputs, problem.targets) if index is None else (problem.inputs[index], problem.targets[index])
+            x, y = (
+                (problem.inputs, problem.targets)
+                if index is None
+                else (problem.inputs[index], problem.targets[index])
+            )
             (problem.loss_fn(model(x), y) / len(micro)).backward()
         grads = [p.grad for p in params if p.grad is not None]
         zeros += sum(int((g == 0).sum().item()) for g in grads)
@@ -122,14 +133,20 @@ def plain_run(
         optimizer.zero_grad(set_to_none=True)
         total = 0.0
         for index in micro:
-            x, y = (problem.inputs, problem.targets) if index is None else (problem.inputs[index], problem.targets[index])
+            x, y = (
+                (problem.inputs, problem.targets)
+                if index is None
+                else (problem.inputs[index], problem.targets[index])
+            )
             with torch.autocast(device_type=device, dtype=torch.float16):
                 loss = problem.loss_fn(model(x), y)
                 if len(micro) > 1:
                     loss = loss / len(micro)
             scaler.scale(loss).backward()
             total += loss.item()
-        overflow, step_zeros, step_counted, scale_before = plain_step(scaler, optimizer, params, problem.grad_clip)
+        overflow, step_zeros, step_counted, scale_before = plain_step(
+            scaler, optimizer, params, problem.grad_clip
+        )
         zeros, counted = zeros + step_zeros, counted + step_counted
         scaler.update()
         if overflow:
@@ -147,9 +164,21 @@ def plain_run(
         final, final_median = _evaluate(problem, model)
     zero_fraction = zeros / counted if counted else 0.0
     return judge(
-        losses, scales, params, skipped, zero_fraction, (initial, initial_median, final, final_median), steps,
-        fp32_zeros=fp32_zeros, churn=churn, underflow=underflow, learn=learn,
-        nonfinite_weight=nonfinite_weight, silent=silent, skip=skip, evaluation=evaluation,
+        losses,
+        scales,
+        params,
+        skipped,
+        zero_fraction,
+        (initial, initial_median, final, final_median),
+        steps,
+        fp32_zeros=fp32_zeros,
+        churn=churn,
+        underflow=underflow,
+        learn=learn,
+        nonfinite_weight=nonfinite_weight,
+        silent=silent,
+        skip=skip,
+        evaluation=evaluation,
     )
 
 
@@ -163,7 +192,8 @@ def plain_step(
     """After a step's backward passes: decides the skip from the gradients themselves (a non-finite scaled
     gradient), counts exact zeros of a taken step as backward produced them, clips the unscaled gradients, and
     steps; GradScaler must agree (a skipped step leaves the weights as they were; with ``moved_when_taken``, a
-    taken step moves them). Returns (overflow, zeros, gradient entries counted, the scale before the update)."""
+    taken step moves them). Returns (overflow, zeros, gradient entries counted, the scale before the update).
+    """
     grads = [p.grad for p in params if p.grad is not None]
     overflow = any(not torch.isfinite(g).all().item() for g in grads)
     zeros = 0 if overflow else sum(int((g == 0).sum().item()) for g in grads)
@@ -195,7 +225,11 @@ def plain_rule_run(
     for micro in _batches(problem, steps):
         optimizer.zero_grad(set_to_none=True)
         for index in micro:
-            x, y = (problem.inputs, problem.targets) if index is None else (problem.inputs[index], problem.targets[index])
+            x, y = (
+                (problem.inputs, problem.targets)
+                if index is None
+                else (problem.inputs[index], problem.targets[index])
+            )
             with torch.autocast("cpu", dtype=torch.float16):
                 loss = problem.loss_fn(model(x), y)
                 if len(micro) > 1:
@@ -212,7 +246,9 @@ def plain_rule_run(
     return scales, skipped, False
 
 
-LAST_RULE_MODEL: list[torch.nn.Module] = []  # plain_rule_run's last trained model (its evaluation: plain_evaluation).
+LAST_RULE_MODEL: list[torch.nn.Module] = (
+    []
+)  # plain_rule_run's last trained model (its evaluation: plain_evaluation).
 
 
 def plain_evaluation(problem: Problem, model: torch.nn.Module) -> float:
@@ -259,4 +295,6 @@ def judge(
             failure = "none"
         judged = final_median if evaluation == "median" else final  # docs/objective.md: [penalty] evaluation
         objective = judged + skip * fraction + (silent if failure != "none" else 0.0)
-    return PlainRun(losses, scales, skipped, zero_fraction, final, final_median, initial, learned, failure, objective)
+    return PlainRun(
+        losses, scales, skipped, zero_fraction, final, final_median, initial, learned, failure, objective
+    )

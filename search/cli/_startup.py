@@ -68,7 +68,8 @@ def command_being_started(orig_argv: list[str] | None = None, argv0: str | None 
 
 
 def _is_worker_process() -> bool:
-    """Whether this is the fork server of ``--workers`` processes; its children inherit the guard, not this mark."""
+    """Whether this is the fork server of ``--workers`` processes; its children inherit the guard, not this
+    mark."""
     return os.environ.pop(WORKER_ENV, None) == "1"
 
 

@@ -1,4 +1,5 @@
-"""Confirmation: a search's answer re-run on new seeds beside the default, and the corners of its ranges checked.
+"""Confirmation: a search's answer re-run on new seeds beside the default, and the corners of its ranges
+checked.
 
 * ``_confirmation_plan``: what a confirmation still has to run: the study and its sibling ``<study>.confirm``
   checked, the candidates chosen, the runs already stored left out;
@@ -19,5 +20,9 @@ if TYPE_CHECKING:  # Loaded on first use: _confirmation_plan imports Optuna, _co
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "ConfirmError", "ConfirmationPlan", "ConfirmationRuns", "plan_confirmation", "run_confirmation",
+    "ConfirmError",
+    "ConfirmationPlan",
+    "ConfirmationRuns",
+    "plan_confirmation",
+    "run_confirmation",
 ]

@@ -1,4 +1,5 @@
-"""What a confirmation still has to run: the study checked, the candidates chosen, the runs already stored left out.
+"""What a confirmation still has to run: the study checked, the candidates chosen, the runs already stored
+left out.
 
 ``python -m search.confirm`` validates everything before anything is written: the study was
 created by ``search.optimize`` and has COMPLETE trials, its sibling ``<study>.confirm`` (if any) was
@@ -90,9 +91,7 @@ def plan_confirmation(
     if n_complete == 0:
         raise ConfirmError(f"study {name!r} has no COMPLETE trials to confirm")
     candidates, notes = select_candidates(trials, settings, top, tolerance)
-    baselines = {
-        t.number: tag for t in trials if (tag := baseline_of(t)) is not None
-    }
+    baselines = {t.number: tag for t in trials if (tag := baseline_of(t)) is not None}
     seeds = confirmation_seeds(settings.run.seed, n_seeds)
 
     sibling_name = confirm_study_name(name)
@@ -136,6 +135,16 @@ def plan_confirmation(
         except TaskError as e:
             raise ConfirmError(str(e))
     return ConfirmationPlan(
-        storage, name, n_complete, settings, seeds, candidates, notes, device, pending, first_problem,
-        baselines, list(trials),
+        storage,
+        name,
+        n_complete,
+        settings,
+        seeds,
+        candidates,
+        notes,
+        device,
+        pending,
+        first_problem,
+        baselines,
+        list(trials),
     )

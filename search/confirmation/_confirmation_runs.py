@@ -1,4 +1,5 @@
-"""Confirmation runs: the candidates trained on new seeds, the corners of the ranges safe together, stored apart.
+"""Confirmation runs: the candidates trained on new seeds, the corners of the ranges safe together, stored
+apart.
 
 Every configuration is trained on every new seed (seed ``s`` builds the study's task with new data
 and new initial weights) with the study's recorded epochs, autocast dtype and penalty, through
@@ -135,7 +136,9 @@ def run_confirmation(
                     outcome = _run_trial(
                         on_device,
                         setting_of(candidate.params, settings.space, settings.run.scaler),
-                        steps=run_steps(on_device, settings.run.epochs, settings.run.steps),  # The search's own.
+                        steps=run_steps(
+                            on_device, settings.run.epochs, settings.run.steps
+                        ),  # The search's own.
                         amp_dtype=amp_dtype,
                         penalty=settings.penalty,
                         device_label=label,
@@ -158,7 +161,9 @@ def run_confirmation(
                     )
                     done += 1
                     bar.update(1)
-            if corners and not RULES[settings.run.scaler].replays:  # The ranges safe together are GradScaler's.
+            if (
+                corners and not RULES[settings.run.scaler].replays
+            ):  # The ranges safe together are GradScaler's.
                 done += _check_corners(plan, writer, label, amp_dtype, tolerance, quiet)
         finally:
             bar.close()
@@ -174,8 +179,9 @@ def _check_corners(
     tolerance: float,
     quiet: bool,
 ) -> int:
-    """Trains the corners of :func:`search.results._together.check_boxes` on the search's own data, box by box,
-    until a box has no failing corner; returns the number of runs made. Runs already stored are reused."""
+    """Trains the corners of :func:`search.results._together.check_boxes` on the search's own data, box by
+    box, until a box has no failing corner; returns the number of runs made. Runs already stored are reused.
+    """
     settings = plan.settings
     collected = collect_runs(plan.storage, plan.study_name)
     assert collected is not None
@@ -194,15 +200,34 @@ def _check_corners(
             task = resolve_task(settings.run.task)
             problem = build_problem(task, settings.run.task, settings.run.seed).to(plan.device)
         for point in tqdm(missing, desc="corners", unit="run", disable=quiet, file=sys.stderr, leave=False):
-            cfg = ScalerConfig(point["init_scale"], point["growth_factor"], point["backoff_factor"], round(point["growth_interval"]))
+            cfg = ScalerConfig(
+                point["init_scale"],
+                point["growth_factor"],
+                point["backoff_factor"],
+                round(point["growth_interval"]),
+            )
             assert problem is not None
             outcome = _run_trial(
-                problem, cfg, steps=run_steps(problem, settings.run.epochs, settings.run.steps), amp_dtype=amp_dtype,
-                penalty=settings.penalty, device_label=label,
+                problem,
+                cfg,
+                steps=run_steps(problem, settings.run.epochs, settings.run.steps),
+                amp_dtype=amp_dtype,
+                penalty=settings.penalty,
+                device_label=label,
             )
-            values = {"init_scale": cfg.init_scale, "growth_factor": cfg.growth_factor,
-                      "backoff_factor": cfg.backoff_factor, "growth_interval": cfg.growth_interval}
-            attrs = {CONFIG: CORNER, CHECK: CORNER, POINT: point, DATA_SEED: settings.run.seed, **outcome.user_attrs}
+            values = {
+                "init_scale": cfg.init_scale,
+                "growth_factor": cfg.growth_factor,
+                "backoff_factor": cfg.backoff_factor,
+                "growth_interval": cfg.growth_interval,
+            }
+            attrs = {
+                CONFIG: CORNER,
+                CHECK: CORNER,
+                POINT: point,
+                DATA_SEED: settings.run.seed,
+                **outcome.user_attrs,
+            }
             writer.add(
                 optuna.trial.create_trial(
                     state=TrialState.COMPLETE,
@@ -213,7 +238,9 @@ def _check_corners(
                     intermediate_values=outcome.intermediate_values,
                 )
             )
-            failure = "nonfinite" if outcome.user_attrs.get(NONFINITE) else outcome.user_attrs.get(FAILURE, "none")
+            failure = (
+                "nonfinite" if outcome.user_attrs.get(NONFINITE) else outcome.user_attrs.get(FAILURE, "none")
+            )
             corners.append({"point": point, "failure": failure, "value": outcome.value})
             made += 1
         if all(c["failure"] == "none" for c in corners if any(_same(c["point"], p) for p in points)):
@@ -222,7 +249,8 @@ def _check_corners(
 
 
 def _run_trial(*args: Any, **kwargs: Any) -> TrialOutcome:
-    """:func:`search.training._objective.run_trial`; a task's ``sys.exit`` is an error (exit 1), never a success."""
+    """:func:`search.training._objective.run_trial`; a task's ``sys.exit`` is an error (exit 1), never a
+    success."""
     try:
         return run_trial(*args, **kwargs)
     except SystemExit as e:
@@ -264,5 +292,9 @@ def _point_distributions(values: dict[str, float], settings: Settings) -> dict[s
     out: dict[str, BaseDistribution] = {}
     for name, v in values.items():
         log = getattr(searched.get(name), "log", False)
-        out[name] = IntDistribution(int(v), int(v), log=log) if name == "growth_interval" else FloatDistribution(v, v, log=log)
+        out[name] = (
+            IntDistribution(int(v), int(v), log=log)
+            if name == "growth_interval"
+            else FloatDistribution(v, v, log=log)
+        )
     return out

@@ -53,7 +53,8 @@ def load_settings(path: str | None = None, overrides: dict[str, Any] | None = No
             searched = sorted(k for k in ("low", "high", "log", "powers_of_two") if k in spec)
             if searched and "fixed" in spec:
                 raise ConfigError(
-                    f"[space.{where}] sets fixed and {', '.join(searched)}: a fixed setting is not searched, keep one"
+                    f"[space.{where}] sets fixed and {', '.join(searched)}: a fixed setting is not searched,"
+                    " keep one"
                 )
         _unfix_searched(data["space"], space)
         _merge(data, user, path="")
@@ -81,10 +82,13 @@ def _unfix_searched(defaults: dict[str, Any], space: Any) -> None:
 
 
 def _knob_range(rule: str, knob: str, spec: dict[str, Any]) -> ParamRange:
-    """A framework knob's range; a knob fixed by default is written without low/high/log, taken from the knob."""
+    """A framework knob's range; a knob fixed by default is written without low/high/log, taken from the knob.
+    """
     where = f"space.{rule}.{knob}"
     if knob not in rule_ranges(rule):
-        raise ConfigError(f"unknown config key [{where}]: {RULES[rule].title}'s knobs are {', '.join(rule_ranges(rule))}")
+        raise ConfigError(
+            f"unknown config key [{where}]: {RULES[rule].title}'s knobs are {', '.join(rule_ranges(rule))}"
+        )
     default = asdict(rule_ranges(rule)[knob])
     merged = {key: default[key] for key in ("low", "high", "log")} | spec
     if "fixed" not in spec and default["fixed"] is not None and {"low", "high"} - set(spec):
@@ -93,7 +97,8 @@ def _knob_range(rule: str, knob: str, spec: dict[str, Any]) -> ParamRange:
 
 
 def _space_tables(space: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``(where, table)`` of every parameter table of a ``[space]``: ``init_scale``, ``deepspeed.hysteresis``."""
+    """``(where, table)`` of every parameter table of a ``[space]``: ``init_scale``, ``deepspeed.hysteresis``.
+    """
     tables = []
     for name, spec in space.items():
         if name in FRAMEWORKS and isinstance(spec, dict):
@@ -128,7 +133,9 @@ def settings_from_dict(data: dict[str, Any]) -> Settings:
 def _merge(base: dict[str, Any], user: dict[str, Any], path: str) -> None:
     for key, value in user.items():
         where = f"{path}.{key}" if path else key
-        if key not in base and not (path.startswith("space.") and key in _PARAM_KEYS and path.count(".") <= 2):
+        if key not in base and not (
+            path.startswith("space.") and key in _PARAM_KEYS and path.count(".") <= 2
+        ):
             raise ConfigError(f"unknown config key [{where}]")
         if isinstance(base.get(key), dict):
             if not isinstance(value, dict):

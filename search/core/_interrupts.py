@@ -4,8 +4,8 @@ Python's default turns SIGINT into ``KeyboardInterrupt`` and lets SIGTERM kill t
 spot. The commands that train instead install a handler that raises :class:`Interrupted`: a
 ``BaseException``, so that neither an ``except Exception`` in a task nor the trial loop's handling
 of a failed trial (record it, go on) swallows it. The trial loop stores the trial in flight as FAIL
-and re-raises, and the command exits with ``128 + signum`` (130, 143). Storage writes that must not be cut in half hold
-the signal back and deliver it once they are done (:func:`held_interrupts`,
+and re-raises, and the command exits with ``128 + signum`` (130, 143). Storage writes that must not be cut in
+half hold the signal back and deliver it once they are done (:func:`held_interrupts`,
 :func:`deferred_interrupts`).
 
 Every handler is installed with :func:`signal.signal`, so only the main thread can use this

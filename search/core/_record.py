@@ -10,8 +10,8 @@ service writes into a trial, so that no other module spells a key:
   ``versions``, ``train_seconds``;
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the original example's five
   configurations (docs/fairness.md), enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is
-  PyTorch's default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a search started
-  from suggests (its ``suggested_setting``), enqueued once after them;
+  PyTorch's default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a
+  search started from suggests (its ``suggested_setting``), enqueued once after them;
 * under a rule with a minimum scale (a framework's, ``--scaler``), also ``ended_by_rule``,
   ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
 * ``population`` (:data:`POPULATION`): written only by a member of a population
@@ -49,7 +49,9 @@ BASELINE = "baseline"
 WORKER = "worker"
 ROUNDING_OF = "rounding_of"
 FAIL_REASON = "fail_reason"
-FAIL_TRACEBACK = "fail_traceback"  # On a FAIL trial whose training raised: the traceback, its last 4000 characters.
+FAIL_TRACEBACK = (  # On a FAIL trial whose training raised: the traceback, its last 4000 characters.
+    "fail_traceback"
+)
 FINAL_LOSS = "final_loss"
 EVAL_LOSS = "eval_loss"
 EVAL_MEDIAN = "eval_median"
@@ -62,8 +64,11 @@ SCALE_CURVE = "scale_curve"
 DEVICE = "device"
 TRAIN_SECONDS = "train_seconds"
 POPULATION = "population"  # size of the population a trial trained in; population mode only
-OVERFLOW_STEPS = "overflow_steps"  # the steps (from 0) that overflowed and were skipped, as measured (found_inf)
-# Written only by a trial under a rule with a minimum scale (--scaler deepspeed|megatron|fairseq), beside RUN_ATTRS:
+OVERFLOW_STEPS = (  # the steps (from 0) that overflowed and were skipped, as measured (found_inf)
+    "overflow_steps"
+)
+# Written only by a trial under a rule with a minimum scale (--scaler deepspeed|megatron|fairseq), beside
+# RUN_ATTRS:
 ENDED_BY_RULE = "ended_by_rule"  # why the framework would have ended the run, or ""
 STEPS_AT_MINIMUM = "steps_at_minimum"  # steps taken with the scale at the rule's minimum
 OVERFLOWS_AT_MINIMUM = "overflows_at_minimum"  # how many of those overflowed
@@ -109,9 +114,12 @@ RULE_FAILURES = ("ended_at_minimum", "pinned_at_minimum")
 # search.confirm's sibling study: part of its study, not one to pick.
 CONFIRM_SUFFIX = ".confirm"
 STUDY_DIAGNOSIS = "diagnosis"  # study user attr: the diagnosis a search started from (--from-diagnosis)
-# study user attr: the last diagnosis search.diagnose --storage recorded in the study (its --json less the runs)
+# study user attr: the last diagnosis search.diagnose --storage recorded in the study (its --json less the
+# runs)
 RECORDED_DIAGNOSIS = "recorded_diagnosis"
-DEFAULT_BASELINE = GRADSCALER.default_tag  # PyTorch's default GradScaler settings (seed-1), its first baseline
+DEFAULT_BASELINE = (
+    GRADSCALER.default_tag
+)  # PyTorch's default GradScaler settings (seed-1), its first baseline
 # The setting a diagnosis suggests, trained first by a search started from it (--from-diagnosis).
 DIAGNOSIS_BASELINE = "diagnosis"
 DEFAULT_TAGS = tuple(rule.default_tag for rule in RULES.values())  # Each rule's default baseline
@@ -165,7 +173,8 @@ def scale_moves(
 
 
 def skipped_of(trial: FrozenTrial, init_scale: float) -> list[int]:
-    """The steps (from 0) a trial skipped: as recorded (:data:`OVERFLOW_STEPS`), else read from its scale curve."""
+    """The steps (from 0) a trial skipped: as recorded (:data:`OVERFLOW_STEPS`), else read from its scale
+    curve."""
     if OVERFLOW_STEPS in trial.user_attrs:
         return list(trial.user_attrs[OVERFLOW_STEPS])
     curve = trial.user_attrs.get(SCALE_CURVE) or []

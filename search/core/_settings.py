@@ -106,9 +106,17 @@ class RunConfig:
     devices: str = ""  # CUDA device indices for the workers, e.g. "0,1"; empty = all visible.
     threads: int = 0  # torch intra-op threads per process; 0 = 1, or OMP_NUM_THREADS when set.
     storage_retry: float = 300.0  # Seconds to keep retrying an unreachable database mid-run.
-    population: int = 1  # Sampled trials trained together in one process (search.training._population); 1: one at a time.
-    batch_memory: float = 4096.0  # MiB a loader task's batches may take, held once per process (steps x batch).
-    scaler: str = "torch"  # Whose loss-scale rule the trials follow (search.scalers): torch, deepspeed, megatron, fairseq.
+    population: int = (
+        1  # Sampled trials trained together in one process (search.training._population); 1: one at a time.
+    )
+    batch_memory: float = (
+        4096.0  # MiB a loader task's batches may take, held once per process (steps x batch).
+    )
+    scaler: (
+        str
+    ) = (  # Whose loss-scale rule the trials follow (search.scalers): torch, deepspeed, megatron, fairseq.
+        "torch"
+    )
 
 
 @dataclass(frozen=True)
@@ -138,8 +146,8 @@ class Settings:
 
 
 def own_space(space: dict[str, Any], scaler: str) -> dict[str, Any]:
-    """The part of a config's ``[space]`` (as :meth:`Settings.to_dict` writes it) that ``scaler``'s rule searches:
-    its own table, or GradScaler's four at the top. A study records this much."""
+    """The part of a config's ``[space]`` (as :meth:`Settings.to_dict` writes it) that ``scaler``'s rule
+    searches: its own table, or GradScaler's four at the top. A study records this much."""
     table = RULES[scaler].space_table
     return dict(space[table]) if table else {k: v for k, v in space.items() if k in RULES[scaler].names}
 

@@ -53,7 +53,9 @@ def distributions(space: SpaceConfig, scaler: str = TORCH) -> dict[str, BaseDist
         if p.fixed is not None:
             continue
         if p.powers_of_two:
-            out[pow2_name(knob.name)] = IntDistribution(math.ceil(math.log2(p.low)), math.floor(math.log2(p.high)))
+            out[pow2_name(knob.name)] = IntDistribution(
+                math.ceil(math.log2(p.low)), math.floor(math.log2(p.high))
+            )
         elif knob.kind in (INT, BOOL):  # A flag is searched as 0/1.
             out[knob.name] = IntDistribution(int(p.low), int(p.high), log=p.log)
         else:
@@ -73,7 +75,9 @@ def suggest(trial: optuna.Trial, space: SpaceConfig, scaler: str = TORCH) -> Sca
     return setting_of(params, space, scaler)
 
 
-def setting_of(params: Mapping[str, Any], space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
+def setting_of(
+    params: Mapping[str, Any], space: SpaceConfig, scaler: str = TORCH
+) -> ScalerConfig | RuleSetting:
     """A trial's full setting from its params and the fixed values of ``space``: every knob of the rule."""
     rule = RULES[scaler]
     ranges = space.ranges(scaler)
@@ -97,7 +101,9 @@ def scaler_config(params: Mapping[str, Any], space: SpaceConfig) -> ScalerConfig
     return setting
 
 
-def baseline_trials(space: SpaceConfig, scaler: str = TORCH) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+def baseline_trials(
+    space: SpaceConfig, scaler: str = TORCH
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """The rule's baselines as params of ``space``, and a note for each one left out.
 
     A baseline is a setting: it is trained as it is or not at all. One whose value lies outside a searched
@@ -111,14 +117,18 @@ def diagnosis_trial(
     setting: dict[str, float], space: SpaceConfig, seeds: Iterable[tuple[str, dict[str, Any]]] = ()
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
-    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the baselines: left out with a note
-    when it lies outside the space, and not added when one of ``seeds`` (the study's baselines) has its params."""
+    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the baselines: left out
+    with a note when it lies outside the space, and not added when one of ``seeds`` (the study's baselines)
+    has its params.
+    """
     values = {name: setting[name] for name in PARAM_NAMES}
     kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, TORCH, "the diagnosis suggests")
     same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
     if same:  # A baseline already measures it: not a trial spent twice on one point.
-        return [], [f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
-                    f"{same[0]}'s, measured once as that"]  # fmt: skip
+        return [], [
+            f"baseline {DIAGNOSIS_BASELINE} not added: the setting the diagnosis suggests is baseline "
+            f"{same[0]}'s, measured once as that"
+        ]
     return kept, notes
 
 
@@ -149,7 +159,9 @@ def _points(
     return kept, notes
 
 
-def _not_trainable(rule: Any, ranges: Mapping[str, ParamRange], values: Mapping[str, Any], source: str) -> str:
+def _not_trainable(
+    rule: Any, ranges: Mapping[str, ParamRange], values: Mapping[str, Any], source: str
+) -> str:
     for knob in rule.knobs:
         p, value = ranges[knob.name], values[knob.name]
         if p.fixed is not None and float(p.fixed) != float(value):

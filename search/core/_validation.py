@@ -1,4 +1,5 @@
-"""Validation of settings: each value against what the service and each scaler accept (:class:`ConfigError`)."""
+"""Validation of settings: each value against what the service and each scaler accept (:class:`ConfigError`).
+"""
 
 from __future__ import annotations
 
@@ -91,7 +92,9 @@ def validate(s: Settings) -> None:
 
     pen = s.penalty
     if pen.evaluation not in EVALUATIONS:
-        raise ConfigError(f"unknown [penalty] evaluation {pen.evaluation!r}: use one of {', '.join(EVALUATIONS)}")
+        raise ConfigError(
+            f"unknown [penalty] evaluation {pen.evaluation!r}: use one of {', '.join(EVALUATIONS)}"
+        )
     for name in ("nonfinite", "silent", "skip"):
         if getattr(pen, name) < 0:
             raise ConfigError(f"[penalty] {name} must be >= 0, got {getattr(pen, name):g}")
@@ -117,14 +120,19 @@ def _validate_rule_space(space: SpaceConfig) -> None:
                 raise ConfigError(f"{where} low ({p.low:g}) must not exceed high ({p.high:g})")
             if p.fixed is None and p.log and p.low <= 0:
                 raise ConfigError(f"{where} low must be > 0 on a log scale, got {p.low:g}")
-            if p.fixed is None and p.powers_of_two and math.floor(math.log2(p.high)) < math.ceil(math.log2(p.low)):
+            if (
+                p.fixed is None
+                and p.powers_of_two
+                and math.floor(math.log2(p.high)) < math.ceil(math.log2(p.low))
+            ):
                 raise ConfigError(f"{where} contains no power of two")
     megatron = space.ranges("megatron")
     lowest_initial = _lowest(megatron["initial_loss_scale"])
     if _highest(megatron["min_loss_scale"]) > lowest_initial:  # DynamicGradScaler asserts it.
         raise ConfigError(
-            f"[space.megatron.min_loss_scale] reaches {_highest(megatron['min_loss_scale']):g}, above the lowest "
-            f"initial_loss_scale {lowest_initial:g}: Megatron-LM requires min_loss_scale <= initial_loss_scale"
+            f"[space.megatron.min_loss_scale] reaches {_highest(megatron['min_loss_scale']):g}, above the"
+            f" lowest initial_loss_scale {lowest_initial:g}: Megatron-LM requires min_loss_scale <="
+            " initial_loss_scale"
         )
 
 
@@ -134,5 +142,3 @@ def _lowest(p: ParamRange) -> float:
 
 def _highest(p: ParamRange) -> float:
     return p.fixed if p.fixed is not None else p.high
-
-

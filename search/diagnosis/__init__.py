@@ -2,7 +2,8 @@
 
 From a log (no torch, no Optuna: ``search.diagnose --log`` answers in a fraction of a second):
 
-* ``_log_lines``: the loss-scaler lines of DeepSpeed, apex and fairseq logs, each read into a :class:`LogLine`;
+* ``_log_lines``: the loss-scaler lines of DeepSpeed, apex and fairseq logs, each read into a
+  :class:`LogLine`;
 * ``_log_reading``: a whole log read: skipped steps, the scale over time, when it settled, and its verdict.
 
 From training (the settings in fp16 beside fp32 and bf16 controls):
@@ -12,8 +13,8 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
-* ``_narrowing``: a diagnosis's JSON (or the record a study keeps of it) as the start of a search: the starting scale
-  around its suggestion, the growth interval within its window.
+* ``_narrowing``: a diagnosis's JSON (or the record a study keeps of it) as the start of a search: the
+  starting scale around its suggestion, the growth interval within its window.
 
 Kept in a study:
 
@@ -24,6 +25,7 @@ Kept in a study:
 from typing import TYPE_CHECKING
 
 from search._lazy import lazy_face
+from search.diagnosis._advice import scale_text
 from search.diagnosis._evidence import (
     FP16_MAX,
     FP16_SMALLEST,
@@ -33,7 +35,15 @@ from search.diagnosis._evidence import (
     RunEvidence,
 )
 from search.diagnosis._log_lines import GROWTH, HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
-from search.diagnosis._log_reading import CHRONIC_RATE, TITLES, LogError, LogReading, read_log
+from search.diagnosis._log_reading import (
+    CHRONIC_RATE,
+    LIMITS,
+    TITLES,
+    LogError,
+    LogReading,
+    format_reading,
+    read_log,
+)
 from search.diagnosis._narrowing import (
     NO_START,
     OCTAVES,
@@ -54,17 +64,18 @@ from search.diagnosis._training_verdict import (
     expected_skip_rate,
     growth_window,
     judge,
-    scale_text,
     settled_step,
 )
 
-if TYPE_CHECKING:  # Loaded on first use: _observer and _training_runs import torch, _recorded_diagnosis Optuna.
+# Loaded on first use: _observer and _training_runs import torch, _recorded_diagnosis Optuna.
+if TYPE_CHECKING:
     from search.diagnosis._observer import RunObserver, StepReading
     from search.diagnosis._recorded_diagnosis import (
         DiagnosedRun,
         RecordingTarget,
         diagnosis_conflict,
         diagnosis_record,
+        diagnosis_start,
         open_for_recording,
         read_recorded_diagnosis,
         record_diagnosis,
@@ -77,14 +88,58 @@ if TYPE_CHECKING:  # Loaded on first use: _observer and _training_runs import to
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "CHRONIC_RATE", "DiagnosedRun", "DiagnosisFileError", "DiagnosisRuns", "DiagnosisStart", "FP16_MAX",
-    "FP16_SMALLEST", "GROWTH", "HEALTHY_ADVICE", "HYSTERESIS", "LayerForward", "LogError", "LogLine",
-    "LogReading", "MINIMUM", "NO_START", "OCTAVES", "OVERFLOW", "PROGRESS", "ParameterGradients",
-    "RecordingTarget", "RunEvidence", "RunObserver", "SkipCause", "StepReading", "TITLES",
-    "TrainingDiagnosis", "TrainingVerdict", "VERDICTS", "bf16_supported", "diagnosis_conflict",
-    "diagnosis_record", "diagnosis_runs", "expected_skip_rate", "format_training", "growth_window", "judge",
-    "narrowed_space", "not_a_search", "open_for_recording", "read_diagnosis", "read_line", "read_log",
-    "read_recorded_diagnosis", "record_diagnosis", "recorded_diagnosis", "recorded_start",
-    "recording_conflict", "scale_text", "setting_text", "settled_step", "start_steps", "study_run",
+    "CHRONIC_RATE", "LIMITS", "format_reading",
+    "DiagnosedRun",
+    "DiagnosisFileError",
+    "DiagnosisRuns",
+    "DiagnosisStart",
+    "FP16_MAX",
+    "FP16_SMALLEST",
+    "GROWTH",
+    "HEALTHY_ADVICE",
+    "HYSTERESIS",
+    "LayerForward",
+    "LogError",
+    "LogLine",
+    "LogReading",
+    "MINIMUM",
+    "NO_START",
+    "OCTAVES",
+    "OVERFLOW",
+    "PROGRESS",
+    "ParameterGradients",
+    "RecordingTarget",
+    "RunEvidence",
+    "RunObserver",
+    "SkipCause",
+    "StepReading",
+    "TITLES",
+    "TrainingDiagnosis",
+    "TrainingVerdict",
+    "VERDICTS",
+    "bf16_supported",
+    "diagnosis_conflict",
+    "diagnosis_record", "diagnosis_start",
+    "diagnosis_runs",
+    "expected_skip_rate",
+    "format_training",
+    "growth_window",
+    "judge",
+    "narrowed_space",
+    "not_a_search",
+    "open_for_recording",
+    "read_diagnosis",
+    "read_line",
+    "read_log",
+    "read_recorded_diagnosis",
+    "record_diagnosis",
+    "recorded_diagnosis",
+    "recorded_start",
+    "recording_conflict",
+    "scale_text",
+    "setting_text",
+    "settled_step",
+    "start_steps",
+    "study_run",
     "why_no_search",
 ]

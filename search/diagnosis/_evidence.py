@@ -1,4 +1,5 @@
-"""What one diagnosed run measured, as plain numbers: its curves, each parameter's gradients, each layer's forward.
+"""What one diagnosed run measured, as plain numbers: its curves, each parameter's gradients, each layer's
+forward.
 
 No torch here: the verdict, the command's lines, the JSON and the page all read these, and a test can build
 them by hand. :mod:`search.diagnosis._training_runs` fills them from a real run.
@@ -32,8 +33,8 @@ class ParameterGradients:
         first_median: The smallest per-step median of its non-zero magnitudes over the first steps of the
             run (``start_steps``): what ``init_scale`` alone must keep representable.
         overflow_steps: The steps at which one of its gradient entries was inf or NaN.
-        histogram: Its non-zero finite magnitudes per octave, from ``2^LOWEST_OCTAVE``, counted at about 32 steps
-            spread over the run (the fp32 control's; empty counts in the other runs).
+        histogram: Its non-zero finite magnitudes per octave, from ``2^LOWEST_OCTAVE``, counted at about 32
+            steps spread over the run (the fp32 control's; empty counts in the other runs).
     """
 
     name: str
@@ -127,7 +128,8 @@ class RunEvidence:
         return max(values) if values else math.nan
 
     def forward_origins(self) -> dict[str, tuple[int, ...]]:
-        """The layers where the forward pass overflowed, with the steps (in the order of the model's layers)."""
+        """The layers where the forward pass overflowed, with the steps (in the order of the model's layers).
+        """
         return {layer.name: layer.origin_steps for layer in self.layers if layer.origin_steps}
 
     def to_dict(self) -> dict[str, Any]:

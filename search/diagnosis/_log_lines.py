@@ -32,21 +32,28 @@ PROGRESS = "progress"  # a step count (and maybe the scale) without an overflow
 # A number as Python prints a float or an int; never the full stop that may end a sentence after it.
 _NUMBER = r"(inf|[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
 _PATTERNS: list[tuple[str, str, re.Pattern[str]]] = [
-    # ZeRO's DynamicLossScaler (0.19.8); "[deepscale]" in the oldest releases. Rank 0 only, as DeepSpeed logs it.
+    # ZeRO's DynamicLossScaler (0.19.8); "[deepscale]" in the oldest releases. Rank 0 only, as DeepSpeed
+    # logs it.
     ("deepspeed", OVERFLOW, re.compile(
-        rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank 0 Skipping step\. Attempted loss scale: {_NUMBER}, reducing to {_NUMBER}")),
+        rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank 0 Skipping step\. Attempted loss scale: {_NUMBER}, "
+        rf"reducing to {_NUMBER}")),
     ("deepspeed", HYSTERESIS, re.compile(
-        rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank 0 Skipping step\. Attempted loss scale: {_NUMBER}, but hysteresis is (\d+)")),
+        rf"\[(?:deepspeed|deepscale)\] OVERFLOW! Rank 0 Skipping step\. Attempted loss scale: {_NUMBER}, "
+        r"but hysteresis is (\d+)")),
     # The fp16 optimizers outside ZeRO (runtime/fp16/fused_optimizer.py, unfused_optimizer.py, with verbose),
     # and older releases' ZeRO: one overflow may write both lines (merged into one skip).
     ("deepspeed", OVERFLOW, re.compile(rf"Reducing dynamic loss scale from {_NUMBER} to {_NUMBER}")),
     ("deepspeed", OVERFLOW, re.compile(
-        rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. Attempted loss scale: {_NUMBER}, reducing to {_NUMBER}")),
+        rf"\[deepspeed\] fp16 dynamic loss scale overflow! Skipping step\. Attempted loss scale: {_NUMBER}, "
+        rf"reducing to {_NUMBER}")),
     ("deepspeed", GROWTH, re.compile(rf"Increasing dynamic loss scale from {_NUMBER} to {_NUMBER}")),
-    ("deepspeed", MINIMUM, re.compile(r"Current loss scale already at minimum - cannot decrease scale anymore")),
+    ("deepspeed", MINIMUM, re.compile(
+        r"Current loss scale already at minimum - cannot decrease scale anymore")),
     ("deepspeed", PROGRESS, re.compile(r"\bstep=(\d+), skipped=(\d+),")),
-    ("apex", OVERFLOW, re.compile(rf"Gradient overflow\.  Skipping step, loss scaler 0 reducing loss scale to {_NUMBER}")),
-    ("fairseq", OVERFLOW, re.compile(rf"gradient overflow detected, ignoring gradient, setting loss scale to: {_NUMBER}")),
+    ("apex", OVERFLOW, re.compile(
+        rf"Gradient overflow\.  Skipping step, loss scaler 0 reducing loss scale to {_NUMBER}")),
+    ("fairseq", OVERFLOW, re.compile(
+        rf"gradient overflow detected, ignoring gradient, setting loss scale to: {_NUMBER}")),
     ("fairseq", MINIMUM, re.compile(rf"Minimum loss scale reached \({_NUMBER}\)")),
     # Its progress lines: --log-format json ("num_updates": "300") or simple/tqdm (num_updates=300).
     ("fairseq", PROGRESS, re.compile(r'"num_updates": "(\d+)"|\bnum_updates=(\d+)')),
@@ -86,18 +93,28 @@ def read_line(number: int, text: str) -> LogLine | None:
         if match is None:
             continue
         groups = [g for g in match.groups() if g is not None]
-        if kind in (OVERFLOW, GROWTH) and len(groups) == 2:  # DeepSpeed: the scale attempted, and the next one.
+        if (
+            kind in (OVERFLOW, GROWTH) and len(groups) == 2
+        ):  # DeepSpeed: the scale attempted, and the next one.
             return LogLine(number, framework, kind, float(groups[0]), float(groups[1]), pattern=index)
         if kind == HYSTERESIS:
             return LogLine(number, framework, kind, float(groups[0]), float(groups[0]), pattern=index)
         if framework == "deepspeed" and kind == PROGRESS:
-            return LogLine(number, framework, kind, step=int(groups[0]), skipped=int(groups[1]), pattern=index)
+            return LogLine(
+                number, framework, kind, step=int(groups[0]), skipped=int(groups[1]), pattern=index
+            )
         if kind == OVERFLOW:  # apex and fairseq write the scale after the cut
             return LogLine(number, framework, kind, scale_after=float(groups[0]), pattern=index)
         if framework == "fairseq" and kind == PROGRESS:
             scale = _FAIRSEQ_SCALE.search(text)
             value = next((g for g in scale.groups() if g is not None), None) if scale else None
-            return LogLine(number, framework, kind, scale_after=None if value is None else float(value),
-                           step=int(groups[0]), pattern=index)  # fmt: skip
+            return LogLine(
+                number,
+                framework,
+                kind,
+                scale_after=None if value is None else float(value),
+                step=int(groups[0]),
+                pattern=index,
+            )
         return LogLine(number, framework, kind, pattern=index)
     return None

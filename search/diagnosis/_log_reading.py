@@ -2,9 +2,9 @@
 
 Read from the lines :mod:`search.diagnosis._log_lines` knows, without re-running anything:
 
-* **skipped steps**: one per overflow (a cut scale, or DeepSpeed's hysteresis spent; two messages of one overflow
-  count once; DeepSpeed's lines of ranks other than 0 are not read); a DeepSpeed progress line's ``skipped=K``
-  counts too, where it says more (skips whose lines were not logged);
+* **skipped steps**: one per overflow (a cut scale, or DeepSpeed's hysteresis spent; two messages of one
+  overflow count once; DeepSpeed's lines of ranks other than 0 are not read); a DeepSpeed progress line's
+  ``skipped=K`` counts too, where it says more (skips whose lines were not logged);
 * **the initial search**: the leading overflows while the scale only falls (each cut below the one before).
   Every dynamic scaler starts high and halves down to a scale the gradients fit: those skips are expected.
   The scale has **settled** at the first overflow whose new scale is not below the last one's, i.e. the scale
@@ -43,12 +43,13 @@ class LogReading:
         frameworks: Whose lines the log holds.
         lines: Its loss-scaler lines, in order.
         skipped_steps: Steps the scaler skipped.
-        steps: The optimizer steps the log covers: its last step number, or the ``steps`` given; None when neither
-            tells and the run ended at its minimum (the verdict needs no rate then).
-        scale_trace: ``(line number, step, the scale from then on)`` at each line that tells a new scale; the step is
-            the last one the log numbered at or before that line (None before any).
+        steps: The optimizer steps the log covers: its last step number, or the ``steps`` given; None when
+            neither tells and the run ended at its minimum (the verdict needs no rate then).
+        scale_trace: ``(line number, step, the scale from then on)`` at each line that tells a new scale; the
+            step is the last one the log numbered at or before that line (None before any).
         initial_skips: Skips of the initial search (the scale only falling).
-        settled_line: The first line showing the scale had grown again (the end of the initial search), or None.
+        settled_line: The first line showing the scale had grown again (the end of the initial search), or
+            None.
         later_skips: Skips from there on.
         later_rate: ``later_skips`` per step after settling, or None when the scale never settled.
         hit_minimum: The framework's minimum scale was reached (the run ended there).
@@ -83,7 +84,10 @@ class LogReading:
             "later_skips": self.later_skips,
             "later_rate": self.later_rate,
             # A scale of inf (a broken run's fairseq line) as the string JSON can hold.
-            "scale_trace": [{"line": n, "step": s, "scale": v if math.isfinite(v) else str(v)} for n, s, v in self.scale_trace],
+            "scale_trace": [
+                {"line": n, "step": s, "scale": v if math.isfinite(v) else str(v)}
+                for n, s, v in self.scale_trace
+            ],
         }
 
 
@@ -92,11 +96,12 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
 
     Args:
         text_lines: The log, line by line.
-        steps: The optimizer steps the log covers, for a log that numbers none (apex); a step number in the log
-            wins where it is larger.
+        steps: The optimizer steps the log covers, for a log that numbers none (apex); a step number in the
+            log wins where it is larger.
 
     Raises:
-        LogError: No loss-scaler line; or no step count, from the log or ``steps``, where the verdict needs one.
+        LogError: No loss-scaler line; or no step count, from the log or ``steps``, where the verdict needs
+            one.
     """
     lines = tuple(line for n, text in enumerate(text_lines, 1) if (line := read_line(n, text)) is not None)
     if not lines:
@@ -107,23 +112,30 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
     covered = max([*step_numbers, steps or 0]) or None
     if covered is None and not hit_minimum:
         raise LogError(
-            f"{', '.join(TITLES[f] for f in frameworks)} lines without step numbers: pass --steps N, the optimizer "
-            "steps the log covers, to judge the skip rate"
+            f"{', '.join(TITLES[f] for f in frameworks)} lines without step numbers: pass --steps N, the"
+            " optimizer steps the log covers, to judge the skip rate"
         )
     skips = _skips(lines)
     progress_skipped = max((line.skipped for line in lines if line.skipped is not None), default=0)
     skipped = max(len(skips), progress_skipped)  # The engine's count sees skips whose lines were not logged.
     if covered is not None and skipped > covered:
-        raise LogError(f"the log shows {skipped} skipped steps, more than the {covered} steps it covers (--steps)")
+        raise LogError(
+            f"the log shows {skipped} skipped steps, more than the {covered} steps it covers (--steps)"
+        )
     trace, step = [], None
     for line in lines:
         step = line.step if line.step is not None else step
-        for scale in (line.scale_before, line.scale_after):  # Attempted (DeepSpeed), then the scale from then on.
+        for scale in (
+            line.scale_before,
+            line.scale_after,
+        ):  # Attempted (DeepSpeed), then the scale from then on.
             if scale is not None and (not trace or trace[-1][2] != scale):
                 trace.append((line.number, step, scale))
     settled = _settled_line(lines)
     initial = sum(1 for line in skips if settled is None or line.number < settled)
-    later = skipped - initial  # After settling; or, never settled, skips the engine counted and no line showed.
+    later = (
+        skipped - initial
+    )  # After settling; or, never settled, skips the engine counted and no line showed.
     settled_step = _step_at(lines, settled) if settled is not None else None
     after = None if covered is None else max(1, covered - (settled_step or 0))
     later_rate = None if after is None or (settled is None and later == 0) else later / after
@@ -133,26 +145,47 @@ def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:
         reason = "the scale fell to the framework's minimum, where it ends the run"
     elif settled is None and last_scale is not None and last_scale <= 1:
         verdict = "scale-collapse"
-        reason = (f"the scale only fell, to {last_scale:g}: at 1 or below the gradients overflow fp16 unscaled, "
-                  "so no loss scale helps (a forward or backward pass that overflows, or a diverging run)")  # fmt: skip
+        reason = (
+            f"the scale only fell, to {last_scale:g}: at 1 or below the gradients overflow fp16 unscaled, "
+            "so no loss scale helps (a forward or backward pass that overflows, or a diverging run)"
+        )
     elif later_rate is not None and later_rate >= CHRONIC_RATE:
         verdict = "chronic-skipping"
-        reason = (f"after the scale settled, {later} of {after} steps were skipped ({later_rate:.1%}, at least "
-                  f"{CHRONIC_RATE:.0%}): it keeps growing into overflows; a longer growth window (DeepSpeed's "
-                  "loss_scale_window, GradScaler's growth_interval) or a smaller growth factor skips fewer")  # fmt: skip
+        reason = (
+            f"after the scale settled, {later} of {after} steps were skipped ({later_rate:.1%}, at least "
+            f"{CHRONIC_RATE:.0%}): it keeps growing into overflows; a longer growth window (DeepSpeed's "
+            "loss_scale_window, GradScaler's growth_interval) or a smaller growth factor skips fewer"
+        )
     elif skipped == 0:
         verdict = "healthy"
         reason = "no step was skipped: nothing to fix in the loss scaling"
     elif later_rate is None:
         verdict = "healthy"
-        reason = (f"{initial} skip{'s' if initial != 1 else ''}, all while the scale searched down from its start; "
-                  "it never had to back off again: nothing to fix in the loss scaling")  # fmt: skip
+        reason = (
+            f"{initial} skip{'s' if initial != 1 else ''}, all while the scale searched down from its start; "
+            "it never had to back off again: nothing to fix in the loss scaling"
+        )
     else:
         verdict = "healthy"
-        reason = (f"{initial} skip{'s' if initial != 1 else ''} while the scale searched down from its start, "
-                  f"{later} after it ({later_rate:.2%} of {after} steps, under {CHRONIC_RATE:.0%}): nothing to fix in the loss scaling")  # fmt: skip
-    return LogReading(frameworks, lines, skipped, covered, tuple(trace), initial, settled, later, later_rate,
-                      hit_minimum, verdict, reason)  # fmt: skip
+        reason = (
+            f"{initial} skip{'s' if initial != 1 else ''} while the scale searched down from its start,"
+            f" {later} after it ({later_rate:.2%} of {after} steps, under {CHRONIC_RATE:.0%}): nothing to fix"
+            " in the loss scaling"
+        )
+    return LogReading(
+        frameworks,
+        lines,
+        skipped,
+        covered,
+        tuple(trace),
+        initial,
+        settled,
+        later,
+        later_rate,
+        hit_minimum,
+        verdict,
+        reason,
+    )
 
 
 def _skips(lines: tuple[LogLine, ...]) -> list[LogLine]:
@@ -163,8 +196,12 @@ def _skips(lines: tuple[LogLine, ...]) -> list[LogLine]:
         if line.kind not in (OVERFLOW, HYSTERESIS):
             continue
         last = skips[-1] if skips else None
-        if (last is not None and line.pattern != last.pattern and line.number - last.number <= 3
-                and (line.scale_before, line.scale_after) == (last.scale_before, last.scale_after)):  # fmt: skip
+        if (
+            last is not None
+            and line.pattern != last.pattern
+            and line.number - last.number <= 3
+            and (line.scale_before, line.scale_after) == (last.scale_before, last.scale_after)
+        ):
             continue
         skips.append(line)
     return skips
@@ -175,8 +212,8 @@ def _settled_line(lines: tuple[LogLine, ...]) -> int | None:
 
     Growth shows as a line saying so (DeepSpeed outside ZeRO), an attempted scale above the last one known
     (DeepSpeed), or a cut that lands no lower than the scale before it (apex, fairseq: each cut halves, so the
-    scale had at least doubled; a scale clamped at a minimum apex was given looks the same). fairseq's progress
-    lines round the scale to 4 decimals, so they do not count."""
+    scale had at least doubled; a scale clamped at a minimum apex was given looks the same). fairseq's
+    progress lines round the scale to 4 decimals, so they do not count."""
     current = None
     for line in lines:
         if line.kind == GROWTH:
@@ -202,3 +239,52 @@ def _step_at(lines: tuple[LogLine, ...], number: int) -> int | None:
         if line.kind == PROGRESS and line.step is not None:
             step = line.step
     return step
+
+
+# What no log can show: said under every reading.
+LIMITS = (
+    "a log cannot show an underflow (gradients rounded to zero skip nothing) nor a forward pass that"
+    " overflows fp16; those need the run itself"
+)
+
+
+def format_reading(reading: LogReading, source: str) -> list[str]:
+    """The lines ``search.diagnose --log`` prints for the reading of ``source``."""
+    names = ", ".join(TITLES[f] for f in reading.frameworks)
+    covered = f"{reading.steps} optimizer steps" if reading.steps else "no step count"
+    lines = [f"Log {source}: {names}, {len(reading.lines)} loss-scaler lines, {covered}"]
+    of = f" of {reading.steps} ({reading.skipped_steps / reading.steps:.2%})" if reading.steps else ""
+    if reading.skipped_steps == 0:
+        where = "none"
+    elif reading.settled_line:
+        where = (
+            f"{reading.initial_skips} while the scale searched down from its start, {reading.later_skips}"
+            f" after it had grown again (line {reading.settled_line})"
+        )
+    else:
+        unseen = reading.skipped_steps - reading.initial_skips
+        where = (
+            f"{reading.initial_skips} while the scale searched down from its start; it never grew again"
+            + (f"; {unseen} more counted by the engine with no overflow line" if unseen else "")
+        )
+    lines.append(f"  skipped steps: {reading.skipped_steps}{of}: {where}")
+    if reading.scale_trace:
+        scales = [scale for _, _, scale in reading.scale_trace]
+        first = reading.scale_trace[0]
+        told = [
+            line.number
+            for line in reading.lines
+            if line.scale_before is not None or line.scale_after is not None
+        ]
+        lines.append(
+            f"  scale: {first[2]:g} at line {first[0]}, {scales[-1]:g} at line {told[-1]} (the last that"
+            f" tells it); lowest {min(scales):g}, highest {max(scales):g}, {len(scales) - 1} changes"
+        )
+    lines.append(
+        "  minimum scale:"
+        f" {'reached: the framework ends the run there' if reading.hit_minimum else 'not reached'}"
+    )
+    lines.append(f"  verdict: {reading.verdict}")
+    lines.append(f"    ({reading.reason})")
+    lines.append(f"    note: {LIMITS}")
+    return lines

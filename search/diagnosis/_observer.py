@@ -6,16 +6,17 @@ run a trial trains, with GradScaler's (or a framework's) scale, not a copy of th
 
 * **gradients**, as backward produced them (still scaled, before ``unscale_`` and clipping, the same place
   the trainer counts zeros), per parameter: exact zeros, whether any entry is inf/NaN (the step's overflow
-  cause), the largest magnitude *unscaled* (divided by the scale in use; read where every entry is finite), the
-  median non-zero one over the first steps, an octave histogram of the unscaled magnitudes every few steps,
-  and, given the scale another run used at step 0, how many non-zero entries would round to 0 in fp16 at that
-  scale (scaled magnitude <= 2^-25: fp16's smallest subnormal is 2^-24, and round-to-nearest-even sends half of
-  it to 0);
-* **forward outputs** of every leaf module, per step: the largest magnitude (read where every entry is finite),
-  whether any entry is inf/NaN, and the first module (in call order) whose output was not finite while its
-  inputs were: where the forward pass overflowed.
+  cause), the largest magnitude *unscaled* (divided by the scale in use; read where every entry is finite),
+  the median non-zero one over the first steps, an octave histogram of the unscaled magnitudes every few
+  steps, and, given the scale another run used at step 0, how many non-zero entries would round to 0 in fp16
+  at that scale (scaled magnitude <= 2^-25: fp16's smallest subnormal is 2^-24, and round-to-nearest-even
+  sends half of it to 0);
+* **forward outputs** of every leaf module, per step: the largest magnitude (read where every entry is
+  finite), whether any entry is inf/NaN, and the first module (in call order) whose output was not finite
+  while its inputs were: where the forward pass overflowed.
 
-Every step costs one host read, and one more on a step whose forward pass went non-finite (its inputs checked).
+Every step costs one host read, and one more on a step whose forward pass went non-finite (its inputs
+checked).
 """
 
 from __future__ import annotations
@@ -52,13 +53,14 @@ class StepReading:
 class RunObserver:
     """Reads every step of one run for the diagnosis (see the module docstring).
 
-    What every step costs is kept small (the diagnosis should take about three trials' time): the exact medians
-    only over the first ``median_steps`` steps (where the verdict reads them), the rounding count only at step 0,
-    the histograms only every ``histogram_every`` steps, and each step's numbers in one host read.
+    What every step costs is kept small (the diagnosis should take about three trials' time): the exact
+    medians only over the first ``median_steps`` steps (where the verdict reads them), the rounding count only
+    at step 0, the histograms only every ``histogram_every`` steps, and each step's numbers in one host read.
 
     Args:
         reference_scales: Per step, the scale another run (the fp16 run) used: the fp32 control then counts
-            how many of its non-zero gradients at step 0 would round to 0 in fp16 at that scale. None: not counted.
+            how many of its non-zero gradients at step 0 would round to 0 in fp16 at that scale. None: not
+            counted.
         median_steps: The first steps whose per-parameter median non-zero magnitude is read (nan after).
         histogram_every: Steps between two histogram counts (0: none).
     """
@@ -107,12 +109,18 @@ class RunObserver:
         reference = None if self.reference_scales is None or step else float(self.reference_scales[step])
         histogram = self.histogram_every and step % self.histogram_every == 0
         nan = torch.full((), math.nan, dtype=torch.float64, device=device)
-        columns: list[torch.Tensor] = [unscale]  # Then five per parameter, read in one transfer with the forward's.
+        columns: list[torch.Tensor] = [
+            unscale
+        ]  # Then five per parameter, read in one transfer with the forward's.
         for index, p in enumerate(self._params):
             g = (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
             magnitude = g.abs()
             top = magnitude.amax().double()  # inf or NaN when any entry is: then the step is skipped
-            columns += [float(g.numel()) - g.count_nonzero().double(), (~torch.isfinite(top)).double(), top / unscale]
+            columns += [
+                float(g.numel()) - g.count_nonzero().double(),
+                (~torch.isfinite(top)).double(),
+                top / unscale,
+            ]
             if detailed or reference is not None or histogram:
                 nonzero = magnitude[(magnitude > 0) & torch.isfinite(magnitude)].double() / unscale
                 columns.append(nonzero.median() if detailed and nonzero.numel() else nan)
@@ -121,7 +129,10 @@ class RunObserver:
                 else:
                     columns.append(torch.zeros((), dtype=torch.float64, device=device))
                 if histogram and nonzero.numel():
-                    octave = torch.log2(nonzero).floor().clamp(LOWEST_OCTAVE, LOWEST_OCTAVE + OCTAVES - 1) - LOWEST_OCTAVE
+                    octave = (
+                        torch.log2(nonzero).floor().clamp(LOWEST_OCTAVE, LOWEST_OCTAVE + OCTAVES - 1)
+                        - LOWEST_OCTAVE
+                    )
                     self._histograms[index] += torch.bincount(octave.long(), minlength=OCTAVES).double()
             else:
                 columns += [nan, torch.zeros((), dtype=torch.float64, device=device)]
@@ -166,12 +177,16 @@ class RunObserver:
         self._handles.clear()
 
     def histograms(self) -> list[list[int]]:
-        """Per parameter, the octave counts of its non-zero finite unscaled gradient magnitudes over the run."""
-        return [] if self._histograms is None else [[int(v) for v in row] for row in self._histograms.tolist()]
+        """Per parameter, the octave counts of its non-zero finite unscaled gradient magnitudes over the run.
+        """
+        return (
+            [] if self._histograms is None else [[int(v) for v in row] for row in self._histograms.tolist()]
+        )
 
 
 def _tensors(value: object) -> Iterator[torch.Tensor]:
-    """The floating-point tensors in a module's output or inputs (a tensor, tuple, list, dict, HF ModelOutput)."""
+    """The floating-point tensors in a module's output or inputs (a tensor, tuple, list, dict, HF
+    ModelOutput)."""
     if isinstance(value, torch.Tensor):
         if value.is_floating_point():
             yield value
@@ -184,8 +199,9 @@ def _tensors(value: object) -> Iterator[torch.Tensor]:
 
 
 def _magnitude(value: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """(largest magnitude, all finite) of the floating-point tensors in ``value``, on their device; the largest
-    is inf or NaN when an entry is (two kernels a tensor: this runs on every layer's output every step)."""
+    """(largest magnitude, all finite) of the floating-point tensors in ``value``, on their device; the
+    largest is inf or NaN when an entry is (two kernels a tensor: this runs on every layer's output every
+    step)."""
     tops = [t.detach().abs().amax().double() for t in _tensors(value) if t.numel()]
     if not tops:
         return torch.zeros((), dtype=torch.float64), torch.tensor(True)

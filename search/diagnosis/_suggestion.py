@@ -10,14 +10,15 @@ The growth window (:func:`search.diagnosis._training_verdict.growth_window`) tel
   scale, back off at each of those steps and regrow before the next. A scale that starts below the needed one
   and only grows as fast as it backs off stays below it and underflows, so the start is the needed scale
   rounded up to a power of two. ``growth_interval`` 1 lets it regrow at the first clean step, and
-  ``growth_factor`` = ``(1 / backoff_factor) ** (1 / P)``: ``P`` growths undo one backoff (where overflows are so
-  rare that this factor is under :data:`MIN_GROWTH`, the interval ``n`` is the smallest that makes
+  ``growth_factor`` = ``(1 / backoff_factor) ** (1 / P)``: ``P`` growths undo one backoff (where overflows are
+  so rare that this factor is under :data:`MIN_GROWTH`, the interval ``n`` is the smallest that makes
   ``(1 / backoff_factor) ** (n / P)`` at least that, the same regrowth per period). Counting every step
   of the period as a growth (the overflowing one grows nothing) errs low: the scale drifts a little down from
   the needed scale, to where overflows come a little less often, instead of growing into more of them.
 
 The user's ``backoff_factor`` is kept. A framework's rule has fixed factors (DeepSpeed and fairseq double and
-halve): its window already says how often it must grow, so no whole setting is suggested for it. No torch here.
+halve): its window already says how often it must grow, so no whole setting is suggested for it. No torch
+here.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def suggested_setting(
     overflowing: int,
     steps: int,
 ) -> ScalerConfig | None:
-    """The GradScaler setting a diagnosis of ``setting`` suggests (module docstring), or None: a framework's rule,
-    no growth window, or no starting scale (``start`` not finite).
+    """The GradScaler setting a diagnosis of ``setting`` suggests (module docstring), or None: a framework's
+    rule, no growth window, or no starting scale (``start`` not finite).
 
     Args:
         setting: The diagnosed setting.
@@ -53,7 +54,9 @@ def suggested_setting(
         return None
     low, high = window
     if high is None:
-        return ScalerConfig(start, setting.growth_factor, setting.backoff_factor, max(setting.growth_interval, low))
+        return ScalerConfig(
+            start, setting.growth_factor, setting.backoff_factor, max(setting.growth_interval, low)
+        )
     period = steps / max(1, overflowing)
     # Rare overflows would ask for a factor barely above 1: grow less often instead, each growth at least
     # MIN_GROWTH (n growths of (1/b)^(n/P) still undo one backoff per period).

@@ -1,7 +1,8 @@
 """A whole training diagnosis: what was run, the runs' evidence, the verdict, and the lines and JSON it makes.
 
 No torch: ``search.diagnose`` builds one from :func:`~search.diagnosis.diagnosis_runs` and
-:func:`~search.diagnosis.judge`, then prints :func:`format_training` and writes :meth:`TrainingDiagnosis.to_dict`.
+:func:`~search.diagnosis.judge`, then prints :func:`format_training` and writes
+:meth:`TrainingDiagnosis.to_dict`.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from search.diagnosis._advice import scale_text
 from search.diagnosis._evidence import FP16_MAX, FP16_ROUNDS_TO_ZERO, DiagnosisRuns, RunEvidence
-from search.diagnosis._training_verdict import TrainingVerdict, scale_text
+from search.diagnosis._training_verdict import TrainingVerdict
 from search.scalers import RULES
 
 SHOWN_SKIPS = 12  # Skipped steps listed one by one; the rest are counted.
@@ -25,7 +27,8 @@ class SkipCause:
         step: The step (from 0).
         scale: The scale its backward used.
         parameters: The parameters whose gradients held an inf or NaN.
-        forward_layer: The layer whose forward output overflowed first at this step, or None (the backward did).
+        forward_layer: The layer whose forward output overflowed first at this step, or None (the backward
+            did).
     """
 
     step: int
@@ -68,7 +71,8 @@ class TrainingDiagnosis:
         return causes
 
     def to_dict(self) -> dict[str, Any]:
-        """What ``--json`` writes: the verdict's keys at the top, then what was run, the skips and the runs."""
+        """What ``--json`` writes: the verdict's keys at the top, then what was run, the skips and the runs.
+        """
         return {
             **self.verdict.to_dict(),
             "task": self.task,
@@ -78,7 +82,9 @@ class TrainingDiagnosis:
             "settings": self.settings,
             "steps": self.runs.fp16.planned_steps,
             "skipped_steps": self.runs.fp16.skipped_steps,
-            "skips": [cause.__dict__ | {"parameters": list(cause.parameters)} for cause in self.skip_causes()],
+            "skips": [
+                cause.__dict__ | {"parameters": list(cause.parameters)} for cause in self.skip_causes()
+            ],
             "runs": {run.label: run.to_dict() for run in self.runs.all()},
         }
 
@@ -88,10 +94,15 @@ def format_training(diagnosis: TrainingDiagnosis) -> list[str]:
     runs, verdict = diagnosis.runs, diagnosis.verdict
     fp16, fp32 = runs.fp16, runs.fp32
     shown = ", ".join(f"{k} {_value(k, v)}" for k, v in diagnosis.settings.items())
-    lines = [f"Diagnosis of {diagnosis.task} (seed {diagnosis.seed}, {fp16.planned_steps} steps, {diagnosis.device}), "
-             f"{_rule_title(diagnosis.scaler)}: {shown}"]  # fmt: skip
-    lines.append("  runs: " + ", ".join(f"{_title(r)} {r.seconds:.1f} s" for r in runs.all())
-                 + ("" if runs.bf16 else "; no bf16 control (this device has no bf16)"))  # fmt: skip
+    lines = [
+        f"Diagnosis of {diagnosis.task} (seed {diagnosis.seed}, {fp16.planned_steps} steps,"
+        f" {diagnosis.device}), {_rule_title(diagnosis.scaler)}: {shown}"
+    ]
+    lines.append(
+        "  runs: "
+        + ", ".join(f"{_title(r)} {r.seconds:.1f} s" for r in runs.all())
+        + ("" if runs.bf16 else "; no bf16 control (this device has no bf16)")
+    )
     evals = ", ".join(f"{r.label} {r.eval_loss:.4g} ({r.failure})" for r in runs.all())
     lines.append(f"  evaluation (initial {fp16.initial_eval_loss:.4g}; failure code): {evals}")
     lines += _scale_lines(fp16)
@@ -111,8 +122,11 @@ def _scale_lines(fp16: RunEvidence) -> list[str]:
     if not fp16.scales:
         return ["  scale: no step taken"]
     moves = sum(1 for a, b in zip(fp16.scales, fp16.scales[1:]) if a != b)
-    return [f"  scale: {scale_text(fp16.scales[0])} at step 0, {scale_text(fp16.scales[-1])} at step {fp16.steps - 1}; "
-            f"lowest {scale_text(min(fp16.scales))}, highest {scale_text(max(fp16.scales))}, {moves} changes"]  # fmt: skip
+    return [
+        f"  scale: {scale_text(fp16.scales[0])} at step 0, {scale_text(fp16.scales[-1])} at step"
+        f" {fp16.steps - 1}; lowest {scale_text(min(fp16.scales))}, highest {scale_text(max(fp16.scales))},"
+        f" {moves} changes"
+    ]
 
 
 def _skip_lines(diagnosis: TrainingDiagnosis) -> list[str]:
@@ -124,7 +138,11 @@ def _skip_lines(diagnosis: TrainingDiagnosis) -> list[str]:
             why = f"the forward pass overflowed in layer {cause.forward_layer!r}"
         elif cause.parameters:
             names = list(cause.parameters)
-            why = "inf/NaN gradients in " + ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            why = (
+                "inf/NaN gradients in "
+                + ", ".join(names[:4])
+                + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            )
         else:
             why = "the scaler counted an overflow no parameter's gradient shows"
         lines.append(f"    step {cause.step} (scale {scale_text(cause.scale)}): {why}")
@@ -139,32 +157,48 @@ def _forward_lines(fp16: RunEvidence, fp32: RunEvidence) -> list[str]:
         return ["  forward: no layer output measured"]
     top = max(finite, key=lambda layer: layer.largest)
     share = top.largest / FP16_MAX
-    line = f"  forward: largest activation {top.largest:.4g} in layer {top.name!r} (fp32 control), {share:.2%} of fp16's 65504"
+    line = (
+        f"  forward: largest activation {top.largest:.4g} in layer {top.name!r} (fp32 control), {share:.2%}"
+        " of fp16's 65504"
+    )
     origins = fp16.forward_origins()
     if origins:
-        line += "; in fp16 it overflowed first in " + ", ".join(f"{name!r} ({len(s)} steps)" for name, s in origins.items())
+        line += "; in fp16 it overflowed first in " + ", ".join(
+            f"{name!r} ({len(s)} steps)" for name, s in origins.items()
+        )
     return [line]
 
 
 def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdict) -> list[str]:
     lines = [
-        f"  gradients (fp32 control, unscaled): needed scale {scale_text(verdict.needed_scale)} (keeps every "
-        f"parameter's median over {_first(fp32.start_steps)} at or above 2^-24), largest safe scale "
-        f"{scale_text(verdict.largest_safe_scale)} (keeps the largest under 65504)",
-        f"    {'parameter':<24} {'size':>9} {'largest':>9} {'safe up to':>10} {'median':>8} {'zero fp16':>9} "
-        f"{'zero fp32':>9} {'rounds to 0':>11}",
+        (
+            f"  gradients (fp32 control, unscaled): needed scale {scale_text(verdict.needed_scale)} (keeps"
+            f" every parameter's median over {_first(fp32.start_steps)} at or above 2^-24), largest safe"
+            f" scale {scale_text(verdict.largest_safe_scale)} (keeps the largest under 65504)"
+        ),
+        (
+            f"    {'parameter':<24} {'size':>9} {'largest':>9} {'safe up to':>10} {'median':>8}"
+            f" {'zero fp16':>9} {'zero fp32':>9} {'rounds to 0':>11}"
+        ),
     ]
     zeros16 = {p.name: p.zero_share for p in fp16.parameters}
     for p in fp32.parameters:
         safe = FP16_MAX / p.largest if math.isfinite(p.largest) and p.largest > 0 else math.nan
-        rounds = "-" if p.would_round_share is None or math.isnan(p.would_round_share) else f"{p.would_round_share:.1%}"
-        lines.append(
-            f"    {_cut(p.name, 24):<24} {p.size:>9} {_octave(p.largest):>9} {scale_text(safe):>10} "
-            f"{_octave(p.first_median):>8} {zeros16.get(p.name, math.nan):>9.1%} {p.zero_share:>9.1%} {rounds:>11}"
+        rounds = (
+            "-"
+            if p.would_round_share is None or math.isnan(p.would_round_share)
+            else f"{p.would_round_share:.1%}"
         )
-    lines.append(f"    (largest: over the run; median: the smallest per-step median of its non-zero gradients over "
-                 f"{_first(fp32.start_steps)}; rounds to 0: its non-zero gradients at step 0, where both runs have the same "
-                 f"weights, that are 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)")  # fmt: skip
+        lines.append(
+            f"    {_cut(p.name, 24):<24} {p.size:>9} {_octave(p.largest):>9} {scale_text(safe):>10}"
+            f" {_octave(p.first_median):>8} {zeros16.get(p.name, math.nan):>9.1%} {p.zero_share:>9.1%}"
+            f" {rounds:>11}"
+        )
+    lines.append(
+        "    (largest: over the run; median: the smallest per-step median of its non-zero gradients over"
+        f" {_first(fp32.start_steps)}; rounds to 0: its non-zero gradients at step 0, where both runs have"
+        f" the same weights, that are 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)"
+    )
     return lines
 
 
@@ -181,7 +215,13 @@ def _cut(name: str, width: int) -> str:
 
 
 def _value(name: str, value: float) -> str:
-    if "scale" in name and "power" not in name and value > 0 and math.log2(value).is_integer() and value >= 1024:
+    if (
+        "scale" in name
+        and "power" not in name
+        and value > 0
+        and math.log2(value).is_integer()
+        and value >= 1024
+    ):
         return scale_text(value)
     return f"{value:g}"
 

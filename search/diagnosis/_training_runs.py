@@ -1,10 +1,10 @@
 """The three runs of a training diagnosis: the user's settings in fp16, an fp32 control, a bf16 control.
 
-Each is :func:`search.training.train`, the loop every trial runs; the fp16 run and the fp32 control are watched
-by a :class:`~search.diagnosis._observer.RunObserver` (the bf16 control's outcome is all the verdict reads). The
-fp16 run goes first, so that the fp32 control can count which of its true gradients at step 0 would round to 0
-in fp16 at the scale the fp16 run started with. The controls train at scale 1 with no growth: fp32 needs no
-scaling, bf16 has fp32's range.
+Each is :func:`search.training.train`, the loop every trial runs; the fp16 run and the fp32 control are
+watched by a :class:`~search.diagnosis._observer.RunObserver` (the bf16 control's outcome is all the verdict
+reads). The fp16 run goes first, so that the fp32 control can count which of its true gradients at step 0
+would round to 0 in fp16 at the scale the fp16 run started with. The controls train at scale 1 with no growth:
+fp32 needs no scaling, bf16 has fp32's range.
 """
 
 from __future__ import annotations
@@ -66,15 +66,24 @@ def diagnosis_runs(
     if isinstance(problem, Problem) and not epochs and not steps:
         epochs = problem.epochs  # The task's own default, as a trial's.
     fp16_observer = RunObserver()
-    fp16, fp16_seconds = _timed(lambda: train(
-        problem, setting, epochs=epochs, steps=steps, observer=fp16_observer, fp32_reference=False))  # fmt: skip
+    fp16, fp16_seconds = _timed(
+        lambda: train(
+            problem, setting, epochs=epochs, steps=steps, observer=fp16_observer, fp32_reference=False
+        )
+    )
     scales = [reading.scale for reading in fp16_observer.readings]
     planned = fp16.planned_steps
-    reference = scales + [scales[-1] if scales else 1.0] * (planned - len(scales))  # A rule may end the run early.
-    fp32_observer = RunObserver(reference_scales=reference, median_steps=start_steps(planned),
-                                histogram_every=max(1, planned // HISTOGRAM_STEPS))  # fmt: skip
-    fp32, fp32_seconds = _timed(lambda: train(
-        problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=None, observer=fp32_observer))  # fmt: skip
+    reference = scales + [scales[-1] if scales else 1.0] * (
+        planned - len(scales)
+    )  # A rule may end the run early.
+    fp32_observer = RunObserver(
+        reference_scales=reference,
+        median_steps=start_steps(planned),
+        histogram_every=max(1, planned // HISTOGRAM_STEPS),
+    )
+    fp32, fp32_seconds = _timed(
+        lambda: train(problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=None, observer=fp32_observer)
+    )
     fp32_zeros = fp32.zero_grad_fraction
     min_scale = fp16.min_scale  # The rule's floor, or None where it has none (GradScaler).
     runs = {
@@ -82,8 +91,11 @@ def diagnosis_runs(
         "fp32": _evidence("fp32", fp32, fp32_observer, fp32_zeros, penalty, fp32_seconds, None),
     }
     if "bf16" in controls and bf16_supported(device):  # Its outcome is what the verdict reads: not watched.
-        bf16, bf16_seconds = _timed(lambda: train(
-            problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=torch.bfloat16, fp32_reference=False))  # fmt: skip
+        bf16, bf16_seconds = _timed(
+            lambda: train(
+                problem, UNSCALED, epochs=epochs, steps=steps, amp_dtype=torch.bfloat16, fp32_reference=False
+            )
+        )
         runs["bf16"] = _evidence("bf16", bf16, None, fp32_zeros, penalty, bf16_seconds, None)
     return DiagnosisRuns(runs["fp16"], runs["fp32"], runs.get("bf16"))
 
@@ -127,16 +139,22 @@ def _evidence(
         # At step 0 only: from then on the fp32 control's weights are no longer the fp16 run's.
         rounds = sum(r.would_round[i] for r in readings[:1])
         nonzero = sum(size - r.zeros[i] for r in readings[:1])
-        parameters.append(ParameterGradients(
-            name=name,
-            size=size,
-            zero_share=sum(zeros) / (size * len(kept)) if kept and size else 0.0,
-            would_round_share=(rounds / nonzero if nonzero else math.nan) if observer.reference_scales is not None else None,
-            largest=_largest(readings[s].largest[i] for s in kept),
-            first_median=_smallest(r.median[i] for r in readings[:first]),
-            overflow_steps=tuple(s for s, r in enumerate(readings) if r.nonfinite[i]),
-            histogram=tuple(histograms[i]),
-        ))  # fmt: skip
+        parameters.append(
+            ParameterGradients(
+                name=name,
+                size=size,
+                zero_share=sum(zeros) / (size * len(kept)) if kept and size else 0.0,
+                would_round_share=(
+                    (rounds / nonzero if nonzero else math.nan)
+                    if observer.reference_scales is not None
+                    else None
+                ),
+                largest=_largest(readings[s].largest[i] for s in kept),
+                first_median=_smallest(r.median[i] for r in readings[:first]),
+                overflow_steps=tuple(s for s, r in enumerate(readings) if r.nonfinite[i]),
+                histogram=tuple(histograms[i]),
+            )
+        )
     layers = [
         LayerForward(
             name=name,

@@ -29,6 +29,17 @@ if TYPE_CHECKING:  # Loaded on first use: _figures, _publish and _trial_pictures
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "CURVES_ID", "EXPLORER_ID", "FILENAME", "PublishReport", "curves_figure", "curves_svg", "diagnosis_page",
-    "explorer_figure", "explorer_json", "publish", "publish_pictures", "trial_curves", "write_pictures",
+    "CURVES_ID",
+    "EXPLORER_ID",
+    "FILENAME",
+    "PublishReport",
+    "curves_figure",
+    "curves_svg",
+    "diagnosis_page",
+    "explorer_figure",
+    "explorer_json",
+    "publish",
+    "publish_pictures",
+    "trial_curves",
+    "write_pictures",
 ]

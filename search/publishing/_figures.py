@@ -20,9 +20,11 @@ from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scaler_config, ski
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def trial_curves(trial: FrozenTrial, space: SpaceConfig) -> tuple[list[float | None], list[float | None], list[int]]:
-    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None. The skipped steps
-    are the ones the trainer measured (:func:`search.core.skipped_of`)."""
+def trial_curves(
+    trial: FrozenTrial, space: SpaceConfig
+) -> tuple[list[float | None], list[float | None], list[int]]:
+    """(loss curve, scale curve, skipped steps) of a stored trial; non-finite values are None. The skipped
+    steps are the ones the trainer measured (:func:`search.core.skipped_of`)."""
     loss = list(trial.user_attrs.get(LOSS_CURVE) or [])
     scale = list(trial.user_attrs.get(SCALE_CURVE) or [])
     try:  # Every setting fixed: no params, and the space still knows init_scale.

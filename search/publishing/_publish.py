@@ -66,7 +66,8 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
     lines = [
         f"**Trial {trial.number}**"
         + (f" · baseline `{attrs[BASELINE]}`" if BASELINE in attrs else "")
-        + f" · objective {value} · failure `{attrs.get('failure', '-')}` · learned {attrs.get('learned', '-')}",
+        + f" · objective {value} · failure `{attrs.get('failure', '-')}` · learned"
+        f" {attrs.get('learned', '-')}",
         "",
     ]
     # One short bullet each: optuna-dashboard's note box does not wrap a long paragraph, it scrolls.
@@ -78,7 +79,8 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
         )
     if skipped:
         lines.append(
-            f"- Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at step{'s' if len(skipped) > 1 else ''} "
+            f"- Skipped steps: **{len(skipped)} of {len(scale)}** (inf/NaN gradients), at"
+            f" step{'s' if len(skipped) > 1 else ''} "
             + ", ".join(str(e + 1) for e in skipped[:12])
             + (" …" if len(skipped) > 12 else "")
             + "."
@@ -91,7 +93,10 @@ def _trial_note(trial: FrozenTrial, space: SpaceConfig) -> str:
     lines += [
         "",
         "- Loss per step: this trial's *intermediate values*.",
-        "- Loss and scale, skipped steps marked: the artifact `loss-and-scale.svg` (`search.dashboard` draws it).",
+        (
+            "- Loss and scale, skipped steps marked: the artifact `loss-and-scale.svg` (`search.dashboard`"
+            " draws it)."
+        ),
         "- Every trial's curves: the study's **trial explorer** figure.",
     ]
     return "\n".join(lines)
@@ -115,19 +120,25 @@ def _figure_attrs(graph_object_id: str, text: str, system_attrs: dict[str, Any])
     return _chunks(prefix, text, split_text(text, prefix), system_attrs)
 
 
-def _note_attrs(trial_id: int | None, version: int, body: str, system_attrs: dict[str, Any]) -> dict[str, Any]:
+def _note_attrs(
+    trial_id: int | None, version: int, body: str, system_attrs: dict[str, Any]
+) -> dict[str, Any]:
     prefix = note_text_prefix(trial_id)
-    return {note_version_key(trial_id): version, **_chunks(prefix, body, split_text(body, prefix), system_attrs)}
+    return {
+        note_version_key(trial_id): version,
+        **_chunks(prefix, body, split_text(body, prefix), system_attrs),
+    }
 
 
 def _study_note(data: dict[str, Any]) -> str:
     rule = RULES[data.get("scaler", TORCH)]
     about = f"{rule.baselines_about}; " if rule.baselines_about else ""
     return (
-        f"## {rule.title}: the baselines vs the best\n\n"
-        f"{rule.title}'s baselines ({about}{rule.default_tag} is {rule.maker}'s default), re-measured in this study, "
-        "next to the best trial. Written by `search.optimize`/`search.dashboard`; figures are under *Graphs* on "
-        "this page.\n\n```\n" + format_summary(data) + "\n```\n"
+        f"## {rule.title}: the baselines vs the best\n\n{rule.title}'s baselines ({about}{rule.default_tag}"
+        f" is {rule.maker}'s default), re-measured in this study, next to the best trial. Written by"
+        " `search.optimize`/`search.dashboard`; figures are under *Graphs* on this page.\n\n```\n"
+        + format_summary(data)
+        + "\n```\n"
     )
 
 
@@ -141,7 +152,9 @@ def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
     best, default, worst = shown.best, shown.default, shown.worst_finite
     assert best is not None
     tag = None if default is None else baseline_of(default)
-    if tag is not None and not tag.endswith("-default"):  # "seed-1 default"; a framework's is "deepspeed-default"
+    if tag is not None and not tag.endswith(
+        "-default"
+    ):  # "seed-1 default"; a framework's is "deepspeed-default"
         tag += " default"
     if default is not None and default.number == best.number:
         named.append((f"best = {tag} (#{best.number})", best))
@@ -176,7 +189,9 @@ def explorer_json(trials: list[FrozenTrial], space: SpaceConfig) -> str:
     for key, value in layout.items():
         old = data["layout"].get(key)
         data["layout"][key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
-    return json.dumps(data, cls=plotly.utils.PlotlyJSONEncoder, separators=(",", ":"))  # Compact, as plotly writes.
+    return json.dumps(
+        data, cls=plotly.utils.PlotlyJSONEncoder, separators=(",", ":")
+    )  # Compact, as plotly writes.
 
 
 def _explorer_parts(trials: list[FrozenTrial], space: SpaceConfig) -> tuple[go.Figure, dict[str, Any]]:
@@ -222,7 +237,14 @@ def _explorer_parts(trials: list[FrozenTrial], space: SpaceConfig) -> tuple[go.F
     # and the loss plot's titles (on the dashboard's graph width, its label is as wide as they are).
     layout = {
         "updatemenus": [
-            {"buttons": buttons, "direction": "down", "x": 1.02, "xanchor": "left", "y": 1.0, "yanchor": "top"}
+            {
+                "buttons": buttons,
+                "direction": "down",
+                "x": 1.02,
+                "xanchor": "left",
+                "y": 1.0,
+                "yanchor": "top",
+            }
         ],
         "legend": {"x": 1.02, "xanchor": "left", "y": 0.88, "yanchor": "top"},
         "margin": {"r": 240},
@@ -275,7 +297,9 @@ def publish(
     if named and (version == 0 or version == ours):
         data = summary
         if data is None:
-            data = summarize(study, space, summarize_confirmation(storage_of(study), study.study_name), trials)
+            data = summarize(
+                study, space, summarize_confirmation(storage_of(study), study.study_name), trials
+            )
             if storage_url is not None:
                 data["storage"] = mask_url(storage_url)
         writes.update(_note_attrs(None, version + 1, _study_note(data), system_attrs))

@@ -35,7 +35,8 @@ from search.storage import TrialWriter, settings_of, storage_of, study_id_of, tr
 
 FILENAME = "loss-and-scale.svg"
 # optuna-dashboard's key for an artifact of a trial, in study system attrs. optuna.artifacts.upload_artifact
-# stores a trial's record in its trial system attrs, which a finished trial refuses (UpdateFinishedTrialError),
+# stores a trial's record in its trial system attrs, which a finished trial refuses
+# (UpdateFinishedTrialError),
 # and the pictures are drawn after the trials finish; the dashboard reads both places alike.
 _PREFIX = "dashboard:artifacts:"
 _NAMESPACE = uuid.UUID("5f0c7a52-8d3e-4b8e-9a59-1d2f6c1e7b21")
@@ -53,13 +54,18 @@ def _panel(
     values: Sequence[float | None], top: float, steps: int, log: bool, skipped: Sequence[int], title: str
 ) -> list[str]:
     """One panel: a line per step, its y range labelled, skipped steps as red ticks."""
-    finite = [(i, v) for i, v in enumerate(values) if v is not None and math.isfinite(v) and (v > 0 or not log)]
+    finite = [
+        (i, v) for i, v in enumerate(values) if v is not None and math.isfinite(v) and (v > 0 or not log)
+    ]
     parts = [f'<text x="{_LEFT}" y="{top - 6:.0f}" font-size="12">{html.escape(title)}</text>']
     parts.append(
-        f'<rect x="{_LEFT}" y="{top}" width="{_WIDTH - _LEFT - _RIGHT}" height="{_PANEL}" fill="none" stroke="#999"/>'
+        f'<rect x="{_LEFT}" y="{top}" width="{_WIDTH - _LEFT - _RIGHT}" height="{_PANEL}" fill="none"'
+        ' stroke="#999"/>'
     )
     if not finite:
-        parts.append(f'<text x="{_LEFT + 8}" y="{top + _PANEL / 2:.0f}" font-size="12">no finite values</text>')
+        parts.append(
+            f'<text x="{_LEFT + 8}" y="{top + _PANEL / 2:.0f}" font-size="12">no finite values</text>'
+        )
         return parts
     ys = [math.log2(v) if log else v for _, v in finite]
     low, high = min(ys), max(ys)
@@ -77,7 +83,9 @@ def _panel(
 
     parts.append(_polyline([(x_of(i), y_of(y)) for (i, _), y in zip(finite, ys)], "#1f77b4"))
     for i in skipped:
-        parts.append(f'<line x1="{x_of(i):.1f}" y1="{top}" x2="{x_of(i):.1f}" y2="{top + 6}" stroke="#d62728"/>')
+        parts.append(
+            f'<line x1="{x_of(i):.1f}" y1="{top}" x2="{x_of(i):.1f}" y2="{top + 6}" stroke="#d62728"/>'
+        )
     label = (lambda y: f"2^{y:.1f}") if log else (lambda y: f"{y:.4g}")
     for y, dy in labelled:
         parts.append(
@@ -91,17 +99,23 @@ def curves_svg(trial: FrozenTrial, space: SpaceConfig) -> str:
     loss, scale, skipped = trial_curves(trial, space)
     steps = max(len(loss), len(scale))
     height = _TOP + 2 * _PANEL + _GAP + _BOTTOM
-    head = f"trial {trial.number}: {len(skipped)} of {steps} steps skipped" if steps else f"trial {trial.number}"
+    head = (
+        f"trial {trial.number}: {len(skipped)} of {steps} steps skipped" if steps else f"trial {trial.number}"
+    )
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
-        f'viewBox="0 0 {_WIDTH} {height}" font-family="sans-serif">',
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{height}" '
+            f'viewBox="0 0 {_WIDTH} {height}" font-family="sans-serif">'
+        ),
         f'<rect width="{_WIDTH}" height="{height}" fill="white"/>',
     ]
     parts += _panel(loss, _TOP, steps, False, skipped, f"{head} · loss per step")
     parts += _panel(scale, _TOP + _PANEL + _GAP, steps, True, skipped, "loss scale after update() (log2)")
     bottom = _TOP + 2 * _PANEL + _GAP
     parts.append(f'<text x="{_LEFT}" y="{bottom + 16}" font-size="11">1</text>')
-    parts.append(f'<text x="{_WIDTH - _RIGHT}" y="{bottom + 16}" font-size="11" text-anchor="end">{steps}</text>')
+    parts.append(
+        f'<text x="{_WIDTH - _RIGHT}" y="{bottom + 16}" font-size="11" text-anchor="end">{steps}</text>'
+    )
     parts.append(
         f'<text x="{(_WIDTH + _LEFT) / 2:.0f}" y="{bottom + 28}" font-size="11" text-anchor="middle">'
         "optimizer step (red ticks: skipped)</text>"
@@ -154,7 +168,9 @@ def write_pictures(
         artifact_id = _recorded(system_attrs, trial_id_of(trial))
         if artifact_id is None:
             artifact_id = str(uuid.uuid5(_NAMESPACE, f"{study_id}:{trial_id_of(trial)}"))
-            meta = ArtifactMeta(artifact_id=artifact_id, filename=FILENAME, mimetype="image/svg+xml", encoding=None)
+            meta = ArtifactMeta(
+                artifact_id=artifact_id, filename=FILENAME, mimetype="image/svg+xml", encoding=None
+            )
             writes[f"{_PREFIX}{trial_id_of(trial)}:{artifact_id}"] = json.dumps(asdict(meta))
         elif os.path.exists(os.path.join(directory, artifact_id)):
             continue
@@ -171,7 +187,9 @@ def publish_pictures(study: optuna.Study, directory: str, trials: Sequence[Froze
     """
     trials = study.get_trials(deepcopy=False) if trials is None else trials
     system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
-    writes, drawn = write_pictures(study_id_of(study), trials, settings_of(study).space, directory, system_attrs)
+    writes, drawn = write_pictures(
+        study_id_of(study), trials, settings_of(study).space, directory, system_attrs
+    )
     if writes:
         TrialWriter(study).set_study_system_attrs(writes)
     return drawn

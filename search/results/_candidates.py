@@ -1,4 +1,5 @@
-"""Which configurations a confirmation re-runs on new seeds: the top-k of a study, its recommendation, the default.
+"""Which configurations a confirmation re-runs on new seeds: the top-k of a study, its recommendation, the
+default.
 
 A search ranks settings on one seed, so its winner may simply be lucky on that seed.
 ``python -m search.confirm`` re-runs the top-k configurations of a finished study (its k
@@ -66,8 +67,8 @@ def select_candidates(
 
     Under a framework's rule, the recommendation is that study's answer and the default the framework's
     own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the
-    lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are not excluded, so ``best-1`` may be a baseline, even the
-    default's own settings.
+    lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are
+    not excluded, so ``best-1`` may be a baseline, even the default's own settings.
     """
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     ranked = sorted(complete, key=lambda t: (t.value, t.number))
@@ -111,7 +112,8 @@ def select_candidates(
 def recommended_candidate(
     trials: Sequence[FrozenTrial], settings: Settings, tolerance: float = DEFAULT_TOLERANCE
 ) -> Candidate | None:
-    """The search's recommendation (:func:`search.results._recommendation.recommend`) as a candidate, unless it is the default."""
+    """The search's recommendation (:func:`search.results._recommendation.recommend`) as a candidate, unless
+    it is the default."""
     rec = recommend(trials, settings.space, tolerance)
     if rec is None or rec.keep_default:
         return None
@@ -165,7 +167,10 @@ def rule_default_candidate(settings: Settings) -> tuple[Candidate, str | None]:
     params, dists, outside = _in_space(rule.default, distributions(settings.space, rule.name))
     note = None
     if outside:
-        note = f"{rule.title}'s default {', '.join(outside)} lies outside the study's search space; it is run all the same"
+        note = (
+            f"{rule.title}'s default {', '.join(outside)} lies outside the study's search space; it is run"
+            " all the same"
+        )
     return Candidate(default_label(rule.name), None, params, dists, rule.default_tag), note
 
 
@@ -190,6 +195,8 @@ def _in_space(
 
 def _widened(dist: BaseDistribution, value: float) -> BaseDistribution:
     if isinstance(dist, IntDistribution):
-        return IntDistribution(int(min(dist.low, value)), int(max(dist.high, value)), log=dist.log, step=dist.step)
+        return IntDistribution(
+            int(min(dist.low, value)), int(max(dist.high, value)), log=dist.log, step=dist.step
+        )
     assert isinstance(dist, FloatDistribution)
     return FloatDistribution(min(dist.low, value), max(dist.high, value), log=dist.log, step=dist.step)

@@ -1,4 +1,5 @@
-"""The table ``python -m search.confirm`` prints: each configuration's runs on the new seeds, and the paired test.
+"""The table ``python -m search.confirm`` prints: each configuration's runs on the new seeds, and the paired
+test.
 
 Under ``--scaler torch`` a configuration is shown by GradScaler's four settings; under a framework's rule,
 by that framework's knobs, under its own names.

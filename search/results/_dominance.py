@@ -33,10 +33,11 @@ def dominance_note(trial: FrozenTrial | None, evaluation: str) -> str | None:
     if not _positive(mean) or not _positive(median) or mean < DOMINANCE_RATIO * median:
         return None
     return (
-        f"a few records decide the evaluation: on trial #{trial.number} its loss over the evaluation set is "
-        f"{mean:.3g}, {mean / median:.0f}x the median chunk loss ({median:.3g}), so trials are ranked by how "
-        "those records came out; give the task validation data or an eval function (docs/tasks.md), or judge "
-        'trials on the median chunk loss with [penalty] evaluation = "median" in a --config file (a new study)'
+        f"a few records decide the evaluation: on trial #{trial.number} its loss over the evaluation set is"
+        f" {mean:.3g}, {mean / median:.0f}x the median chunk loss ({median:.3g}), so trials are ranked by how"
+        " those records came out; give the task validation data or an eval function (docs/tasks.md), or"
+        ' judge trials on the median chunk loss with [penalty] evaluation = "median" in a --config file (a'
+        " new study)"
     )
 
 

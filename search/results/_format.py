@@ -1,8 +1,9 @@
 """Settings as people read them: one value, a range, a point, a list of trials.
 
 Every sentence of the analysis and every table of the summary and the report writes a setting the
-same way: a start scale (``init_scale``, Megatron-LM's ``initial_loss_scale``) as a power of two, a whole-number
-knob (``growth_interval``, a window, a hysteresis) in whole numbers, the factors to three significant digits.
+same way: a start scale (``init_scale``, Megatron-LM's ``initial_loss_scale``) as a power of two, a
+whole-number knob (``growth_interval``, a window, a hysteresis) in whole numbers, the factors to three
+significant digits.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from search.scalers import BOOL, INT, RULES, format_scale
 # The knobs written as powers of two (a start scale the rule takes as a scale, not as its exponent), and those
 # written as whole numbers, by name across every rule.
 _SCALES = frozenset(r.start_knob for r in RULES.values() if not r.knob(r.start_knob).octaves)
-_WHOLE = frozenset(k.name for r in RULES.values() for k in r.knobs if k.kind in (INT, BOOL)) - _SCALES - frozenset(
-    k.name for r in RULES.values() for k in r.knobs if k.kind not in (INT, BOOL)
+_WHOLE = (
+    frozenset(k.name for r in RULES.values() for k in r.knobs if k.kind in (INT, BOOL))
+    - _SCALES
+    - frozenset(k.name for r in RULES.values() for k in r.knobs if k.kind not in (INT, BOOL))
 )  # min_loss_scale is whole for DeepSpeed only: written with digits for every rule
 
 
@@ -33,8 +36,10 @@ _MOST_DIGITS = 6  # Ends that still read the same at this many digits are one va
 
 
 def format_ends(param: str, low: float, high: float) -> tuple[str, str]:
-    """A range's two ends as :func:`format_value` writes them, with more digits only where that would write two
-    different values the same (``2^19.701``, ``2^19.704``, not ``2^19.70`` twice); equal values read the same."""
+    """A range's two ends as :func:`format_value` writes them, with more digits only where that would write
+    two different values the same (``2^19.701``, ``2^19.704``, not ``2^19.70`` twice); equal values read the
+    same.
+    """
     if low == high or param in _WHOLE:
         return format_value(param, low), format_value(param, high)
     if param in _SCALES and low > 0 and high > 0:
@@ -68,10 +73,14 @@ def trial_list(numbers: Sequence[int], limit: int = 5) -> str:
 
 
 def offsets_text(offsets: dict[str, float]) -> str:
-    """Where one point lies from another, a setting at a time: ``init_scale 11.2 octaves higher, growth_interval
+    """Where one point lies from another, a setting at a time: ``init_scale 11.2 octaves higher,
+    growth_interval
     3.1 octaves lower`` (largest first; a setting that differs by less than 0.05 octaves is left out)."""
     moved = sorted(((p, d) for p, d in offsets.items() if abs(d) >= 0.05), key=lambda pd: -abs(pd[1]))
-    parts = [f"{p} {abs(d):.1f} octave{'' if f'{abs(d):.1f}' == '1.0' else 's'} {'higher' if d > 0 else 'lower'}" for p, d in moved]
+    parts = [
+        f"{p} {abs(d):.1f} octave{'' if f'{abs(d):.1f}' == '1.0' else 's'} {'higher' if d > 0 else 'lower'}"
+        for p, d in moved
+    ]
     return ", ".join(parts) if parts else "every setting within 0.05 octaves of it"
 
 

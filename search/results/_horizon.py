@@ -1,4 +1,5 @@
-"""How many steps a study's trials ran, and what trials of that length cannot show about a rule's growth window.
+"""How many steps a study's trials ran, and what trials of that length cannot show about a rule's growth
+window.
 
 Every rule grows its scale only after a window of steps without an overflow (GradScaler's
 ``growth_interval``, DeepSpeed's and Megatron-LM's ``loss_scale_window``, fairseq's
@@ -39,9 +40,9 @@ def counted_steps(epochs: int, steps: int, trials: Iterable[FrozenTrial]) -> int
 
 
 def horizon_note(steps: int | None, space: SpaceConfig | None = None, scaler: str = TORCH) -> str | None:
-    """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's growth, or
-    when ``space`` searches no growth window longer than them (a search from a diagnosis whose window says the
-    scale must move: every window it tried acted)."""
+    """One line on what trials of ``steps`` steps cannot show, or None when they can show the default's
+    growth, or when ``space`` searches no growth window longer than them (a search from a diagnosis whose
+    window says the scale must move: every window it tried acted)."""
     rule = RULES[scaler]
     default = rule.cycle(rule.default).window
     if steps is None or steps >= default:
@@ -53,7 +54,7 @@ def horizon_note(steps: int | None, space: SpaceConfig | None = None, scaler: st
     name = rule.window_knob
     return (
         f"horizon: each trial ran {steps} optimizer steps, and {rule.title} grows the scale only after "
-        f"{name} steps in a row without an overflow, so these trials show nothing of a {name} above "
+        f"{name} unskipped steps in a row, so these trials show nothing of a {name} above "
         f"{steps} ({rule.maker}'s default is {default}) nor of how the scale moves later in "
         "a longer run; to judge the growth settings, run trials as long as that (--steps)"
     )

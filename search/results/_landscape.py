@@ -28,7 +28,8 @@ def coordinates(values: dict[str, float], space: SpaceConfig) -> dict[str, float
 
 
 def octave_distance(a: dict[str, float], b: dict[str, float]) -> float:
-    """The distance between two places (:func:`coordinates`), in octaves: the settings' log2 distances combined."""
+    """The distance between two places (:func:`coordinates`), in octaves: the settings' log2 distances
+    combined."""
     return math.sqrt(sum((a[k] - b[k]) ** 2 for k in a))
 
 

@@ -26,7 +26,8 @@ Example:
 
 from __future__ import annotations
 
-# From the rules, not search.core: the commands' --paste choices read FRAMEWORKS before anything imports Optuna.
+# From the rules, not search.core: the commands' --paste choices read FRAMEWORKS before anything imports
+# Optuna.
 from search.scalers import GRADSCALER, PARAM_NAMES, ScalerConfig
 
 __all__ = ["FRAMEWORKS", "paste_lines", "scaler_line"]
@@ -71,14 +72,17 @@ def paste_lines(config: ScalerConfig, device_type: str = "cuda") -> dict[str, st
 
 
 def scaler_line(config: ScalerConfig, device_type: str = "cuda") -> str:
-    """The one ``torch.amp.GradScaler(...)`` expression of ``config``, naming only what differs from the defaults."""
+    """The one ``torch.amp.GradScaler(...)`` expression of ``config``, naming only what differs from the
+    defaults."""
     return _grad_scaler(_keywords(config), device_type)
 
 
 def _keywords(config: ScalerConfig) -> list[str]:
     """``name=value`` for each setting that differs from PyTorch's default, in GradScaler's order."""
     return [
-        f"{name}={config.written(name)}" for name in PARAM_NAMES if getattr(config, name) != GRADSCALER.default[name]
+        f"{name}={config.written(name)}"
+        for name in PARAM_NAMES
+        if getattr(config, name) != GRADSCALER.default[name]
     ]
 
 
@@ -109,7 +113,9 @@ def _fsdp(keywords: list[str], device_type: str) -> str:
 
 def _accelerate(keywords: list[str], device_type: str) -> str:
     if not keywords:
-        return _snippet(["from accelerate import Accelerator"], 'accelerator = Accelerator(mixed_precision="fp16")')
+        return _snippet(
+            ["from accelerate import Accelerator"], 'accelerator = Accelerator(mixed_precision="fp16")'
+        )
     notes = [_IGNORED_BACKENDS] + ([_NO_SCALER_ON_CPU] if device_type == "cpu" else [])
     handler = f"GradScalerKwargs({', '.join(keywords)})"
     return _snippet(
@@ -122,7 +128,10 @@ def _accelerate(keywords: list[str], device_type: str) -> str:
 def _lightning(keywords: list[str], device_type: str) -> str:
     # The plugin form even for the defaults: Trainer(accelerator="cpu", precision="16-mixed") turns
     # into bf16-mixed, which has no scaler, while the plugin keeps fp16 on every device.
-    imports = ["from lightning.pytorch import Trainer", "from lightning.pytorch.plugins import MixedPrecision"]
+    imports = [
+        "from lightning.pytorch import Trainer",
+        "from lightning.pytorch.plugins import MixedPrecision",
+    ]
     arguments = f'precision="16-mixed", device="{device_type}"'
     if keywords:
         imports = ["import torch", *imports]
@@ -143,7 +152,8 @@ def _hf_trainer(keywords: list[str], device_type: str) -> str:
     notes = [_IGNORED_BACKENDS] + ([_NO_SCALER_ON_CPU] if device_type == "cpu" else [])
     return _snippet(
         ["from accelerate.utils import GradScalerKwargs", "from transformers import Trainer"],
-        "# transformers>=5.25,<6; use ScalerTrainer where you used Trainer, with TrainingArguments(fp16=True).",
+        "# transformers>=5.25,<6; use ScalerTrainer where you used Trainer, with"
+        " TrainingArguments(fp16=True).",
         *notes,
         "class ScalerTrainer(Trainer):",
         "    def _build_accelerator_args(self, **kwargs):",

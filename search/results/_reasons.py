@@ -51,11 +51,11 @@ def keep_default_reason(
     """Why PyTorch's default is kept: good, and at least ``margin`` octaves deep."""
     pct = f"{tolerance * 100:g}%"
     return (
-        f"Keep the default: PyTorch's default (seed-1, trial #{default.number}, objective "
-        f"{default.value:.4f}) is within {pct} of the best ({best.value:.4f}) without failure, and it "
-        f"lies well inside the good region: {_nearest_text(landscape, default.number)}. At least {margin:g} "
-        f"octaves (a factor of {2 ** margin:g}, in the four settings' log2 combined) from anything not good is "
-        "margin enough to keep what you have."
+        f"Keep the default: PyTorch's default (seed-1, trial #{default.number}, objective"
+        f" {default.value:.4f}) is within {pct} of the best ({best.value:.4f}) without failure, and it lies"
+        f" well inside the good region: {_nearest_text(landscape, default.number)}. At least {margin:g}"
+        f" octaves (a factor of {2 ** margin:g}, in the four settings' log2 combined) from anything not good"
+        " is margin enough to keep what you have."
     )
 
 
@@ -68,7 +68,8 @@ def deepest_reasons(
     margin: float,
     tolerance: float,
 ) -> list[str]:
-    """Why the deepest good trial is recommended: its support, its depth, the default's state, its own values."""
+    """Why the deepest good trial is recommended: its support, its depth, the default's state, its own values.
+    """
     pct = f"{tolerance * 100:g}%"
     neighbours = landscape.support(deepest.number)
     reasons = []
@@ -79,13 +80,15 @@ def deepest_reasons(
             "recommendation; more trials would show how wide it is."
         )
     reasons.append(
-        f"{len(landscape.good)} of {len(landscape.done)} trials {'is' if len(landscape.good) == 1 else 'are'} good "
-        f"(within {pct} of the best objective "
-        f"{best.value:.4f}, no failure). Trial #{deepest.number} (objective {deepest.value:.4f}) is the "
-        f"deepest inside that region (the farthest, in the four settings' log2 combined, from anything not good): "
-        f"{_nearest_text(landscape, deepest.number)}, and "
-        + ("no other trial lies nearer than it." if len(neighbours) == 1  # Its support is itself alone.
-           else f"all {len(neighbours)} trials nearer than it are good.")
+        f"{len(landscape.good)} of {len(landscape.done)} trials {'is' if len(landscape.good) == 1 else 'are'}"
+        f" good (within {pct} of the best objective {best.value:.4f}, no failure). Trial #{deepest.number}"
+        f" (objective {deepest.value:.4f}) is the deepest inside that region (the farthest, in the four"
+        f" settings' log2 combined, from anything not good): {_nearest_text(landscape, deepest.number)}, and "
+        + (
+            "no other trial lies nearer than it."
+            if len(neighbours) == 1  # Its support is itself alone.
+            else f"all {len(neighbours)} trials nearer than it are good."
+        )
     )
     if default is None:
         reasons.append("PyTorch's default (seed-1) has not run in this study.")
@@ -98,7 +101,8 @@ def deepest_reasons(
             else f"no failure, but {behind:.2f}% behind the best (good: within {tolerance * 100:g}%)"
         )
         reasons.append(
-            f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f}, {why}."
+            f"PyTorch's default (seed-1, #{default.number}) is not good here: objective {default.value:.4f},"
+            f" {why}."
         )
     else:
         reasons.append(
@@ -122,9 +126,14 @@ def limit_sentences(idle: tuple[str, ...], default_outside: bool) -> list[str]:
     """What the ranges safe together cannot say (:func:`~search.results._together.box_limits`)."""
     out = []
     if idle:
-        out.append(f"In those ranges {' and '.join(idle)} acted in no run inside, so their ranges say nothing.")
+        out.append(
+            f"In those ranges {' and '.join(idle)} acted in no run inside, so their ranges say nothing."
+        )
     if default_outside:
-        out.append("PyTorch's default lies outside them and ran without failure: they mark where the answer can move.")
+        out.append(
+            "PyTorch's default lies outside them and ran without failure: they mark where the answer can"
+            " move."
+        )
     return out
 
 
@@ -147,9 +156,9 @@ def rounding_sentence(source: FrozenTrial, line: ScalerConfig, rounding: Roundin
         moved = [p for p in changed_settings(line) if getattr(line, p) != getattr(rounding.config, p)]
         change = ", ".join(f"{p} {getattr(line, p):.6g} to {getattr(rounding.config, p):g}" for p in moved)
         return (
-            f"The line is trial #{rounding.trial.number}'s: trial #{source.number}'s rounded ({change}) and "
-            f"trained as a trial of this study, objective {rounding.trial.value:.4f}: good (no failure, within "
-            f"{tolerance * 100:g}% of the best), the same settings acting in its run"
+            f"The line is trial #{rounding.trial.number}'s: trial #{source.number}'s rounded ({change}) and"
+            f" trained as a trial of this study, objective {rounding.trial.value:.4f}: good (no failure,"
+            f" within {tolerance * 100:g}% of the best), the same settings acting in its run"
             + (f"; coarser roundings did not measure the same ({tried})." if tried else ".")
         )
     if rounding.pending is not None:
@@ -170,6 +179,7 @@ def rounding_sentence(source: FrozenTrial, line: ScalerConfig, rounding: Roundin
 def below_one_sentence(init_scale: float) -> str:
     """What an answer's init_scale below 1 does: it scales the loss, and so every gradient, down."""
     return (
-        f"Its init_scale, {init_scale:.4g}, is below 1: GradScaler multiplies the loss, and so every gradient, by "
-        "less than 1, scaling them down rather than up; it still grows and backs off from there."
+        f"Its init_scale, {init_scale:.4g}, is below 1: GradScaler multiplies the loss, and so every"
+        " gradient, by less than 1, scaling them down rather than up; it still grows and backs off from"
+        " there."
     )

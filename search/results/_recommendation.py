@@ -144,7 +144,8 @@ class Recommendation:
 
     @property
     def code(self) -> str:
-        """The ready ``torch.amp.GradScaler(...)`` expression, naming only the settings that differ from the defaults."""
+        """The ready ``torch.amp.GradScaler(...)`` expression, naming only the settings that differ from the
+        defaults."""
         return scaler_line(self.config, self.device_type)
 
     @property
@@ -159,7 +160,9 @@ class Recommendation:
             "changed": list(self.changed),
             "reset": dict(self.reset),
             "rounded_from": self.rounded_from,
-            "rounding_pending": dict(self.rounding.pending) if self.rounding and self.rounding.pending else None,
+            "rounding_pending": (
+                dict(self.rounding.pending) if self.rounding and self.rounding.pending else None
+            ),
             "nearest_offsets": dict(self.nearest_offsets),
             "default_nearest": self.default_nearest,
             "default_offsets": dict(self.default_offsets),
@@ -230,7 +233,7 @@ def recommend(
     landscape = Landscape.of(done, space, tolerance)
 
     def edge_of(number: int | None) -> dict[str, float | None]:
-        return {p: (landscape.values[number][p] if number is not None else None) for p in params}
+        return {p: landscape.values[number][p] if number is not None else None for p in params}
 
     if not landscape.good:
         return Recommendation(
@@ -295,7 +298,10 @@ def recommend(
     around = default if keep_default else choice.source
     together = safe_together(landscape, around, config, space, confirmation)
     idle, outside = box_limits(
-        together.together or together.candidate, landscape, together.inside, default.number if default else None
+        together.together or together.candidate,
+        landscape,
+        together.inside,
+        default.number if default else None,
     )
     return Recommendation(
         config=config,
@@ -334,7 +340,9 @@ def _choose(landscape: Landscape, default: FrozenTrial | None) -> _Choice:
     pool = supported or good
     deepest = max(pool, key=lambda t: (landscape.depth(t.number), -t.value, -t.number))
     default_depth = (
-        landscape.depth(default.number) if default is not None and default.number in landscape.good_ids else None
+        landscape.depth(default.number)
+        if default is not None and default.number in landscape.good_ids
+        else None
     )
     # Deep enough, and judged on the trials around it (as any recommendation), not on itself alone.
     keep_default = (

@@ -87,8 +87,8 @@ class RuleAnswer:
         return self.rule.block(self.values)
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for ``--best-out`` (under ``paste``, keyed by the framework's name, the block: as a JSON object
-        where the framework's config is JSON)."""
+        """Plain data for ``--best-out`` (under ``paste``, keyed by the framework's name, the block: as a JSON
+        object where the framework's config is JSON)."""
         return {
             "verdict": self.verdict,
             "scaler": self.rule.name,
@@ -149,7 +149,9 @@ def answer_rule_study(
 
     def support(number: int) -> tuple[int, ...]:
         radius = depths[number][0]
-        return tuple(n for n in sorted(good_ids) if not bad or octave_distance(where[n], where[number]) <= radius)
+        return tuple(
+            n for n in sorted(good_ids) if not bad or octave_distance(where[n], where[number]) <= radius
+        )
 
     if default is not None and default.number in good_ids and depths[default.number][0] >= DEFAULT_MARGIN:
         chosen = default
@@ -160,7 +162,9 @@ def answer_rule_study(
     minimal, rounded = rounded_values(chosen, minimal, rule)
     changed = tuple(k.name for k in rule.knobs if minimal[k.name] != rule.default[k.name])
     nearest = depths[chosen.number][1]
-    offsets = {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
+    offsets = (
+        {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
+    )
     answer = RuleAnswer(
         rule,
         "change" if changed else "keep-default",
@@ -198,8 +202,14 @@ def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfi
         return replace(answer, confirmed=confirmed, confirmation=(sentence,))
     sentences = (sentence,) if confirmed == "overturned" else (sentence, "Keep the default.")
     return replace(
-        answer, verdict="keep-default", values=dict(rule.default), changed=(), reset={}, rounded={},
-        confirmed=confirmed, confirmation=sentences,
+        answer,
+        verdict="keep-default",
+        values=dict(rule.default),
+        changed=(),
+        reset={},
+        rounded={},
+        confirmed=confirmed,
+        confirmation=sentences,
     )
 
 
@@ -219,15 +229,18 @@ def minimal_values(
         if same(trying):
             current = trying
             reset[knob.name] = (
-                f"at the default {knob.default:g} the rule gives the same scale at every one of the "
-                f"{len(trial.user_attrs[SCALE_CURVE])} steps on this run's {len(trial.user_attrs[OVERFLOW_STEPS])} overflows"
+                f"at the default {knob.default:g} the rule gives the same scale at every one of the"
+                f" {len(trial.user_attrs[SCALE_CURVE])} steps on this run's"
+                f" {len(trial.user_attrs[OVERFLOW_STEPS])} overflows"
             )
     return current, reset
 
 
-def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule) -> Callable[[Mapping[str, Any]], bool] | None:
-    """Whether other values replay ``trial``'s recorded run (its overflow steps) as ``values`` do; None when the
-    trial recorded no whole run to replay."""
+def _replays_the_same(
+    trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
+) -> Callable[[Mapping[str, Any]], bool] | None:
+    """Whether other values replay ``trial``'s recorded run (its overflow steps) as ``values`` do; None when
+    the trial recorded no whole run to replay."""
     overflows = trial.user_attrs.get(OVERFLOW_STEPS)
     curve = trial.user_attrs.get(SCALE_CURVE)
     if overflows is None or not curve or any(v is None for v in curve):
@@ -240,7 +253,8 @@ def _replays_the_same(trial: FrozenTrial, values: Mapping[str, Any], rule: Scale
 def rounded_values(
     trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
 ) -> tuple[dict[str, Any], dict[str, tuple[float, float]]]:
-    """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module docstring)."""
+    """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module
+    docstring)."""
     current = dict(values)
     same = _replays_the_same(trial, current, rule)
     if same is None:
@@ -259,7 +273,8 @@ def rounded_values(
 
 
 def _roundings(value: float, log: bool) -> list[float]:
-    """Coarse to fine: a power of two (a log-searched knob), then 2 and 3 significant digits; none as round as ``value``."""
+    """Coarse to fine: a power of two (a log-searched knob), then 2 and 3 significant digits; none as round as
+    ``value``."""
     candidates = [2.0 ** round(math.log2(value))] if log else []
     candidates += [float(f"{value:.2g}"), float(f"{value:.3g}")]
     out: list[float] = []

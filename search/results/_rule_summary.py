@@ -1,4 +1,5 @@
-"""The end-of-run summary of a study under a framework's rule: its knobs' table, its answer in the framework's form.
+"""The end-of-run summary of a study under a framework's rule: its knobs' table, its answer in the framework's
+form.
 
 :func:`search.results._summary.summarize` and ``format_summary`` hand a study recorded with
 ``--scaler deepspeed|megatron|fairseq`` to :func:`summarize_rule_study` and :func:`format_rule_summary`:
@@ -49,7 +50,9 @@ def summarize_rule_study(
     """The summary of a framework study as plain data (what ``--best-out`` writes); ``confirmation``
     (``search.confirm``'s runs, if any) weighs its answer as for a GradScaler study."""
     states = Counter(t.state.name for t in trials)
-    complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)]
+    complete = [
+        t for t in trials if t.state == TrialState.COMPLETE and t.value is not None and math.isfinite(t.value)
+    ]
     best = min(complete, key=lambda t: (t.value, t.number), default=None)
     answer = answer_rule_study(trials, space, scaler, confirmation=confirmation)
     recommended = {}
@@ -103,10 +106,12 @@ def format_rule_summary(data: dict[str, Any]) -> str:
     lines += ["", header + f" {'eval_loss':>9} {'skipped':>7} {'failure':>17} {'objective':>9}"]
 
     def line(label: str, row: dict[str, Any]) -> str:
-        knobs = " ".join(f"{float(row[n]):>{w}.4g}" for n, w in zip(names, widths))  # The block has every digit.
+        knobs = " ".join(
+            f"{float(row[n]):>{w}.4g}" for n, w in zip(names, widths)
+        )  # The block has every digit.
         return (
-            f"  {label:24} {row['number']:>4} {knobs} {_cell(row['eval_loss']):>9} {_cell(row['skipped_steps']):>7} "
-            f"{row['failure'] or '-':>17} {_cell(row['value']):>9}"
+            f"  {label:24} {row['number']:>4} {knobs} {_cell(row['eval_loss']):>9}"
+            f" {_cell(row['skipped_steps']):>7} {row['failure'] or '-':>17} {_cell(row['value']):>9}"
         )
 
     lines.append(line("best", next(iter(data["best"].values()))))
@@ -118,16 +123,20 @@ def format_rule_summary(data: dict[str, Any]) -> str:
         lines.append(f"  {data['horizon_note']}")
     silent = ", ".join(f"{c} {k}" for k, c in data["silent_failures"].items() if c) or "none"
     lines.append(
-        f"  nonfinite trials: {data['nonfinite_trials']}; ended at the minimum scale: {data['ended_at_minimum']}; "
-        f"silent failures: {silent}"
+        f"  nonfinite trials: {data['nonfinite_trials']}; ended at the minimum scale:"
+        f" {data['ended_at_minimum']}; silent failures: {silent}"
     )
     if data["fail_reasons"]:
-        lines.append("  failed trials (not counted): " + "; ".join(f"{c}x {r}" for r, c in data["fail_reasons"].items()))
+        lines.append(
+            "  failed trials (not counted): "
+            + "; ".join(f"{c}x {r}" for r, c in data["fail_reasons"].items())
+        )
     return "\n".join(lines)
 
 
 def _offsets(rec: dict[str, Any]) -> str:
-    """``initial_scale_power 10 higher, loss_scale_window 3.3 octaves lower``: the nearest bad trial, knob by knob."""
+    """``initial_scale_power 10 higher, loss_scale_window 3.3 octaves lower``: the nearest bad trial, knob by
+    knob."""
     rule = RULES[rec["scaler"]]
     parts = []
     for name, delta in rec["nearest_offsets"].items():
@@ -147,8 +156,8 @@ def format_rule_verdict(data: dict[str, Any]) -> list[str]:
     if rec["verdict"] != "none-safe" and rec["default_trial"] is None:
         why = "; ".join(data.get("baselines_left_out") or []) or "it has no complete trial"
         lines.append(
-            f"    note: {rule.maker}'s default ({rule.default_tag}) did not run in this study ({why}), so this answer "
-            "is the best of the space searched, not measured against the default"
+            f"    note: {rule.maker}'s default ({rule.default_tag}) did not run in this study ({why}), so"
+            " this answer is the best of the space searched, not measured against the default"
         )
     return lines
 
@@ -161,7 +170,9 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     verdict = rec["verdict"]
     if verdict == "none-safe":
         # Not "search.report explains": the report reads GradScaler studies only.
-        return ["  verdict: no setting is safe here, nothing to paste (no trial is good: see the failure column)"]
+        return [
+            "  verdict: no setting is safe here, nothing to paste (no trial is good: see the failure column)"
+        ]
     where = f"#{rec['source_trial']}"
     if rec["nearest_bad"] is None:
         margin = "no trial is not good"
@@ -172,11 +183,16 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     if verdict == "keep-default":
         what = "keep the default"
         if rec.get("confirmed") in ("overturned", "not better"):
-            why = f"trial {where}'s change was run on new seeds against the default: " + " ".join(rec["confirmation"])
+            why = f"trial {where}'s change was run on new seeds against the default: " + " ".join(
+                rec["confirmation"]
+            )
         elif rec["source_trial"] == rec["default_trial"]:
             why = f"the default ({where}) is good here: {margin}"
         else:
-            why = f"trial {where}, {_deepest(rec)}, differs from the default only in knobs that did not act in its run"
+            why = (
+                f"trial {where}, {_deepest(rec)}, differs from the default only in knobs that did not act in"
+                " its run"
+            )
     else:
         what = f"change {', '.join(rec['changed'])}"
         why = f"trial {where}, {_deepest(rec)}: {margin}{weak}"

@@ -100,7 +100,10 @@ class SafeRange:
 
 
 def safe_ranges(
-    trials: Iterable[FrozenTrial], space: SpaceConfig, tolerance: float = DEFAULT_TOLERANCE, scaler: str = TORCH
+    trials: Iterable[FrozenTrial],
+    space: SpaceConfig,
+    tolerance: float = DEFAULT_TOLERANCE,
+    scaler: str = TORCH,
 ) -> list[SafeRange]:
     """The safe range of every knob of ``scaler``'s rule (fixed ones say so), see the module docstring.
 
@@ -154,7 +157,18 @@ def safe_ranges(
         idle_in_good = name != rule.start_knob and all(name in idle[t.number] for t in good)
         clean_low, clean_high = _clean_stretch(name, good, holes, best, values)
         text = _range_text(
-            name, low, high, pct, len(good), len(done), inside, holes, culprits_of, idle_in_good, clean_low, clean_high,
+            name,
+            low,
+            high,
+            pct,
+            len(good),
+            len(done),
+            inside,
+            holes,
+            culprits_of,
+            idle_in_good,
+            clean_low,
+            clean_high,
             rule,
         )
         out.append(
@@ -209,23 +223,27 @@ def _range_text(
     if not inside:
         return text + ", and every other trial lies outside this range."
     n = len(inside)
-    text += f"; {n} other trial{'s' if n > 1 else ''} inside it did not ({trial_list([t.number for t in inside])})"
+    text += (
+        f"; {n} other trial{'s' if n > 1 else ''} inside it did not"
+        f" ({trial_list([t.number for t in inside])})"
+    )
     explained = n - len(holes)
     if not holes:
         culprits = Counter(q for t in inside for q in culprits_of[t.number])
         # "backoff_factor in 5 of them": a count of trials ("5x" read as five times something).
         which = ", ".join(q if n == 1 else f"{q} in {c} of them" for q, c in culprits.most_common())
-        return text + (
-            f", but {'each of them has' if n > 1 else 'it has'} another setting outside its good "
-            f"range that acted in its run ({which}), so {'none of them shows' if n > 1 else 'it does not show'} "
-            "this range failing with every other setting inside its own."
+        return (
+            text
+            + f", but {'each of them has' if n > 1 else 'it has'} another setting outside its good range that"
+            f" acted in its run ({which}), so {'none of them shows' if n > 1 else 'it does not show'} this"
+            " range failing with every other setting inside its own."
         )
     text += (
         f"; {len(holes)} of them ({trial_list([t.number for t in holes])}) "
         f"{'have' if len(holes) > 1 else 'has'} every other setting inside its good range "
         f"or idle in {'their runs' if len(holes) > 1 else 'its run'}"
         f"{f' (the other {explained} do not)' if explained else ''}, so the good set is "
-        f"not an interval: here it depends on the combination of settings."
+        "not an interval: here it depends on the combination of settings."
     )
     if clean_low is not None:
         first, last = format_ends(name, clean_low, clean_high)

@@ -189,7 +189,9 @@ def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
     ``search.optimize`` prints them inside the summary and ``search.confirm`` after its table, from
     the same :func:`summarize` data, so the two never disagree.
     """
-    if RULES[data.get("scaler", TORCH)].replays:  # The framework's own block: --paste picks among GradScaler's forms.
+    if RULES[
+        data.get("scaler", TORCH)
+    ].replays:  # The framework's own block: --paste picks among GradScaler's forms.
         return format_rule_verdict(data)
     lines = []
     for kind, rec in data.get("recommended", {}).items():
@@ -226,29 +228,36 @@ def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str)
         f"    {reason}",
         f"    for {FRAMEWORKS[framework]}:",
         *(f"      {line}" if line else "" for line in rec["paste"][framework].splitlines()),
-        f"    --paste {others} prints another framework's line; search.optimize --best-out writes them all to JSON",
+        (
+            f"    --paste {others} prints another framework's line; search.optimize --best-out writes them"
+            " all to JSON"
+        ),
     ]
 
 
 def _together_line(rec: dict[str, Any], confirm: str) -> str:
-    """The ranges that are safe together, stated only once their corners were trained, and what they cannot say."""
+    """The ranges that are safe together, stated only once their corners were trained, and what they cannot
+    say."""
     idle = set(rec.get("together_idle", []))
 
     def ranges(box: dict[str, Any]) -> str:
         return ", ".join(
-            f"{p} {format_range(p, lo, hi)}" + (" (it acted in no run inside: this range says nothing)" if p in idle else "")
+            f"{p} {format_range(p, lo, hi)}"
+            + (" (it acted in no run inside: this range says nothing)" if p in idle else "")
             for p, (lo, hi) in box.items()
         )
 
     check = rec.get("together_check", "none")
     outside = (
-        "; PyTorch's default lies outside and ran without failure: this is where the answer can move, not the edge of what is safe"
+        "; PyTorch's default lies outside and ran without failure: this is where the answer can move, not the"
+        " edge of what is safe"
         if rec.get("default_outside_together")
         else ""
     )
     if check == "checked":
         return (
-            f"safe together, in any combination (all corners trained without failure): {ranges(rec['together'])}"
+            "safe together, in any combination (all corners trained without failure):"
+            f" {ranges(rec['together'])}"
             + outside
         )
     if check == "refuted":
@@ -262,13 +271,19 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
     margin = (
         "no trial is not good"
         if rec["nearest_bad"] is None
-        else f"the nearest trial that is not good, #{rec['nearest_bad']}, has {offsets_text(rec['nearest_offsets'])}"
+        else (
+            f"the nearest trial that is not good, #{rec['nearest_bad']}, has"
+            f" {offsets_text(rec['nearest_offsets'])}"
+        )
     )
-    ties = f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
+    ties = (
+        f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
+    )
     if not rec["n_good"]:  # The best trial itself failed: nothing here is safe to use.
         return (
-            f"(the best trial, #{rec['source_trial']}, failed ({best.get('failure') or '-'}), so no trial counts as good: "
-            f"this is only the lowest objective found, not a safe setting; {report} explains)"
+            f"(the best trial, #{rec['source_trial']}, failed ({best.get('failure') or '-'}), so no trial"
+            f" counts as good: this is only the lowest objective found, not a safe setting; {report}"
+            " explains)"
         )
     if rec["keep_default"] and rec.get("confirmed"):
         # Confirmation turned the answer to the default: source_trial is the trial it tested.
@@ -289,7 +304,8 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
             why += f"; {rec['confirmed']} on new seeds"
     n = len(rec["neighbours"])
     weak = (
-        f"; weak: only {n} good trial{'s' if n != 1 else ''} around it, more trials would show how wide the good region is"
+        f"; weak: only {n} good trial{'s' if n != 1 else ''} around it, more trials would show how wide the"
+        " good region is"
         if n < MIN_SUPPORT and not (rec["keep_default"] and rec.get("confirmed"))
         else ""
     )

@@ -51,14 +51,17 @@ def candidate_box(
         t.number
         for t in landscape.done
         if is_safe(t)
-        and (not failed or octave_distance(landscape.where[t.number], landscape.where[around]) <= centre_depth)
+        and (
+            not failed or octave_distance(landscape.where[t.number], landscape.where[around]) <= centre_depth
+        )
     ]
     if len(safe_near) < MIN_SUPPORT:
         return None
     params = searched_params(space)
     seen = _span(safe_near, landscape.values, params)
     ball = _box(centre, centre_depth, space)
-    # The span always holds the centre: a setting put back to its default by the minimal change (growth_interval
+    # The span always holds the centre: a setting put back to its default by the minimal change
+    # (growth_interval
     # 2000 where the trials near ``around`` ran 5..50) would otherwise leave an empty, inverted range.
     seen = {p: (min(seen[p][0], centre[p]), max(seen[p][1], centre[p])) for p in params}
     return {p: (max(ball[p][0], seen[p][0]), min(ball[p][1], seen[p][1])) for p in params}
@@ -72,9 +75,7 @@ def _span(
     return {p: (min(values[n][p] for n in numbers), max(values[n][p] for n in numbers)) for p in params}
 
 
-def _box(
-    centre: dict[str, float], depth: float, space: SpaceConfig
-) -> dict[str, tuple[float, float]]:
+def _box(centre: dict[str, float], depth: float, space: SpaceConfig) -> dict[str, tuple[float, float]]:
     """The ranges that are safe together around ``centre``: the box inscribed in its ball of ``depth``.
 
     A point of the box is at most ``depth`` octaves (log2 distance, all searched settings
@@ -97,7 +98,9 @@ def _box(
     return out
 
 
-def check_boxes(candidate: dict[str, tuple[float, float]], config: ScalerConfig) -> list[dict[str, tuple[float, float]]]:
+def check_boxes(
+    candidate: dict[str, tuple[float, float]], config: ScalerConfig
+) -> list[dict[str, tuple[float, float]]]:
     """The boxes whose corners ``search.confirm`` trains, in order: the candidate, then halved.
 
     Each halving halves every range's distance to ``config``, in octaves (``growth_interval`` to
@@ -197,23 +200,27 @@ def together_text(
             f"{len(box_corners(together, config))} corners trained without failure on the search's data "
             "(search.confirm). Churn grows with the scale, the growth factor and the backoff factor and with "
             "shorter intervals, underflow the other way round, so a box whose corners are safe holds neither "
-            "inside." + failing
+            "inside."
+            + failing
         )
     if check == "refuted":
         return (
-            f"No ranges that are safe together: every box tried around the setting had a corner that failed "
+            "No ranges that are safe together: every box tried around the setting had a corner that failed "
             f"(search.confirm).{failing} The safe ranges hold one setting at a time, around the good trials."
         )
     return (
-        f"Ranges that may be safe together (a candidate, not checked: {ranges(candidate)}): no trial inside "
-        "ended in a failure code (non-finite, or a silent failure), but sampled trials cannot vouch for every "
-        f"combination; python -m search.confirm trains its "
-        f"{n} corners." + failing
+        f"Ranges that may be safe together (a candidate, not checked: {ranges(candidate)}): no trial inside"
+        " ended in a failure code (non-finite, or a silent failure), but sampled trials cannot vouch for"
+        f" every combination; python -m search.confirm trains its {n} corners."
+        + failing
     )
 
 
 def box_limits(
-    box: dict[str, tuple[float, float]], landscape: Landscape, inside: Sequence[int], default_number: int | None
+    box: dict[str, tuple[float, float]],
+    landscape: Landscape,
+    inside: Sequence[int],
+    default_number: int | None,
 ) -> tuple[tuple[str, ...], bool]:
     """What a box of ranges safe together cannot say: ``(idle, default_outside)``.
 
@@ -239,7 +246,9 @@ def box_limits(
         for move in moves:
             stretch = stretch + 1 if move == 0 else 0
             longest = max(longest, stretch)
-        shortest = box["growth_interval"][0] if "growth_interval" in box else values[t.number]["growth_interval"]
+        shortest = (
+            box["growth_interval"][0] if "growth_interval" in box else values[t.number]["growth_interval"]
+        )
         if -1 in moves:
             used.add("backoff_factor")
         if 1 in moves or longest >= shortest:

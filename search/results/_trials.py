@@ -39,7 +39,9 @@ def completed(trials: Iterable[FrozenTrial]) -> list[FrozenTrial]:
 
 def fail_reasons(trials: Iterable[FrozenTrial]) -> dict[str, int]:
     """How many FAIL trials failed for each reason (what the summaries list as not counted)."""
-    return dict(Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL))
+    return dict(
+        Counter(t.user_attrs.get(FAIL_REASON, STALE_REASON) for t in trials if t.state == TrialState.FAIL)
+    )
 
 
 def best_trial(trials: Iterable[FrozenTrial]) -> FrozenTrial | None:

@@ -43,10 +43,15 @@ def comparison_verdict(entry: dict[str, Any] | None) -> tuple[str, str] | None:
     diff, sd, n, p = entry["mean_diff"], entry.get("sd_diff"), entry["n"], entry["p"]
     spread = entry.get("default_sd")
     stats = (
-        f"mean difference {diff:+.4g} (recommended minus default) over {n} new seeds, sd of the "
-        f"difference {sd:#.3g}" + (f", seed-to-seed sd of the default {spread:#.3g}" if spread is not None else "")
-        + f", two-sided paired t-test p = {p:.3g}"
-    ) if sd is not None else f"mean difference {diff:+.4g} over {n} seeds, p = {p:.3g}"
+        (
+            f"mean difference {diff:+.4g} (recommended minus default) over {n} new seeds, sd of the "
+            f"difference {sd:#.3g}"
+            + (f", seed-to-seed sd of the default {spread:#.3g}" if spread is not None else "")
+            + f", two-sided paired t-test p = {p:.3g}"
+        )
+        if sd is not None
+        else f"mean difference {diff:+.4g} over {n} seeds, p = {p:.3g}"
+    )
     if entry.get("significant") and diff < 0:
         return "confirmed", f"Confirmed on new seeds: it is significantly better than the default ({stats})."
     if entry.get("significant") and diff > 0:
@@ -60,7 +65,9 @@ def comparison_verdict(entry: dict[str, Any] | None) -> tuple[str, str] | None:
     )
 
 
-def weigh_confirmation(confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig) -> tuple[str | None, bool, list[str]]:
+def weigh_confirmation(
+    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig
+) -> tuple[str | None, bool, list[str]]:
     """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
 
     An overturned setting gives way to the default, and so does one that new seeds do not find

@@ -1,4 +1,5 @@
-"""The loss-scale rules a study searches: PyTorch's GradScaler and DeepSpeed's, Megatron-LM's and fairseq's own.
+"""The loss-scale rules a study searches: PyTorch's GradScaler and DeepSpeed's, Megatron-LM's and fairseq's
+own.
 
 * ``_knob``: one setting of a rule: its own name, default, search range and what it accepts;
 * ``_rule``: a rule as the service uses it (:class:`ScalerRule`), how its scale cycles (:class:`Cycle`) and

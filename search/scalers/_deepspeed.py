@@ -72,8 +72,8 @@ class DeepSpeedScale:
     def __post_init__(self) -> None:
         if self.loss_scale_window < 1 or self.hysteresis < 1 or not self.min_loss_scale > 0:
             raise ValueError(
-                f"loss_scale_window and hysteresis must be >= 1 and min_loss_scale > 0, got {self.loss_scale_window}, "
-                f"{self.hysteresis}, {self.min_loss_scale}"
+                "loss_scale_window and hysteresis must be >= 1 and min_loss_scale > 0, got"
+                f" {self.loss_scale_window}, {self.hysteresis}, {self.min_loss_scale}"
             )
         self.scale = 2.0**self.initial_scale_power
         self._left = self.hysteresis
@@ -90,8 +90,8 @@ class DeepSpeedScale:
             if self.hysteresis == 1 or self._left == 1:
                 if self.scale == self.min_loss_scale:
                     raise ScaleAtMinimum(
-                        f"loss scale already at its minimum {self.min_loss_scale:g} at step {self._iteration + 1}: "
-                        "DeepSpeed ends the run here"
+                        f"loss scale already at its minimum {self.min_loss_scale:g} at step"
+                        f" {self._iteration + 1}: DeepSpeed ends the run here"
                     )
                 self.scale = max(self.scale / 2.0, self.min_loss_scale)
                 event = "backed off"
@@ -113,17 +113,58 @@ class DeepSpeedScale:
 
 
 KNOBS = (
-    Knob("initial_scale_power", INT, 16, 0, 32, False, *whole_at_least(0),
-         "the scale starts at 2^power; DeepSpeed's default 16", octaves=True),
-    Knob("loss_scale_window", INT, 1000, 1, 1000, True, *whole_at_least(1),
-         "clean steps between growths (x2); DeepSpeed's default 1000"),
-    Knob("hysteresis", INT, 2, 1, 8, False, *whole_at_least(1),
-         "overflows it takes to halve the scale (ZeRO only); DeepSpeed's default 2"),
-    Knob("consecutive_hysteresis", BOOL, 0, 0, 1, False, *flag(),
-         "1: every clean step refills the hysteresis, 0: only a growth; DeepSpeed's default 0"),
+    Knob(
+        "initial_scale_power",
+        INT,
+        16,
+        0,
+        32,
+        False,
+        *whole_at_least(0),
+        "the scale starts at 2^power; DeepSpeed's default 16",
+        octaves=True,
+    ),
+    Knob(
+        "loss_scale_window",
+        INT,
+        1000,
+        1,
+        1000,
+        True,
+        *whole_at_least(1),
+        "clean steps between growths (x2); DeepSpeed's default 1000",
+    ),
+    Knob(
+        "hysteresis",
+        INT,
+        2,
+        1,
+        8,
+        False,
+        *whole_at_least(1),
+        "overflows it takes to halve the scale (ZeRO only); DeepSpeed's default 2",
+    ),
+    Knob(
+        "consecutive_hysteresis",
+        BOOL,
+        0,
+        0,
+        1,
+        False,
+        *flag(),
+        "1: every clean step refills the hysteresis, 0: only a growth; DeepSpeed's default 0",
+    ),
     # DeepSpeed 0.19.8's config takes a whole number here (runtime/precision_config.py): 0.5 is refused.
-    Knob("min_loss_scale", INT, 1, 1, 1024, True, *whole_at_least(1),
-         "an overflow at this scale ends the run (a whole number); DeepSpeed's default 1"),
+    Knob(
+        "min_loss_scale",
+        INT,
+        1,
+        1,
+        1024,
+        True,
+        *whole_at_least(1),
+        "an overflow at this scale ends the run (a whole number); DeepSpeed's default 1",
+    ),
 )
 
 
@@ -159,7 +200,10 @@ def _config(values: Mapping[str, float]) -> dict[str, Any]:
 
 def _notes(values: Mapping[str, float]) -> list[str]:
     if int(values["hysteresis"]) == 1 and not values["consecutive_hysteresis"]:
-        return ["the measured rule is ZeRO's (stages 1-3); without ZeRO DeepSpeed's FP16_Optimizer also stays at min_loss_scale instead of ending the run"]
+        return [
+            "the measured rule is ZeRO's (stages 1-3); without ZeRO DeepSpeed's FP16_Optimizer also stays at"
+            " min_loss_scale instead of ending the run"
+        ]
     return [
         f"this relies on hysteresis {int(values['hysteresis'])}"
         + (" with consecutive_hysteresis" if values["consecutive_hysteresis"] else "")
@@ -174,7 +218,10 @@ DEEPSPEED = ScalerRule(
     baselines=(
         ("deepspeed-default", {k.name: k.default for k in KNOBS}),
         # ZeRO given an fp16 block without these keys: 2^32 and hysteresis 1.
-        ("deepspeed-zero-no-keys", {**{k.name: k.default for k in KNOBS}, "initial_scale_power": 32, "hysteresis": 1}),
+        (
+            "deepspeed-zero-no-keys",
+            {**{k.name: k.default for k in KNOBS}, "initial_scale_power": 32, "hysteresis": 1},
+        ),
     ),
     build=_build,
     block=_block,
@@ -184,6 +231,9 @@ DEEPSPEED = ScalerRule(
     window_knob="loss_scale_window",
     skips_with=("hysteresis", "consecutive_hysteresis", "min_loss_scale"),
     contour_with="hysteresis",
-    source="deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale), runtime/constants.py",
+    source=(
+        "deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.update_scale),"
+        " runtime/constants.py"
+    ),
     notes=_notes,
 )

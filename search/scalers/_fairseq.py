@@ -51,8 +51,14 @@ class FairseqScale:
     _overflows: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        if self.fp16_scale_window < 1 or not 0 <= self.fp16_scale_tolerance <= 1 or not self.min_loss_scale > 0:
-            raise ValueError("fp16_scale_window must be >= 1, fp16_scale_tolerance in [0, 1], min_loss_scale > 0")
+        if (
+            self.fp16_scale_window < 1
+            or not 0 <= self.fp16_scale_tolerance <= 1
+            or not self.min_loss_scale > 0
+        ):
+            raise ValueError(
+                "fp16_scale_window must be >= 1, fp16_scale_tolerance in [0, 1], min_loss_scale > 0"
+            )
         self.scale = float(self.fp16_init_scale)
 
     def update(self, overflow: bool) -> str:
@@ -93,17 +99,62 @@ class FairseqScale:
 
 
 KNOBS = (
-    Knob("fp16_init_scale", INT, 128, 1, 2**32, True, *whole_at_least(1),
-         "--fp16-init-scale: the scale at the start (a whole number); fairseq's default 128"),
-    Knob("fp16_scale_window", INT, 2**14, 1, 2**14, True, *whole_at_least(1),
-         "--fp16-scale-window: clean steps after an overflow before a growth (x2); fairseq's default 2^14 on one GPU"),
-    Knob("fp16_scale_tolerance", FLOAT, 0.0, 0.0, 0.5, False, (lambda v: 0 <= v <= 1), "in [0, 1]",
-         "--fp16-scale-tolerance: overflows since the last rescale, as a share of its steps, that halve the scale; default 0"),
-    Knob("min_loss_scale", FLOAT, 1e-4, 1e-8, 1.0, True, *positive(),
-         "--min-loss-scale: a scale at or below it ends the run; fairseq's default 1e-4"),
-    Knob("threshold_loss_scale", FLOAT, 0.0, 1e-4, 1.0, True, (lambda v: v >= 0), ">= 0 (0: none)",
-         "--threshold-loss-scale: a floor the halving stops at; 0 means none (fairseq's default); searched from low/high",
-         fixed=0.0),
+    Knob(
+        "fp16_init_scale",
+        INT,
+        128,
+        1,
+        2**32,
+        True,
+        *whole_at_least(1),
+        "--fp16-init-scale: the scale at the start (a whole number); fairseq's default 128",
+    ),
+    Knob(
+        "fp16_scale_window",
+        INT,
+        2**14,
+        1,
+        2**14,
+        True,
+        *whole_at_least(1),
+        "--fp16-scale-window: clean steps after an overflow before a growth (x2); fairseq's default 2^14 on"
+        " one GPU",
+    ),
+    Knob(
+        "fp16_scale_tolerance",
+        FLOAT,
+        0.0,
+        0.0,
+        0.5,
+        False,
+        (lambda v: 0 <= v <= 1),
+        "in [0, 1]",
+        "--fp16-scale-tolerance: overflows since the last rescale, as a share of its steps, that halve the"
+        " scale; default 0",
+    ),
+    Knob(
+        "min_loss_scale",
+        FLOAT,
+        1e-4,
+        1e-8,
+        1.0,
+        True,
+        *positive(),
+        "--min-loss-scale: a scale at or below it ends the run; fairseq's default 1e-4",
+    ),
+    Knob(
+        "threshold_loss_scale",
+        FLOAT,
+        0.0,
+        1e-4,
+        1.0,
+        True,
+        (lambda v: v >= 0),
+        ">= 0 (0: none)",
+        "--threshold-loss-scale: a floor the halving stops at; 0 means none (fairseq's default); searched"
+        " from low/high",
+        fixed=0.0,
+    ),
 )
 
 
@@ -131,7 +182,10 @@ def _block(values: Mapping[str, float]) -> str:
 
 
 def _notes(values: Mapping[str, float]) -> list[str]:
-    return ["--fp16-scale-window is written out: unset, fairseq divides 2^14 by the data-parallel size x --update-freq"]
+    return [
+        "--fp16-scale-window is written out: unset, fairseq divides 2^14 by the data-parallel size x"
+        " --update-freq"
+    ]
 
 
 FAIRSEQ = ScalerRule(
@@ -146,6 +200,9 @@ FAIRSEQ = ScalerRule(
     window_knob="fp16_scale_window",
     skips_with=("fp16_scale_tolerance", "min_loss_scale", "threshold_loss_scale"),
     contour_with="fp16_scale_window",
-    source="fairseq f591cc94 fairseq/optim/dynamic_loss_scaler.py (DynamicLossScaler), fairseq/dataclass/configs.py",
+    source=(
+        "fairseq f591cc94 fairseq/optim/dynamic_loss_scaler.py (DynamicLossScaler),"
+        " fairseq/dataclass/configs.py"
+    ),
     notes=_notes,
 )

@@ -52,7 +52,8 @@ class ScalerConfig:
         return {name: getattr(self, name) for name in PARAM_NAMES}
 
     def make(self) -> None:
-        """None: GradScaler's own ``update()`` moves the scale (a framework's setting returns its state machine)."""
+        """None: GradScaler's own ``update()`` moves the scale (a framework's setting returns its state
+        machine)."""
         return None
 
     def block(self) -> str:
@@ -95,19 +96,26 @@ KNOBS = (
          "the scale's factor after growth_interval clean steps; PyTorch's default 2", label="growth",
          text=lambda v: f"{v:.3g}"),
     Knob("backoff_factor", FLOAT, 0.5, 0.05, 0.95, False, (lambda v: 0 < v < 1), "in (0, 1)",
-         "the scale's factor on an overflow; PyTorch's default 0.5", label="backoff", text=lambda v: f"{v:.3g}"),
+         "the scale's factor on an overflow; PyTorch's default 0.5", label="backoff",
+         text=lambda v: f"{v:.3g}"),
     Knob("growth_interval", INT, 2000, 1, 2000, True, *whole_at_least(1),
          "clean steps in a row before a growth; PyTorch's default 2000", label="interval", text=str),
 )  # fmt: skip
 
 
 def _setting(values: Mapping[str, Any]) -> ScalerConfig:
-    return ScalerConfig(float(values["init_scale"]), float(values["growth_factor"]),
-                        float(values["backoff_factor"]), int(values["growth_interval"]))  # fmt: skip
+    return ScalerConfig(
+        float(values["init_scale"]),
+        float(values["growth_factor"]),
+        float(values["backoff_factor"]),
+        int(values["growth_interval"]),
+    )
 
 
 def _cycle(values: Mapping[str, Any]) -> Cycle:
-    return Cycle(int(values["growth_interval"]), float(values["growth_factor"]), float(values["backoff_factor"]), 1)
+    return Cycle(
+        int(values["growth_interval"]), float(values["growth_factor"]), float(values["backoff_factor"]), 1
+    )
 
 
 GRADSCALER = ScalerRule(
@@ -119,11 +127,26 @@ GRADSCALER = ScalerRule(
     # The five settings of the script this service grew from (a table of init_scale and factor pairs), with
     # PyTorch's default growth_interval, which that script left implicit. The tags are stored in studies.
     baselines=(
-        ("seed-1", {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
-        ("seed-2", {"init_scale": 2.0**8, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
-        ("seed-3", {"init_scale": 2.0**24, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}),
-        ("seed-4", {"init_scale": 2.0**16, "growth_factor": 1.5, "backoff_factor": 0.5, "growth_interval": 2000}),
-        ("seed-5", {"init_scale": 2.0**16, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 2000}),
+        (
+            "seed-1",
+            {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000},
+        ),
+        (
+            "seed-2",
+            {"init_scale": 2.0**8, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000},
+        ),
+        (
+            "seed-3",
+            {"init_scale": 2.0**24, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000},
+        ),
+        (
+            "seed-4",
+            {"init_scale": 2.0**16, "growth_factor": 1.5, "backoff_factor": 0.5, "growth_interval": 2000},
+        ),
+        (
+            "seed-5",
+            {"init_scale": 2.0**16, "growth_factor": 4.0, "backoff_factor": 0.25, "growth_interval": 2000},
+        ),
     ),
     build=lambda values: None,
     block=lambda values: _setting(values).as_code(),

@@ -63,7 +63,8 @@ class Knob:
         return math.log2(value) if self.log and value > 0 else float(value)
 
     def cell(self, value: float) -> str:
-        """``value`` as a table writes it (:attr:`text`; else a flag as true/false, a number with every digit)."""
+        """``value`` as a table writes it (:attr:`text`; else a flag as true/false, a number with every
+        digit)."""
         if self.text is not None:
             return self.text(value)
         if self.kind == BOOL:
@@ -95,7 +96,11 @@ def shortest(value: float, float32: bool = False) -> str:
     with ``float32``, the same float32, for a framework that holds the value as one (Megatron's scales)."""
     if float(value).is_integer() and abs(value) < 2**53:
         return str(int(value))
-    same = (lambda text: float32_of(float(text)) == float32_of(value)) if float32 else (lambda text: float(text) == value)
+    same = (
+        (lambda text: float32_of(float(text)) == float32_of(value))
+        if float32
+        else (lambda text: float(text) == value)
+    )
     for digits in range(1, 18):
         text = f"{value:.{digits}g}"
         if same(text):

@@ -81,14 +81,46 @@ class MegatronScale:
 
 
 KNOBS = (
-    Knob("initial_loss_scale", FLOAT, 2.0**32, 1.0, 2.0**32, True, *positive(),
-         "--initial-loss-scale: the scale at the start; Megatron's default 2^32"),
-    Knob("min_loss_scale", FLOAT, 1.0, 2.0**-20, 1.0, True, *positive(),
-         "--min-loss-scale: the floor the scale stays at, skipping on; Megatron's default 1"),
-    Knob("loss_scale_window", INT, 1000, 1, 1000, True, *whole_at_least(1),
-         "--loss-scale-window: clean steps in a row before a growth (x2); Megatron's default 1000"),
-    Knob("hysteresis", INT, 2, 1, 8, False, *whole_at_least(1),
-         "--hysteresis: overflows it takes to back off (x0.5); Megatron's default 2"),
+    Knob(
+        "initial_loss_scale",
+        FLOAT,
+        2.0**32,
+        1.0,
+        2.0**32,
+        True,
+        *positive(),
+        "--initial-loss-scale: the scale at the start; Megatron's default 2^32",
+    ),
+    Knob(
+        "min_loss_scale",
+        FLOAT,
+        1.0,
+        2.0**-20,
+        1.0,
+        True,
+        *positive(),
+        "--min-loss-scale: the floor the scale stays at, skipping on; Megatron's default 1",
+    ),
+    Knob(
+        "loss_scale_window",
+        INT,
+        1000,
+        1,
+        1000,
+        True,
+        *whole_at_least(1),
+        "--loss-scale-window: clean steps in a row before a growth (x2); Megatron's default 1000",
+    ),
+    Knob(
+        "hysteresis",
+        INT,
+        2,
+        1,
+        8,
+        False,
+        *whole_at_least(1),
+        "--hysteresis: overflows it takes to back off (x0.5); Megatron's default 2",
+    ),
 )
 
 
@@ -123,5 +155,8 @@ MEGATRON = ScalerRule(
     window_knob="loss_scale_window",
     skips_with=("hysteresis", "min_loss_scale"),
     contour_with="hysteresis",
-    source="Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update), megatron/training/arguments.py",
+    source=(
+        "Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update),"
+        " megatron/training/arguments.py"
+    ),
 )

@@ -1,4 +1,5 @@
-"""A loss-scale rule as the service uses it: its knobs, its baselines, how it moves the scale, its written form.
+"""A loss-scale rule as the service uses it: its knobs, its baselines, how it moves the scale, its written
+form.
 
 :class:`ScalerRule` describes one rule: PyTorch's GradScaler (``torch``) or a framework's (DeepSpeed,
 Megatron-LM, fairseq). Everything rule-specific lives on it, so the layers above ask the rule instead of
@@ -66,8 +67,9 @@ class ScalerRule:
         build: A fresh state machine for one run from a setting's values; None where GradScaler's own
             ``update()`` moves the scale.
         block: The setting as the user writes it (a GradScaler line, a JSON block, command-line flags).
-        config: The block as data, for a rule whose block is a config file's JSON (DeepSpeed's): ``--best-out``
-            writes it as a JSON object, not a string to decode again; None where the block is code or flags.
+        config: The block as data, for a rule whose block is a config file's JSON (DeepSpeed's):
+            ``--best-out`` writes it as a JSON object, not a string to decode again; None where the block is
+            code or flags.
         source: Where the rule comes from (file and version or commit).
         cycle: How the scale cycles at its overflow edge under a setting (:class:`Cycle`).
         start_knob: The knob that sets the scale at the start.
@@ -138,11 +140,14 @@ class ScalerRule:
     @property
     def replays(self) -> bool:
         """Whether the service moves the scale by replaying the rule step by step (a framework's rule), rather
-        than by GradScaler's own ``update()``: then the answer is the rule's own config block, found by replay."""
+        than by GradScaler's own ``update()``: then the answer is the rule's own config block, found by
+        replay.
+        """
         return self.build(self.default) is not None
 
     def paste(self, values: Mapping[str, float]) -> str | dict[str, Any]:
-        """The setting as ``--best-out`` writes it: :attr:`config`'s data where the block is JSON, else the block."""
+        """The setting as ``--best-out`` writes it: :attr:`config`'s data where the block is JSON, else the
+        block."""
         return self.block(values) if self.config is None else self.config(values)
 
     def knob(self, name: str) -> Knob:
@@ -155,12 +160,14 @@ class ScalerRule:
         return 2.0**value if self.knob(self.start_knob).octaves else value
 
     def start_value(self, scale: float) -> float:
-        """``scale`` as :attr:`start_knob` writes it (its exponent for DeepSpeed's ``initial_scale_power``)."""
+        """``scale`` as :attr:`start_knob` writes it (its exponent for DeepSpeed's ``initial_scale_power``).
+        """
         knob = self.knob(self.start_knob)
         return math.log2(scale) if knob.octaves else scale
 
 
-# Every rule by name, as each is defined: a setting finds its rule here (the catalogue orders them for --scaler).
+# Every rule by name, as each is defined: a setting finds its rule here (the catalogue orders them for
+# --scaler).
 _BY_NAME: dict[str, ScalerRule] = {}
 
 

@@ -121,7 +121,6 @@ class TransferReport:
         return self.verified and all(s.verified for s in self.siblings)
 
 
-
 def transfer_study(
     from_url: str,
     to_url: str,
@@ -176,7 +175,8 @@ def transfer_study(
                 snapshots.append(read_snapshot(source, source_name))
             except Exception as e:
                 raise TransferFailed(
-                    f"cannot read study {source_name!r} from {mask_url(from_url)}: {redact(first_line(e), from_url)}"
+                    f"cannot read study {source_name!r} from {mask_url(from_url)}:"
+                    f" {redact(first_line(e), from_url)}"
                 ) from e
         if len(pairs) > 1 and target != name:
             # search.confirm finds its runs by the name of the study they confirm.
@@ -191,7 +191,8 @@ def transfer_study(
             existing = [t for _, t in pairs if t in there]
             if existing and not overwrite:  # Checked for every study before anything is written.
                 raise TransferError(
-                    f"study {existing[0]!r} already exists in {mask_url(to_url)} (use --overwrite to replace it)"
+                    f"study {existing[0]!r} already exists in {mask_url(to_url)} (use --overwrite to"
+                    " replace it)"
                 )
             reports = []
             for (source_name, dest_name), snapshot in zip(pairs, snapshots):
@@ -202,7 +203,17 @@ def transfer_study(
                 remapped, dropped = _copy(snapshot, source_name, dest, dest_name)
                 mismatches = verify_copy(snapshot, remapped, dest, dest_name)
                 reports.append(
-                    _report(snapshot, source_name, dest_name, from_url, to_url, remapped, dropped, exists, mismatches)
+                    _report(
+                        snapshot,
+                        source_name,
+                        dest_name,
+                        from_url,
+                        to_url,
+                        remapped,
+                        dropped,
+                        exists,
+                        mismatches,
+                    )
                 )
         except TransferError:
             raise  # The study was there before: nothing was written.
@@ -211,7 +222,9 @@ def transfer_study(
             written.pop()
             for dest_name in written:
                 _discard(dest, dest_name, None)
-            raise TransferError(f"study {pairs[len(written)][1]!r} was just created in {mask_url(to_url)} by another process")
+            raise TransferError(
+                f"study {pairs[len(written)][1]!r} was just created in {mask_url(to_url)} by another process"
+            )
         except BaseException as e:
             for dest_name in written:
                 _discard(dest, dest_name, None)
@@ -342,7 +355,6 @@ def _copy(
     for key, value in remapped.items():
         dest.set_study_system_attr(dest_id, key, value)
     return remapped, dropped
-
 
 
 def _discard(dest: optuna.storages.RDBStorage, target: str, created_file: str | None) -> None:

@@ -69,11 +69,14 @@ def read_snapshot(source: optuna.storages.RDBStorage, name: str) -> CopySnapshot
             converted.append(trial.number)
     plain = {k: v for k, v in system_attrs.items() if not _is_id_keyed(k, v)}
     keyed = {k: v for k, v in system_attrs.items() if _is_id_keyed(k, v)}
-    return CopySnapshot(directions, user_attrs, plain, keyed, trials, tuple(converted), _align_point_distributions(trials))
+    return CopySnapshot(
+        directions, user_attrs, plain, keyed, trials, tuple(converted), _align_point_distributions(trials)
+    )
 
 
 def _align_point_distributions(trials: list[FrozenTrial]) -> tuple[int, ...]:
-    """Gives one-value distributions (low == high) the log flag of the study's others; returns the trials changed.
+    """Gives one-value distributions (low == high) the log flag of the study's others; returns the trials
+    changed.
 
     Optuna refuses a parameter whose log flag differs between trials of a study, and
     ``optuna.copy_study`` with it; corner runs stored by older versions of search.confirm have one-value
@@ -104,8 +107,10 @@ def _one_value(dist: Any) -> bool:
 def _is_id_keyed(key: str, value: Any) -> bool:
     if any(pattern.match(key) for pattern in _DASHBOARD_ID_KEYS):
         return True
-    return bool(SAMPLER_ID_LIST_KEY.match(key)) and isinstance(value, list) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in value
+    return (
+        bool(SAMPLER_ID_LIST_KEY.match(key))
+        and isinstance(value, list)
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     )
 
 

@@ -248,7 +248,11 @@ def _create_rdb_storage(url: str, engine_kwargs: dict[str, Any], heartbeat: dict
                 storage.engine.dispose()
                 raise
             return storage
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.ProgrammingError) as e:
+        except (
+            sqlalchemy.exc.IntegrityError,
+            sqlalchemy.exc.OperationalError,
+            sqlalchemy.exc.ProgrammingError,
+        ) as e:
             # PostgreSQL says DuplicateTable (a ProgrammingError): "relation ... already exists".
             transient = isinstance(e, sqlalchemy.exc.IntegrityError) or any(
                 words in str(e) for words in ("locked", "already exists")

@@ -5,8 +5,8 @@ module of ``search`` touches a private Optuna name, so that an Optuna upgrade is
 Why each private route is taken:
 
 * :func:`orm_models`, :func:`rdb_backend`, :func:`rdb_session`: the trial writer
-  (:mod:`search.storage._trial_writer`) and the study's cheap counts (``_study_reads.finished_and_best``) write
-  and read Optuna's tables through its own ORM models, in one transaction per trial, instead of
+  (:mod:`search.storage._trial_writer`) and the study's cheap counts (``_study_reads.finished_and_best``)
+  write and read Optuna's tables through its own ORM models, in one transaction per trial, instead of
   the ~25 storage calls (a SELECT and an upsert per param and per attr) of ``study.add_trial``.
   ``RDBStorage`` is wrapped in ``_CachedStorage`` by ``optuna.create_study``/``load_study``.
 * :func:`storage_of`, :func:`study_id_of`, :func:`trial_id_of`: a study's storage and the

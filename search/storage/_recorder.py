@@ -44,7 +44,8 @@ _logger = logging.getLogger("search")
 
 @dataclass(frozen=True)
 class NewTrial:
-    """One trial of :meth:`TrialRecorder.write_many`: the replica's record (params, sampler attrs) and how it ended."""
+    """One trial of :meth:`TrialRecorder.write_many`: the replica's record (params, sampler attrs) and how it
+    ended."""
 
     template: FrozenTrial
     state: TrialState
@@ -177,7 +178,8 @@ class TrialRecorder:
         for f in finishes:
             if not outcome[trial_id_of(f.trial)]:
                 _logger.warning(
-                    "trial %d was failed by another worker (no heartbeat for too long); its retry runs it again",
+                    "trial %d was failed by another worker (no heartbeat for too long); its retry runs it"
+                    " again",
                     f.trial.number,
                 )
         return [outcome[trial_id_of(f.trial)] for f in finishes]
@@ -230,4 +232,3 @@ class TrialRecorder:
 
     def _call_with_check(self, call: Callable[[], None], check: Callable[[], None], what: str) -> None:
         with_retry(call, what=what, budget=self.retry_budget, retrying=check)
-

@@ -28,7 +28,9 @@ def set_study_system_attrs(study: optuna.Study, tables: StudyTables | None, attr
     with tables.transaction() as session:
         existing = {
             row.key: row
-            for row in session.query(model).filter(model.study_id == tables.study_id, model.key.in_(list(attrs)))
+            for row in session.query(model).filter(
+                model.study_id == tables.study_id, model.key.in_(list(attrs))
+            )
         }
         for key, value in attrs.items():
             if key in existing:

@@ -43,7 +43,9 @@ def _exists(storage: optuna.storages.BaseStorage, name: str) -> bool:
 def settings_of(study: optuna.Study) -> Settings:
     """The settings a study was created with (its recorded user attrs), for reading it back."""
     attrs = study.user_attrs
-    run = {key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs}
+    run = {
+        key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs
+    }
     scaler = attrs.get("scaler", TORCH)
     space = space_layout(attrs.get("space", {}), scaler)
     return settings_from_dict({"run": run, "space": space, "penalty": attrs.get("penalty", {})})

@@ -55,7 +55,8 @@ class StudyTables:
             session.close()
 
     def lock_study(self, session: sqlalchemy.orm.Session) -> None:
-        """Takes the study's lock (its row; the database on SQLite), as ``RDBStorage`` does to number trials."""
+        """Takes the study's lock (its row; the database on SQLite), as ``RDBStorage`` does to number trials.
+        """
         models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
 
     def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> tuple[int, int]:
@@ -142,14 +143,23 @@ def insert_rows(session: sqlalchemy.orm.Session, model: type, rows: list[dict[st
 
 def attr_rows(trial_id: int, attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of a trial's user or system attrs."""
-    return [{"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()]
+    return [
+        {"trial_id": trial_id, "key": key, "value_json": json.dumps(value)} for key, value in attrs.items()
+    ]
 
 
 def _curve_rows(trial_id: int, curve: dict[int, float]) -> list[dict[str, Any]]:
     rows = []
     for step, value in curve.items():
         stored, kind = models.TrialIntermediateValueModel.intermediate_value_to_stored_repr(value)
-        rows.append({"trial_id": trial_id, "step": step, "intermediate_value": stored, "intermediate_value_type": kind})
+        rows.append(
+            {
+                "trial_id": trial_id,
+                "step": step,
+                "intermediate_value": stored,
+                "intermediate_value_type": kind,
+            }
+        )
     return rows
 
 

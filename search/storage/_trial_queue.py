@@ -22,7 +22,8 @@ models = orm_models()
 
 
 def claim_waiting(study: optuna.Study, tables: StudyTables | None, first: str | None = None) -> int | None:
-    """Claims a WAITING trial: RUNNING, with its first heartbeat, in one transaction (``TrialWriter.claim``)."""
+    """Claims a WAITING trial: RUNNING, with its first heartbeat, in one transaction (``TrialWriter.claim``).
+    """
     if tables is None:
         return pop_waiting_trial_id(study)
     trial = models.TrialModel

@@ -107,7 +107,8 @@ class TrialWriter:
             return ids
 
     def record_heartbeats(self, trial_ids: Sequence[int]) -> None:
-        """Records the heartbeat of many RUNNING trials in one transaction (``record_heartbeat`` makes one each)."""
+        """Records the heartbeat of many RUNNING trials in one transaction (``record_heartbeat`` makes one
+        each)."""
         tables = self._tables
         if tables is None:
             for tid in trial_ids:

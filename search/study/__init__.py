@@ -2,15 +2,17 @@
 
 * ``_plan``: a run checked before a byte is written (light checks before torch), its step count;
 * ``_search_run``: a checked plan run: the study done already, its trials here or with ``--workers``;
-* ``_run_parts``: what a run is made of: "is this study done?" (one function for every process), its start, the trial
-  loop and its progress bar, the summary;
+* ``_run_parts``: what a run is made of: "is this study done?" (one function for every process), its start,
+  the trial loop and its progress bar, the summary;
 * ``_run_with_workers``: ``--workers K``: the parent's run over K processes, and a worker process's life;
 * ``_logging``: the run's warnings on stderr, the storage URL masked;
 * ``_prepare``: create or resume a study: recorded settings, compatibility, the baselines enqueued;
-* ``_trial_loop``: the trial loop (:class:`Runner`): reads the study, picks each trial's path, stops when done;
+* ``_trial_loop``: the trial loop (:class:`Runner`): reads the study, picks each trial's path, stops when
+  done;
 * ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
 * ``_sampled``: sampled trials: asked of the replica, trained, written whole (or RUNNING when shared);
-* ``_rounding_trials``: the answer's line rounded, queued as trials before a run stops (measured, not assumed);
+* ``_rounding_trials``: the answer's line rounded, queued as trials before a run stops (measured, not
+  assumed);
 * ``_population_trials``: ``--population K``: K sampled trials trained together, written at once;
 * ``_trial_training``: training a trial or a population for the loop, and accounting a failure;
 * ``_in_flight``: the trial in flight, and what became of it after a signal;
@@ -58,10 +60,40 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "DevicePlanError", "GAVE_UP_ON_STORAGE", "InFlight", "NothingToRun", "PoolResult", "Replica",
-    "RunOutcome", "RunPlan", "RunStats", "Runner", "StudyHandle", "TooManyFailures", "TrialTraining",
-    "WORKER", "WorkerSpec", "fail_stale_trials", "inspect_study", "log_warnings", "make_pruner",
-    "make_sampler", "plan_run", "plan_workers", "population_size", "prepare_study", "raise_task_exit",
-    "run_plan", "run_pool", "run_population_trials", "run_queued_trial", "run_sampled_trial", "run_workers",
-    "sampler_seed", "study_is_done", "threads_per_process", "worker_context", "worker_process",
+    "DevicePlanError",
+    "GAVE_UP_ON_STORAGE",
+    "InFlight",
+    "NothingToRun",
+    "PoolResult",
+    "Replica",
+    "RunOutcome",
+    "RunPlan",
+    "RunStats",
+    "Runner",
+    "StudyHandle",
+    "TooManyFailures",
+    "TrialTraining",
+    "WORKER",
+    "WorkerSpec",
+    "fail_stale_trials",
+    "inspect_study",
+    "log_warnings",
+    "make_pruner",
+    "make_sampler",
+    "plan_run",
+    "plan_workers",
+    "population_size",
+    "prepare_study",
+    "raise_task_exit",
+    "run_plan",
+    "run_pool",
+    "run_population_trials",
+    "run_queued_trial",
+    "run_sampled_trial",
+    "run_workers",
+    "sampler_seed",
+    "study_is_done",
+    "threads_per_process",
+    "worker_context",
+    "worker_process",
 ]

@@ -1,4 +1,5 @@
-"""Imported first by the fork server that starts ``--workers`` processes (:func:`search.study._workers.worker_context`).
+"""Imported first by the fork server that starts ``--workers`` processes
+(:func:`search.study._workers.worker_context`).
 
 The fork server is a fresh interpreter that the parent starts once; it imports torch and the trial
 loop once, then forks each worker from itself. A worker that started as a fresh interpreter of its
@@ -7,9 +8,9 @@ imports) and Optuna. On 2 cores, a whole ``--workers 4`` run of 20 seed-mlp tria
 CPU in all processes with the fork server and 22.6 s with a fresh interpreter per worker (1.87x),
 9.9 s and 13.3 s of wall time (``python -m bench --only P3``, docs/benchmarks.md).
 
-The parent starts the server with SIGINT, SIGTERM and SIGHUP blocked (:func:`search.study._workers.worker_context`),
-so it cannot be killed by the terminal while it starts up. This module then does two things, before the
-server's own set-up:
+The parent starts the server with SIGINT, SIGTERM and SIGHUP blocked
+(:func:`search.study._workers.worker_context`), so it cannot be killed by the terminal while it starts up.
+This module then does two things, before the server's own set-up:
 
 * The server leaves the terminal's process group. A Ctrl-C or hang-up in the terminal then reaches
   the parent only, which forwards it to the workers. It ends once the parent and its workers have

@@ -37,5 +37,6 @@ def log_warnings(url: str, prefix: str) -> None:
     # a second line about an outage our retry line already reports.
     logging.getLogger("psycopg").setLevel(logging.ERROR)
     # Likewise Optuna's "Caught an error from sqlalchemy … Falling back to a slower alternative": its
-    # trial read takes a dropped connection for a too-long IN list; search.storage._retry handles what follows.
+    # trial read takes a dropped connection for a too-long IN list; search.storage._retry handles what
+    # follows.
     logging.getLogger(RDB_STORAGE_LOGGER).setLevel(logging.ERROR)

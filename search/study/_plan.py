@@ -41,7 +41,9 @@ class RunPlan:
     specs: list[WorkerSpec]
     steps_per_trial: int  # Optimizer steps of every trial: --steps, or what the epochs make.
     read_only: bool = False  # A SQLite file on read-only media: only a finished study can be shown.
-    study_attrs: dict[str, Any] = field(default_factory=dict)  # Recorded when the study is created (a diagnosis).
+    study_attrs: dict[str, Any] = field(
+        default_factory=dict
+    )  # Recorded when the study is created (a diagnosis).
 
 
 def plan_run(
@@ -59,13 +61,13 @@ def plan_run(
         allow_changed_settings: Resume a study even if its recorded settings differ.
         worker: In a ``--workers`` process: its device, and no workers of its own.
         keep: Called with the storage once opened, so that the caller closes it on every path.
-        diagnosed_steps: The steps a ``--from-diagnosis`` file trained: a run of other steps per trial is refused
-            before anything is written (the diagnosis's growth window is about that length).
+        diagnosed_steps: The steps a ``--from-diagnosis`` file trained: a run of other steps per trial is
+            refused before anything is written (the diagnosis's growth window is about that length).
         from_diagnosis: The space was narrowed by ``--from-diagnosis``.
 
     Raises:
-        NothingToRun: ``--trials 0`` and the SQLite file does not exist (said once the flags are checked, before
-            the task is built).
+        NothingToRun: ``--trials 0`` and the SQLite file does not exist (said once the flags are checked,
+            before the task is built).
         ConfigError, UsageError, DevicePlanError, TaskError, StorageError, IncompatibleStudyError:
             Bad input; nothing was written (a task that cannot be trained as a population: UsageError).
     """
@@ -98,7 +100,8 @@ def plan_run(
     resolve_device(run.device)  # Validates --device.
     specs = plan_workers(run.workers, run.device, run.devices, run.threads)
     if run.trials == 0 and path is not None and not os.path.exists(path):
-        # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made (after
+        # Opening a SQLite URL creates the file and Optuna's tables: with nothing to run, nothing is made
+        # (after
         # the flags are checked: a bad --device is bad input whatever the trials).
         raise NothingToRun(f"{path} does not exist and --trials is 0: nothing to do")
     # Building probes one step, whose time the cost warning multiplies by the steps of a trial: it must run on
@@ -113,9 +116,11 @@ def plan_run(
     except ValueError as e:  # --epochs for a task that runs steps.
         raise UsageError(f"--epochs {run.epochs}: {e}") from e
     if diagnosed_steps is not None and diagnosed_steps != steps_per_trial:
-        raise UsageError(f"--from-diagnosis: it diagnosed {diagnosed_steps} steps and this run trains {steps_per_trial} "
-                         "a trial (its growth window is about the run's length): diagnose with --steps "
-                         f"{steps_per_trial}, or search with --steps {diagnosed_steps}")  # fmt: skip
+        raise UsageError(
+            f"--from-diagnosis: it diagnosed {diagnosed_steps} steps and this run trains {steps_per_trial} "
+            "a trial (its growth window is about the run's length): diagnose with --steps "
+            f"{steps_per_trial}, or search with --steps {diagnosed_steps}"
+        )
     if run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
         _check_population(settings, problem)
     _check_batch_memory(problem, steps_per_trial, run.batch_memory, run.task)
@@ -138,7 +143,8 @@ def _check_population(settings: Settings, problem: Problem) -> None:
         check_population(problem, getattr(torch, settings.run.amp_dtype))
     except PopulationError as e:
         raise UsageError(
-            f"--population {settings.run.population}: task {settings.run.task} cannot be trained as a population: {e}"
+            f"--population {settings.run.population}: task {settings.run.task} cannot be trained as a"
+            f" population: {e}"
         ) from e
 
 
@@ -151,16 +157,20 @@ def _cost_warnings(problem: Problem, specs: list[WorkerSpec], steps: int) -> lis
     from search.tasks import step_cost
 
     cost = step_cost(problem)
-    if cost is None or any(spec.device != "cpu" for spec in specs) or not cost.fp16_seconds >= SLOW_FP16 * cost.fp32_seconds:
+    if (
+        cost is None
+        or any(spec.device != "cpu" for spec in specs)
+        or not cost.fp16_seconds >= SLOW_FP16 * cost.fp32_seconds
+    ):
         return []  # (nan fp32: the fp16 step was fast; the comparison is False.)
     per_trial = cost.fp16_seconds * steps
     if per_trial < SLOW_TRIAL:
         return []
     return [
-        f"one step of this task took {cost.fp16_seconds:.2g} s under fp16 autocast against {cost.fp32_seconds:.2g} s "
-        f"in fp32 on this CPU ({cost.fp16_seconds / cost.fp32_seconds:.0f}x: CPUs lack fast fp16 kernels, e.g. for "
-        f"convolutions); a trial of {steps} steps will take about {_duration(per_trial)}: a GPU (--device cuda) or fewer "
-        "--steps makes the search practical"
+        f"one step of this task took {cost.fp16_seconds:.2g} s under fp16 autocast against"
+        f" {cost.fp32_seconds:.2g} s in fp32 on this CPU ({cost.fp16_seconds / cost.fp32_seconds:.0f}x: CPUs"
+        f" lack fast fp16 kernels, e.g. for convolutions); a trial of {steps} steps will take about"
+        f" {_duration(per_trial)}: a GPU (--device cuda) or fewer --steps makes the search practical"
     ]
 
 
@@ -176,8 +186,8 @@ def _check_batch_memory(problem: Problem, steps: int, limit_mib: float, task: st
         raise UsageError(f"task {task!r}: {e}") from e
     if size > limit_mib:
         raise UsageError(
-            f"the batches of {steps} steps (and the evaluation's) take {size:,.0f} MiB, held once per process, over "
-            f"--batch-memory {limit_mib:g}: raise it, or run fewer --steps"
+            f"the batches of {steps} steps (and the evaluation's) take {size:,.0f} MiB, held once per"
+            f" process, over --batch-memory {limit_mib:g}: raise it, or run fewer --steps"
         )
 
 

@@ -57,9 +57,13 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
             stored = [runner.stored_trial(trial_id) for trial_id in ids]
 
     def record(
-        states: list[TrialState], values: list[float | None], attrs: list[dict], curves: list[dict[int, float]]
+        states: list[TrialState],
+        values: list[float | None],
+        attrs: list[dict],
+        curves: list[dict[int, float]],
     ) -> list[bool]:
-        """Writes how the K members ended, in one transaction; per member, False when a peer failed it first."""
+        """Writes how the K members ended, in one transaction; per member, False when a peer failed it first.
+        """
         entries = list(zip(states, values, attrs, curves))
         if runner.shared:
             return recorder.finish_many([Finish(t, *entry) for t, entry in zip(stored, entries)])

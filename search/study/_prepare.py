@@ -90,7 +90,8 @@ _UNSET = object()
 
 
 def _leaf_differences(where: str, stored: Any, wanted: Any) -> list[str]:
-    """``space.growth_interval.low: study has 1, this run 10``: the settings that differ, not two whole tables."""
+    """``space.growth_interval.low: study has 1, this run 10``: the settings that differ, not two whole
+    tables."""
     if isinstance(stored, dict) and isinstance(wanted, dict):
         out = []
         for key in sorted(set(stored) | set(wanted)):
@@ -124,8 +125,8 @@ def inspect_study(
 ) -> list[str]:
     """Checks, without writing anything, that the study (if any) can be resumed.
 
-    ``from_diagnosis``: this run's space was narrowed by ``--from-diagnosis`` (a study searched from a diagnosis
-    and resumed without it is told to add it).
+    ``from_diagnosis``: this run's space was narrowed by ``--from-diagnosis`` (a study searched from a
+    diagnosis and resumed without it is told to add it).
 
     ``steps``: this run's steps per trial, to check a diagnosis ``search.diagnose --storage`` recorded in the
     study against (:mod:`search.diagnosis._recorded_diagnosis`); None: not checked.
@@ -165,9 +166,9 @@ def inspect_study(
     recorded_rule = stored.get("scaler", TORCH)
     if recorded_rule != settings.run.scaler:  # Not overridable: trials of two rules are not one search.
         raise IncompatibleStudyError(
-            f"cannot resume study {name!r}: scaler: study has {recorded_rule}, this run {settings.run.scaler} "
-            "(trials of two loss-scale rules are not comparable; use another --study-name, or --scaler "
-            f"{recorded_rule})"
+            f"cannot resume study {name!r}: scaler: study has {recorded_rule}, this run {settings.run.scaler}"
+            " (trials of two loss-scale rules are not comparable; use another --study-name, or --scaler"
+            f" {recorded_rule})"
         )
     diffs = _differences(stored, recorded_settings(settings, fingerprint))
     if not diffs:
@@ -176,7 +177,10 @@ def inspect_study(
         started = stored.get(STUDY_DIAGNOSIS)
         if isinstance(started, dict) and not from_diagnosis and any(d.startswith("space.") for d in diffs):
             flag = "--from-diagnosis" + (f" {started['file']}" if started.get("file") else "")
-            hint = f"its search started from a diagnosis: add {flag} as when it began; or use another --study-name"
+            hint = (
+                f"its search started from a diagnosis: add {flag} as when it began; or use another"
+                " --study-name"
+            )
         else:
             hint = "use another --study-name, or --allow-changed-settings"
         raise IncompatibleStudyError(f"cannot resume study {name!r}: " + "; ".join(diffs) + f" ({hint})")
@@ -229,6 +233,8 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
         budget=settings.run.storage_retry,
     )
     if any(t.user_attrs.get(BASELINE) == DIAGNOSIS_BASELINE for t in added):
-        notes.append(f"baseline {DIAGNOSIS_BASELINE}: the setting the diagnosis suggests, "
-                     f"{setting_text(started['suggested_setting'])}, trained before the sampled trials")  # fmt: skip
+        notes.append(
+            f"baseline {DIAGNOSIS_BASELINE}: the setting the diagnosis suggests, "
+            f"{setting_text(started['suggested_setting'])}, trained before the sampled trials"
+        )
     return notes

@@ -52,7 +52,9 @@ def run_queued_trial(runner: Runner) -> bool:
                 recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
                 return True
             # A queued trial's fixed params are written to storage here (idempotent, so retried).
-            scaler_config = runner.storage_call(lambda: suggest(trial, runner.settings.space, runner.settings.run.scaler), "setting params")
+            scaler_config = runner.storage_call(
+                lambda: suggest(trial, runner.settings.space, runner.settings.run.scaler), "setting params"
+            )
             # A rounding of the answer's line is measured whole: it is the line a user pastes.
             outcome = training.train(trial, scaler_config, prune=ROUNDING_OF not in trial.user_attrs)
     except BaseException as error:

@@ -22,12 +22,16 @@ from search.scalers import RULES
 if TYPE_CHECKING:
     from search.study._trial_loop import Runner
 
-MAX_PER_RUN = 6  # Three roundings of one answer, twice over if the answer moves: a bound, never reached in practice.
+MAX_PER_RUN = (
+    6  # Three roundings of one answer, twice over if the answer moves: a bound, never reached in practice.
+)
 
 
 def queue_rounding(runner: Runner, trials: list[FrozenTrial]) -> bool:
     """Enqueues the next unmeasured rounding of the answer's line; True when one was added."""
-    if runner.roundings_queued >= MAX_PER_RUN or RULES[runner.settings.run.scaler].replays:  # A framework's answer is rounded by replay.
+    if (
+        runner.roundings_queued >= MAX_PER_RUN or RULES[runner.settings.run.scaler].replays
+    ):  # A framework's answer is rounded by replay.
         return False
     kind = runner.training.device_label.split(":")[0].split(" ")[0]
     group = [t for t in trials if t.state == TrialState.COMPLETE and device_kind(t) == kind]

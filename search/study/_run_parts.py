@@ -59,7 +59,9 @@ def unfinished_seed_baselines(settings: Settings, trials: list[FrozenTrial]) -> 
     """The baselines of this study's space with no finished trial (none on a new study)."""
     if not trials:
         return []
-    return unfinished_baselines(trials, [tag for tag, _params in baseline_trials(settings.space, settings.run.scaler)[0]])
+    return unfinished_baselines(
+        trials, [tag for tag, _params in baseline_trials(settings.space, settings.run.scaler)[0]]
+    )
 
 
 def study_is_done(settings: Settings, trials: list[FrozenTrial]) -> bool:
@@ -67,7 +69,9 @@ def study_is_done(settings: Settings, trials: list[FrozenTrial]) -> bool:
     nothing queued or running (a RUNNING trial of a dead worker is failed and its trial re-run)."""
     finished = sum(t.state in FINISHED for t in trials)
     unsettled = any(t.state in (TrialState.RUNNING, TrialState.WAITING) for t in trials)
-    return finished >= settings.run.trials and not unsettled and not unfinished_seed_baselines(settings, trials)
+    return (
+        finished >= settings.run.trials and not unsettled and not unfinished_seed_baselines(settings, trials)
+    )
 
 
 def existing_trials(storage: optuna.storages.RDBStorage, name: str) -> list[FrozenTrial]:
@@ -89,11 +93,18 @@ def warn_mixed_devices(existing: list[FrozenTrial], device_type: str, note: Note
         )
 
 
-def start_study(plan: RunPlan, sampler: optuna.samplers.BaseSampler, pruner: Any, note: Note | None) -> StudyHandle:
+def start_study(
+    plan: RunPlan, sampler: optuna.samplers.BaseSampler, pruner: Any, note: Note | None
+) -> StudyHandle:
     """Creates or resumes the study for writing (WAL on: the run is valid); ``note`` gets its notes."""
     enable_wal(plan.storage)
     handle = prepare_study(
-        plan.storage, plan.settings, plan.fingerprint, sampler, pruner or optuna.pruners.NopPruner(), plan.study_attrs
+        plan.storage,
+        plan.settings,
+        plan.fingerprint,
+        sampler,
+        pruner or optuna.pruners.NopPruner(),
+        plan.study_attrs,
     )
     if note is not None:
         for line in handle.notes:
@@ -156,8 +167,16 @@ def make_runner(
     shared = worker is not None or not settings.run.storage.startswith("sqlite")
     amp_dtype = getattr(torch, settings.run.amp_dtype)
     runner = Runner(
-        handle.study, settings, plan.problem.to(device), device_label(device), amp_dtype, sampler, pruner, on_trial,
-        shared=shared, steps=plan.steps_per_trial,
+        handle.study,
+        settings,
+        plan.problem.to(device),
+        device_label(device),
+        amp_dtype,
+        sampler,
+        pruner,
+        on_trial,
+        shared=shared,
+        steps=plan.steps_per_trial,
     )
     return handle, runner, bar
 
@@ -173,14 +192,16 @@ def not_done(settings: Settings, trials: list[FrozenTrial], stop_reason: str, no
     parts = []
     if queued:
         parts.append(
-            f"baseline{'s' if len(queued) > 1 else ''} {', '.join(queued)} "
-            f"{'are' if len(queued) > 1 else 'is'} queued and not run yet (this run stopped first: {stop_reason})"
+            f"baseline{'s' if len(queued) > 1 else ''} {', '.join(queued)}"
+            f" {'are' if len(queued) > 1 else 'is'} queued and not run yet (this run stopped first:"
+            f" {stop_reason})"
         )
     if elsewhere:
         parts.append(
-            f"baseline{'s' if len(elsewhere) > 1 else ''} {', '.join(elsewhere)} "
-            f"{'are' if len(elsewhere) > 1 else 'is'} RUNNING in another worker (a live one finishes it; a dead "
-            f"one's is failed and re-run once its heartbeat is silent for {2 * settings.run.heartbeat_interval} s)"
+            f"baseline{'s' if len(elsewhere) > 1 else ''} {', '.join(elsewhere)}"
+            f" {'are' if len(elsewhere) > 1 else 'is'} RUNNING in another worker (a live one finishes it; a"
+            " dead one's is failed and re-run once its heartbeat is silent for"
+            f" {2 * settings.run.heartbeat_interval} s)"
         )
     note(f"not done: {'; '.join(parts)}; run the same command again")
     return True
@@ -203,9 +224,12 @@ def read_trials(study: optuna.Study, settings: Settings) -> list[FrozenTrial]:
 def finish(
     study: optuna.Study, settings: Settings, headline: str, note: Note, publish_figures: bool = False
 ) -> RunOutcome:
-    """The study's summary under ``headline`` (exit 0); with ``publish_figures``, its dashboard figures too."""
+    """The study's summary under ``headline`` (exit 0); with ``publish_figures``, its dashboard figures too.
+    """
     trials = read_trials(study, settings)  # Read once: the summary and publishing share it.
-    data = summarize(study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials)
+    data = summarize(
+        study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials
+    )
     data["storage"] = mask_url(settings.run.storage)
     if publish_figures:
         from search.publishing import publish  # Plotly: not for a command that stops at bad input.

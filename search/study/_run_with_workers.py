@@ -100,10 +100,13 @@ def run_workers(
     new_fails = [t for t in trials if t.state == TrialState.FAIL and t.number not in before]
     stale = sum(FAIL_REASON not in t.user_attrs for t in new_fails)  # Optuna fails stale trials without one.
     known = {t.number for t in existing}
-    roundings = sum(t.state in FINISHED and ROUNDING_OF in t.user_attrs and t.number not in known for t in trials)
+    roundings = sum(
+        t.state in FINISHED and ROUNDING_OF in t.user_attrs and t.number not in known for t in trials
+    )
     headline = (
-        f"this run: {len(plan.specs)} workers on {devices}, {finished - done} finished, "
-        f"{len(new_fails) - stale} failed{stale_text(stale)} in {seconds:.1f} s of trials, start-up not counted"
+        f"this run: {len(plan.specs)} workers on {devices}, {finished - done} finished,"
+        f" {len(new_fails) - stale} failed{stale_text(stale)} in {seconds:.1f} s of trials, start-up not"
+        " counted"
         + (f" ({rounding_note(roundings)[2:]})" if roundings else "")
     )
     if result.signum is not None:
@@ -112,8 +115,11 @@ def run_workers(
         return RunOutcome(128 + result.signum, outcome.headline, outcome.summary)
     lost = [str(plan.specs[i].index) for i in sorted(result.unknown)]
     if lost:  # The parent waited for them all the same, so no worker of this run is still training.
-        ended = f"worker {lost[0]} ended; its exit code is" if len(lost) == 1 else (
-            f"workers {', '.join(lost)} ended; their exit codes are")
+        ended = (
+            f"worker {lost[0]} ended; its exit code is"
+            if len(lost) == 1
+            else (f"workers {', '.join(lost)} ended; their exit codes are")
+        )
         note(f"warning: the fork server that started the workers died; {ended} unknown")
     abnormal = []
     for i, (spec, code) in enumerate(zip(plan.specs, result.exit_codes)):

@@ -26,8 +26,8 @@ def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
 
     ``tpe`` is Optuna's default; in Optuna 5 it models the four settings jointly (TPE's
     ``multivariate`` flag is kept only for old code and unused), so it can see that a high scale is
-    safe only with a backoff far from 1; ``gp`` is Optuna's Gaussian-process sampler (needs torch and scipy, both
-    required here), strong on a few continuous parameters with small budgets;
+    safe only with a backoff far from 1; ``gp`` is Optuna's Gaussian-process sampler (needs torch and scipy,
+    both required here), strong on a few continuous parameters with small budgets;
     ``deterministic_objective=True`` because a trial re-run with the same settings gives the same
     value (common random numbers); ``cmaes`` and ``random`` as named.
     """

@@ -2,7 +2,8 @@
 
 The study may be done already (its summary is printed, nothing written), or need trials on storage that
 cannot be written (refused); otherwise the trials run here (:func:`run_here`) or in worker processes
-(:mod:`search.study._run_with_workers`), and both end in the study's summary (:func:`search.study._run_parts.finish`).
+(:mod:`search.study._run_with_workers`), and both end in the study's summary
+(:func:`search.study._run_parts.finish`).
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ from search.tasks.base import Problem
 
 
 class TooManyFailures(RuntimeError):
-    """``max_failed_trials`` trials failed in this run, or two the same way; ``trace``: their traceback, if any."""
+    """``max_failed_trials`` trials failed in this run, or two the same way; ``trace``: their traceback, if
+    any."""
 
     def __init__(self, message: str, trace: str = "") -> None:
         super().__init__(message)
@@ -127,7 +128,9 @@ class Runner:
         self.training = TrialTraining(problem, settings, device_label, amp_dtype, pruner, self.stats, steps)
         self.flight = InFlight()
         self._last_stale_check: float | None = None
-        self.roundings_queued = 0  # Roundings of the answer's line this run enqueued (search.study._rounding_trials).
+        self.roundings_queued = (
+            0  # Roundings of the answer's line this run enqueued (search.study._rounding_trials).
+        )
         self._known: list[FrozenTrial] | None = None  # The study after our last write, when it proves it.
 
     def run(self) -> RunStats:
@@ -141,7 +144,9 @@ class Runner:
                     self._fail_stale_trials()
                     trials = self._known
                     if trials is None:
-                        trials = self.storage_call(lambda: self.study.get_trials(deepcopy=False), "reading trials")
+                        trials = self.storage_call(
+                            lambda: self.study.get_trials(deepcopy=False), "reading trials"
+                        )
                     self._known = None
                     waiting = any(t.state == TrialState.WAITING for t in trials)
                     reached = sum(t.state in FINISHED for t in trials) >= run.trials
@@ -167,7 +172,9 @@ class Runner:
                             run_population_trials(self, trials)
                         else:
                             run_sampled_trial(self, trials)
-                            if not self.shared:  # Written whole by this process: the write may prove the study.
+                            if (
+                                not self.shared
+                            ):  # Written whole by this process: the write may prove the study.
                                 self._known = self._study_after_own_write(trials)
                     repeated = _repeated_failure(self.stats.task_failures)
                     if repeated is not None:

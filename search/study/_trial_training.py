@@ -65,14 +65,18 @@ class TrialTraining:
             device = next(problem.model.parameters()).device
             problem.make_optimizer([torch.nn.Parameter(torch.zeros(1, device=device))])
 
-    def train(self, trial: optuna.Trial, scaler_config: ScalerConfig | RuleSetting, prune: bool = True) -> TrialOutcome:
+    def train(
+        self, trial: optuna.Trial, scaler_config: ScalerConfig | RuleSetting, prune: bool = True
+    ) -> TrialOutcome:
         """Trains one trial; pruning reports go to ``trial`` (the replica's copy, or a queued trial)."""
         should_prune = _pruning_judge(trial) if self.pruner is not None and prune else None
         outcome = run_trial(self.problem, scaler_config, should_prune=should_prune, **self._training_kwargs())
         outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome
 
-    def train_population(self, members: list[optuna.Trial], configs: list[ScalerConfig]) -> list[TrialOutcome]:
+    def train_population(
+        self, members: list[optuna.Trial], configs: list[ScalerConfig]
+    ) -> list[TrialOutcome]:
         """Trains K trials at once; --trial-timeout is one limit for all (its members end together)."""
         should_prune = [_pruning_judge(trial) for trial in members] if self.pruner is not None else None
         outcomes = run_population(self.problem, configs, should_prune=should_prune, **self._training_kwargs())
@@ -92,7 +96,8 @@ class TrialTraining:
         }
 
     def failure_attrs(self, error: BaseException, trials: int = 1) -> dict[str, Any]:
-        """The attrs of a trial that failed with ``error``; ``trials`` counts a population's K as K failures."""
+        """The attrs of a trial that failed with ``error``; ``trials`` counts a population's K as K failures.
+        """
         if isinstance(error, Interrupted):
             reason = f"interrupted ({error})"
             if trials > 1:
@@ -130,4 +135,6 @@ def _pruning_judge(trial: optuna.Trial) -> Callable[[int, float], bool]:
 def raise_task_exit(error: BaseException) -> None:
     """A task's ``sys.exit`` during a trial (recorded as FAIL) ends the run as an error, not a success."""
     if isinstance(error, SystemExit):
-        raise TaskError(f"the task called sys.exit({error.code!r}) during a trial (recorded as FAIL)") from error
+        raise TaskError(
+            f"the task called sys.exit({error.code!r}) during a trial (recorded as FAIL)"
+        ) from error

@@ -23,7 +23,8 @@ from typing import Any
 
 from search.core import WORKER_ENV, take_pending
 
-# Not search.core._interrupts' handlers: the parent has no trial in flight to record, so a signal does not stop
+# Not search.core._interrupts' handlers: the parent has no trial in flight to record, so a signal does not
+# stop
 # it; it forwards the signal, once to each worker, and waits for them to record theirs. SIGHUP is
 # forwarded too, as SIGTERM: the workers, in their own process group, never get the terminal's.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -158,7 +159,8 @@ def run_pool(
     poll: Callable[[], None],
     poll_interval: float = 0.5,
 ) -> PoolResult:
-    """Runs ``target(*args, spec)`` in one process per spec (:func:`worker_context`) and waits for all of them.
+    """Runs ``target(*args, spec)`` in one process per spec (:func:`worker_context`) and waits for all of
+    them.
 
     Args:
         target: A module-level function (it is imported by the child) returning an exit code.

@@ -7,7 +7,8 @@ the same seed gives the same data and initial weights in every process.
 * ``_loader``: the :class:`LoaderProblem` one (batches drawn from a DataLoader);
 * ``_resolve``: a task's name turned into the task, without importing torch;
 * ``_build``: building and checking the Problem;
-* ``seed_mlp``, ``deep_mlp``, ``sum_outliers``: the built-in tasks (named in ``_resolve``'s ``BUILTIN_TASKS``).
+* ``seed_mlp``, ``deep_mlp``, ``sum_outliers``: the built-in tasks (named in ``_resolve``'s
+  ``BUILTIN_TASKS``).
 """
 
 from typing import TYPE_CHECKING
@@ -23,6 +24,16 @@ if TYPE_CHECKING:  # Loaded on first use: base, _loader and _build import torch.
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "BUILTIN_TASKS", "BatchError", "LoaderProblem", "Problem", "StepCost", "Task", "TaskError",
-    "build_problem", "probe_step", "resolve_task", "step_cost", "task_target",
+    "BUILTIN_TASKS",
+    "BatchError",
+    "LoaderProblem",
+    "Problem",
+    "StepCost",
+    "Task",
+    "TaskError",
+    "build_problem",
+    "probe_step",
+    "resolve_task",
+    "step_cost",
+    "task_target",
 ]

@@ -17,10 +17,12 @@ from search.tasks.base import Problem
 
 @dataclass(frozen=True)
 class StepCost:
-    """What one optimizer step of a task cost in the start-up probe, on the CPU: under fp16 autocast and in fp32.
+    """What one optimizer step of a task cost in the start-up probe, on the CPU: under fp16 autocast and in
+    fp32.
 
     CPUs lack fast fp16 kernels for some operations (a torchvision resnet18 step at batch 64: 29.7 s under
-    fp16 autocast against 0.28 s in fp32 here), so a search a user would wait hours for is said before it starts.
+    fp16 autocast against 0.28 s in fp32 here), so a search a user would wait hours for is said before it
+    starts.
     """
 
     fp16_seconds: float
@@ -122,7 +124,11 @@ def _first_evaluation(problem: Problem | LoaderProblem, model: torch.nn.Module) 
 
 def _check_loss(loss: object, name: str, what: str = "loss") -> None:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.is_floating_point():
-        got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+        got = (
+            f"a tensor of shape {tuple(loss.shape)}"
+            if isinstance(loss, torch.Tensor)
+            else type(loss).__name__
+        )
         raise TaskError(
             f"task {name!r}: its {what} returned {got}; it must return one floating-point number as a "
             "tensor (reduce it, e.g. with .mean())"

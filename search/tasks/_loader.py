@@ -99,7 +99,9 @@ class LoaderProblem:
 
     def to(self, device: torch.device) -> LoaderProblem:
         """A copy with the model, and the batches once drawn, on ``device``; ``self`` is unchanged."""
-        moved = replace(self, model=copy.deepcopy(self.model).to(device), device=torch.device(device), _drawn={})
+        moved = replace(
+            self, model=copy.deepcopy(self.model).to(device), device=torch.device(device), _drawn={}
+        )
         for key, batches in self._drawn.items():  # Drawn once per process, moved once.
             moved._drawn[key] = to_device(batches, moved.device)
         return moved
@@ -115,8 +117,9 @@ class LoaderProblem:
                 loss = output.get("loss")
             if loss is None:
                 raise BatchError(
-                    f"model(**batch) returned {type(output).__name__} without a loss (a Hugging Face model "
-                    "computes one when the batch has labels): give the batch labels, or LoaderProblem(loss=...)"
+                    f"model(**batch) returned {type(output).__name__} without a loss (a Hugging Face model"
+                    " computes one when the batch has labels): give the batch labels, or"
+                    " LoaderProblem(loss=...)"
                 )
             return loss
         if isinstance(batch, Sequence) and len(batch) == 2 and self.loss_fn is not None:
@@ -132,7 +135,8 @@ class LoaderProblem:
         return loss.float()
 
     def planned(self, steps: int) -> list[list[Batch]]:
-        """The micro-batches of each of ``steps`` optimizer steps, drawn once (then kept) on :attr:`device`."""
+        """The micro-batches of each of ``steps`` optimizer steps, drawn once (then kept) on :attr:`device`.
+        """
         drawn = self._draw("train", self.train_batches, steps * self.accumulation_steps, cycle=True)
         per = self.accumulation_steps
         return [drawn[i * per : (i + 1) * per] for i in range(steps)]
@@ -188,8 +192,9 @@ class LoaderProblem:
                     raise BatchError(
                         f"{key}_batches gave {'no' if not drawn else f'only {len(drawn)}'} batches"
                         + (
-                            f" of the {count} that {count // max(1, self.accumulation_steps)} steps need: give a "
-                            "DataLoader or a callable returning a fresh iterable (a generator runs once)"
+                            f" of the {count} that {count // max(1, self.accumulation_steps)} steps need:"
+                            " give a DataLoader or a callable returning a fresh iterable (a generator runs"
+                            " once)"
                             if drawn
                             else ""
                         )
@@ -220,7 +225,9 @@ def tensors_of(batch: Batch) -> list[torch.Tensor]:
 def _map(batch: Batch, fn: Callable[[torch.Tensor], torch.Tensor]) -> Batch:
     if isinstance(batch, torch.Tensor):
         return fn(batch)
-    if isinstance(batch, Mapping):  # A plain dict whatever the mapping (BatchEncoding): model(**batch) takes it.
+    if isinstance(
+        batch, Mapping
+    ):  # A plain dict whatever the mapping (BatchEncoding): model(**batch) takes it.
         return {k: _map(v, fn) for k, v in batch.items()}
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # A namedtuple.
         return type(batch)(*(_map(v, fn) for v in batch))

@@ -1,6 +1,5 @@
 """Task names: the built-in tasks, and a task of your own as ``package.module:callable``."""
 
-
 from __future__ import annotations
 
 import importlib
@@ -51,5 +50,3 @@ def resolve_task(name: str) -> Task:
     if not callable(task):
         raise TaskError(f"task {target!r}: {module_name} has no callable {attr!r}")
     return task
-
-

@@ -59,7 +59,9 @@ class Problem:
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if len(self.inputs) != len(self.targets):
-            raise ValueError(f"inputs and targets differ in length: {len(self.inputs)} vs {len(self.targets)}")
+            raise ValueError(
+                f"inputs and targets differ in length: {len(self.inputs)} vs {len(self.targets)}"
+            )
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1 or None, got {self.batch_size}")
         if self.accumulation_steps < 1:
@@ -70,7 +72,8 @@ class Problem:
             raise ValueError("eval_inputs and eval_targets must be given together")
         if self.eval_inputs is not None and len(self.eval_inputs) != len(self.eval_targets):
             raise ValueError(
-                f"eval_inputs and eval_targets differ in length: {len(self.eval_inputs)} vs {len(self.eval_targets)}"
+                f"eval_inputs and eval_targets differ in length: {len(self.eval_inputs)} vs"
+                f" {len(self.eval_targets)}"
             )
         if self.eval_inputs is not None and len(self.eval_inputs) == 0:
             raise ValueError("eval_inputs is empty")

@@ -66,9 +66,12 @@ def build(seed: int) -> Problem:
     targets = TARGET_STD * (raw - mean) / std
     targets[torch.randperm(SAMPLES, generator=generator)[:OUTLIERS]] *= OUTLIER_FACTOR
     model = nn.Sequential(
-        _linear(generator, IN_FEATURES, WIDTH), nn.Tanh(), _linear(generator, WIDTH, WIDTH), nn.Tanh(),
+        _linear(generator, IN_FEATURES, WIDTH),
+        nn.Tanh(),
+        _linear(generator, WIDTH, WIDTH),
+        nn.Tanh(),
         _linear(generator, WIDTH, OUT_FEATURES),
-    )  # fmt: skip
+    )
     return Problem(
         model=model,
         inputs=inputs,

@@ -5,10 +5,12 @@
 * ``_feed``: what the loop feeds on: a tensor task's index plan or a loader task's batches, each step's seed;
 * ``_evaluation``: the evaluation every trial is judged on (final weights on the evaluation set);
 * ``_penalty``: a run -> its objective value and failure code;
-* ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a plan;
+* ``_population_check``: what population mode can train (:class:`PopulationError`), the problem read into a
+  plan;
 * ``_population_model``: K copies of the model as stacked weights: forward, loss and backward by hand;
 * ``_population_scaler``: GradScaler per member: found_inf, unscale, the scale's update;
-* ``_population_optimizer``: the stacked weights' optimizer state, stepped only where a member's step is taken;
+* ``_population_optimizer``: the stacked weights' optimizer state, stepped only where a member's step is
+  taken;
 * ``_population``: the population loop: K settings trained at once -> one :class:`TrainResult` each;
 * ``_objective``: one trial (or a population's K): train, judge, build the record's attrs.
 
@@ -54,9 +56,29 @@ if TYPE_CHECKING:  # Loaded on first use: every module here imports torch.
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "Assessment", "Evaluation", "FINAL_WEIGHTS", "LAST_STEP", "PopulationError", "StepObserver",
-    "TrainResult", "TrialOutcome", "TrialTimeout", "assess", "batch_plan", "check_population", "evaluate",
-    "evaluation_mode", "evaluation_of", "evaluation_values", "fp32_zero_fraction", "initial_evaluation",
-    "outcome_of", "pruning_checkpoints", "run_population", "run_steps", "run_trial", "train",
+    "Assessment",
+    "Evaluation",
+    "FINAL_WEIGHTS",
+    "LAST_STEP",
+    "PopulationError",
+    "StepObserver",
+    "TrainResult",
+    "TrialOutcome",
+    "TrialTimeout",
+    "assess",
+    "batch_plan",
+    "check_population",
+    "evaluate",
+    "evaluation_mode",
+    "evaluation_of",
+    "evaluation_values",
+    "fp32_zero_fraction",
+    "initial_evaluation",
+    "outcome_of",
+    "pruning_checkpoints",
+    "run_population",
+    "run_steps",
+    "run_trial",
+    "train",
     "train_population",
 ]

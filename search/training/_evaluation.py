@@ -52,14 +52,16 @@ class Evaluation:
 
 
 def _last_step_evaluations(loss_curve: list[float]) -> tuple[Evaluation, Evaluation]:
-    """The initial and final :class:`Evaluation` of a :data:`LAST_STEP` run: its first and last step's loss."""
+    """The initial and final :class:`Evaluation` of a :data:`LAST_STEP` run: its first and last step's loss.
+    """
     first = loss_curve[0] if loss_curve else float("nan")
     last = loss_curve[-1] if loss_curve else float("nan")
     return Evaluation(first, first), Evaluation(last, last)
 
 
 def evaluation_mode(problem: Problem | LoaderProblem) -> str:
-    """:data:`LAST_STEP` for a full-batch task with no validation data or eval function, else :data:`FINAL_WEIGHTS`."""
+    """:data:`LAST_STEP` for a full-batch task with no validation data or eval function, else
+    :data:`FINAL_WEIGHTS`."""
     if isinstance(problem, LoaderProblem):
         return FINAL_WEIGHTS
     full_batch = problem.batch_size is None or problem.batch_size >= len(problem.inputs)
@@ -94,7 +96,9 @@ def evaluation_values(problem: Problem | LoaderProblem, model: nn.Module) -> tor
     try:
         if isinstance(problem, LoaderProblem):  # The batches are the chunks; the whole is their mean.
             with torch.no_grad(), torch.random.fork_rng(devices=[]):
-                chunks = torch.stack([problem.eval_loss_of(model, b).reshape(()) for b in problem.evaluation_batches()])
+                chunks = torch.stack(
+                    [problem.eval_loss_of(model, b).reshape(()) for b in problem.evaluation_batches()]
+                )
                 return torch.cat([chunks.mean().reshape(1), chunks])
         inputs, targets = problem.evaluation_set()
         chunk = problem.batch_size if problem.batch_size is not None else len(inputs)
@@ -129,5 +133,8 @@ def initial_evaluation(problem: Problem | LoaderProblem) -> Evaluation:
     if cached is not None and cached[0]() is problem:
         return cached[1]
     result = evaluate(problem, problem.model)
-    _INITIAL[id(problem)] = (weakref.ref(problem, lambda _ref, key=id(problem): _INITIAL.pop(key, None)), result)
+    _INITIAL[id(problem)] = (
+        weakref.ref(problem, lambda _ref, key=id(problem): _INITIAL.pop(key, None)),
+        result,
+    )
     return result

@@ -54,7 +54,9 @@ def step_seed(seed: int, step: int) -> int:
     return (seed * 1_000_003 + step) % (2**63)
 
 
-def batch_plan(problem: Problem, epochs: int = 0, steps: int | None = None) -> list[list[torch.Tensor | None]]:
+def batch_plan(
+    problem: Problem, epochs: int = 0, steps: int | None = None
+) -> list[list[torch.Tensor | None]]:
     """The micro-batches of every optimizer step: index tensors, or None for the full batch.
 
     The order comes from ``problem.shuffle_seed`` alone, so every trial sees the same batches in

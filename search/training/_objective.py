@@ -38,7 +38,8 @@ VERSIONS = {
 
 @dataclass(frozen=True)
 class TrialOutcome:
-    """A finished run as Optuna will store it: value, user attrs, the loss per optimizer step as intermediate values."""
+    """A finished run as Optuna will store it: value, user attrs, the loss per optimizer step as intermediate
+    values."""
 
     value: float
     user_attrs: dict[str, Any]
@@ -108,7 +109,8 @@ def run_population(
     should_prune: Sequence[Callable[[int, float], bool]] | None = None,
     n_reports: int = 10,
 ) -> list[TrialOutcome]:
-    """Trains K settings at once (:func:`search.training._population.train_population`); one outcome per setting.
+    """Trains K settings at once (:func:`search.training._population.train_population`); one outcome per
+    setting.
 
     Each outcome is built by :func:`outcome_of`, as :func:`run_trial` builds one, plus the
     population's size (:data:`search.core._record.POPULATION`); ``train_seconds`` is what the member
@@ -143,7 +145,9 @@ def run_population(
     outcomes = []
     for result, reported in zip(results, intermediate):
         # train_population reports the population's wall time for every member; a member cost 1/K of it.
-        outcome = outcome_of(replace(result, train_seconds=result.train_seconds / size), penalty, device_label, reported)
+        outcome = outcome_of(
+            replace(result, train_seconds=result.train_seconds / size), penalty, device_label, reported
+        )
         outcome.user_attrs[POPULATION] = size
         outcomes.append(outcome)
     return outcomes
@@ -156,7 +160,10 @@ def pruning_checkpoints(total: int, n_reports: int) -> tuple[int, ...]:
 
 
 def outcome_of(
-    result: TrainResult, penalty: PenaltyConfig, device_label: str, intermediate: dict[int, float] | None = None
+    result: TrainResult,
+    penalty: PenaltyConfig,
+    device_label: str,
+    intermediate: dict[int, float] | None = None,
 ) -> TrialOutcome:
     """The trial record of a finished run: its objective value, user attrs and intermediate values.
 

@@ -20,13 +20,14 @@ run died there); and ``pinned_at_minimum``, the scale sat at its minimum and at 
 ``churn_threshold`` of the steps taken there overflowed (Megatron clamps and goes on skipping), a
 silent failure.
 
-Failure codes, first match wins: ``nonfinite``; ``ended_at_minimum``; ``pinned_at_minimum``; ``overflow_churn`` (at least ``churn_threshold``
-of the steps skipped); ``underflow`` (the share of gradient entries that were exactly zero exceeds
-the share an fp32 run of the same problem has by at least ``underflow_threshold``: the loss scale
-was too small for fp16, whether or not the run still learned a little; the fp32 share keeps a
-model's own exact zeros, dead ReLUs or unused embedding rows, from counting); ``frozen`` (did not
-learn for another reason: a flat loss, or a finite one that rose, alike); ``none``. A run *learned* when its evaluation fell by at least
-``learn_threshold`` (default 10%) from the initial weights' evaluation, comparing like with like:
+Failure codes, first match wins: ``nonfinite``; ``ended_at_minimum``; ``pinned_at_minimum``;
+``overflow_churn`` (at least ``churn_threshold`` of the steps skipped); ``underflow`` (the share of gradient
+entries that were exactly zero exceeds the share an fp32 run of the same problem has by at least
+``underflow_threshold``: the loss scale was too small for fp16, whether or not the run still learned a little;
+the fp32 share keeps a model's own exact zeros, dead ReLUs or unused embedding rows, from counting);
+``frozen`` (did not learn for another reason: a flat loss, or a finite one that rose, alike); ``none``. A run
+*learned* when its evaluation fell by at least ``learn_threshold`` (default 10%) from the initial weights'
+  evaluation, comparing like with like:
 the median chunk loss of the same evaluation before and after (for a full-batch task, the last
 step's loss against the first step's). ``skipped_fraction`` counts the steps GradScaler itself
 skipped (its ``found_inf``); the zero fraction is taken before clipping, on unskipped steps
@@ -70,7 +71,10 @@ def assess(result: TrainResult, penalty: PenaltyConfig) -> Assessment:
 
     learned = result.eval_median <= (1.0 - penalty.learn_threshold) * result.initial_eval_median
     skipped_fraction = result.skipped_steps / steps
-    if result.overflows_at_minimum and result.overflows_at_minimum >= penalty.churn_threshold * result.steps_at_minimum:
+    if (
+        result.overflows_at_minimum
+        and result.overflows_at_minimum >= penalty.churn_threshold * result.steps_at_minimum
+    ):
         failure = "pinned_at_minimum"
     elif skipped_fraction >= penalty.churn_threshold:
         failure = "overflow_churn"

@@ -11,7 +11,8 @@ The loop is the ordinary trainer's, for K members at once:
 * what it can train, and the problem read into a plan: :mod:`search.training._population_check`;
 * autocast's forward, the loss times each member's scale, and the backward, written out for stacked
   weights: :mod:`search.training._population_model`;
-* GradScaler's ``unscale_`` (``found_inf`` per member) and ``update``: :mod:`search.training._population_scaler`;
+* GradScaler's ``unscale_`` (``found_inf`` per member) and ``update``:
+  :mod:`search.training._population_scaler`;
 * per-member clipping, and the optimizer step of the members whose step is taken (a skipped member's
   weights and state stay bit for bit): :mod:`search.training._population_optimizer`.
 
@@ -25,9 +26,10 @@ reduction over one member's slice instead of the whole tensor; the gradients do 
 the per-member gradient norm of ``grad_clip`` (the clip coefficient, hence the weights), and on CUDA
 the batched GEMMs and cuBLAS's choice of algorithm, which this CPU test cannot cover.
 
-**Evaluation** uses :mod:`search.training._evaluation` unchanged, member by member, on a copy of the model that
-holds the member's final weights: the same numbers :func:`search.training._trainer.train` computes, read to the
-host once for all members. The loop reads the host only there (and at ``checkpoints``).
+**Evaluation** uses :mod:`search.training._evaluation` unchanged, member by member, on a copy of the model
+  that
+holds the member's final weights: the same numbers :func:`search.training._trainer.train` computes, read to
+the host once for all members. The loop reads the host only there (and at ``checkpoints``).
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def train_population(
     """Trains one fresh copy of ``problem.model`` per setting in ``configs``, all at once.
 
     Each member sees the batches :func:`search.training._feed.batch_plan` gives every trial, with its own
-    loss scale, growth tracker and skip decisions (:mod:`search.training._population_scaler`). One host read at the
-    end, plus one per checkpoint when ``should_stop`` is given.
+    loss scale, growth tracker and skip decisions (:mod:`search.training._population_scaler`). One host read
+    at the end, plus one per checkpoint when ``should_stop`` is given.
 
     Args:
         problem: The problem, already on the target device (see :meth:`Problem.to`).
@@ -130,7 +132,9 @@ def train_population(
             x, y = (inputs, targets) if index is None else (inputs[index], targets[index])
             # Autocast's forward, then scaler.scale(loss).backward(), for the K members at once.
             outputs, saved, low = _forward(spec.layers, optimizer.params, x, k, amp_dtype)
-            loss, grad_outputs = _loss_and_grad(spec.loss, problem, outputs, y, scaler.scale, divisor, amp_dtype)
+            loss, grad_outputs = _loss_and_grad(
+                spec.loss, problem, outputs, y, scaler.scale, divisor, amp_dtype
+            )
             micro_grads = _backward(spec.layers, saved, low, grad_outputs, n_params)
             grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
             step_loss = loss if step_loss is None else step_loss + loss
@@ -176,10 +180,22 @@ def train_population(
         else:
             assert initial is not None
             before, after = initial, evaluation_of(read[member][2:])
-        measured.append((loss_curve, scale_curve, skipped, zero_fraction, final_fp32, weights_finite, before, after, n))
+        measured.append(
+            (loss_curve, scale_curve, skipped, zero_fraction, final_fp32, weights_finite, before, after, n)
+        )
     seconds = time.perf_counter() - start
     results = []
-    for member, (loss_curve, scale_curve, skipped, zero_fraction, final_fp32, weights_finite, before, after, n) in enumerate(measured):
+    for member, (
+        loss_curve,
+        scale_curve,
+        skipped,
+        zero_fraction,
+        final_fp32,
+        weights_finite,
+        before,
+        after,
+        n,
+    ) in enumerate(measured):
         results.append(
             TrainResult(
                 loss_curve=loss_curve,
@@ -220,7 +236,11 @@ def _final_values(problem: Problem, stacked_params: Sequence[torch.Tensor], mode
                 target.copy_(stacked[member])
             # float64 holds every number below exactly, whatever the task's loss returns.
             final_fp32 = problem.loss_fn(model(problem.inputs).float(), problem.targets).double().reshape(1)
-            finite = torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all().double().reshape(1)
-            evaluated = evaluation_values(problem, model).double() if mode != LAST_STEP else final_fp32.new_empty(0)
+            finite = (
+                torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all().double().reshape(1)
+            )
+            evaluated = (
+                evaluation_values(problem, model).double() if mode != LAST_STEP else final_fp32.new_empty(0)
+            )
             on_device.append(torch.cat([final_fp32, finite, evaluated]))
     return [row.tolist() for row in torch.stack(on_device).cpu()] if k else []

@@ -27,7 +27,15 @@ from torch import nn
 
 from search.tasks import LoaderProblem, Problem
 
-_ACTIVATIONS: tuple[type[nn.Module], ...] = (nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Identity)
+_ACTIVATIONS: tuple[type[nn.Module], ...] = (
+    nn.ReLU,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.GELU,
+    nn.SiLU,
+    nn.LeakyReLU,
+    nn.Identity,
+)
 
 
 class PopulationError(ValueError):
@@ -89,11 +97,14 @@ def _spec(problem: Problem, amp_dtype: torch.dtype | None) -> _Spec:
         raise PopulationError(f"population mode trains under autocast float16 or bfloat16, not {amp_dtype}")
     if isinstance(problem, LoaderProblem):
         raise PopulationError(
-            "its batches come from a loader (LoaderProblem): population mode stacks a Problem of two tensors only"
+            "its batches come from a loader (LoaderProblem): population mode stacks a Problem of two tensors"
+            " only"
         )
     layers = _layers(problem.model)
     if problem.inputs.dim() != 2 or not problem.inputs.is_floating_point():
-        raise PopulationError(f"inputs of shape {tuple(problem.inputs.shape)}: population mode needs 2-D floating-point inputs")
+        raise PopulationError(
+            f"inputs of shape {tuple(problem.inputs.shape)}: population mode needs 2-D floating-point inputs"
+        )
     optimizer = _optimizer(problem)
     # Autocast must run every layer in amp_dtype (true of Linear and these activations on CPU and CUDA;
     # checked rather than assumed), since the batched layers replay that and nothing else.
@@ -104,7 +115,10 @@ def _spec(problem: Problem, amp_dtype: torch.dtype | None) -> _Spec:
         for position, module in enumerate(problem.model):
             h = module(h)
             if h.dtype != amp_dtype:
-                raise PopulationError(f"layer {position} ({type(module).__name__}) computes in {h.dtype} under autocast, not {amp_dtype}")
+                raise PopulationError(
+                    f"layer {position} ({type(module).__name__}) computes in {h.dtype} under autocast, not"
+                    f" {amp_dtype}"
+                )
     last = problem.model[[i for i, layer in enumerate(layers) if layer.kind == "linear"][-1]]
     return _Spec(layers, _loss_kind(problem, last.out_features), optimizer)
 
@@ -113,9 +127,13 @@ def _layers(model: nn.Module) -> tuple[_Layer, ...]:
     """The layer plan of ``model``, with each linear layer's indices into ``model.parameters()``."""
     name = type(model).__name__
     if type(model) is not nn.Sequential:
-        raise PopulationError(f"model {name} is not an nn.Sequential of nn.Linear layers and elementwise activations")
+        raise PopulationError(
+            f"model {name} is not an nn.Sequential of nn.Linear layers and elementwise activations"
+        )
     if any(True for _ in model.buffers()):
-        raise PopulationError("model has buffers (e.g. BatchNorm running statistics); population mode needs parameters only")
+        raise PopulationError(
+            "model has buffers (e.g. BatchNorm running statistics); population mode needs parameters only"
+        )
     layers: list[_Layer] = []
     index = 0
     for position, module in enumerate(model):
@@ -124,11 +142,24 @@ def _layers(model: nn.Module) -> tuple[_Layer, ...]:
             index += 2 if module.bias is not None else 1
         elif type(module) in _ACTIVATIONS:
             if position == 0:
-                raise PopulationError(f"model starts with {type(module).__name__}; population mode needs an nn.Linear first")
-            kind = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid", nn.GELU: "gelu", nn.SiLU: "silu",
-                    nn.LeakyReLU: "leaky_relu", nn.Identity: "identity"}[type(module)]
+                raise PopulationError(
+                    f"model starts with {type(module).__name__}; population mode needs an nn.Linear first"
+                )
+            kind = {
+                nn.ReLU: "relu",
+                nn.Tanh: "tanh",
+                nn.Sigmoid: "sigmoid",
+                nn.GELU: "gelu",
+                nn.SiLU: "silu",
+                nn.LeakyReLU: "leaky_relu",
+                nn.Identity: "identity",
+            }[type(module)]
             layers.append(
-                _Layer(kind, negative_slope=getattr(module, "negative_slope", 0.01), approximate=getattr(module, "approximate", "none"))
+                _Layer(
+                    kind,
+                    negative_slope=getattr(module, "negative_slope", 0.01),
+                    approximate=getattr(module, "approximate", "none"),
+                )
             )
         else:
             raise PopulationError(
@@ -140,7 +171,9 @@ def _layers(model: nn.Module) -> tuple[_Layer, ...]:
     if sum(1 for _ in model.parameters()) != index:
         raise PopulationError("model has parameters outside its nn.Linear layers")
     if not all(p.requires_grad for p in model.parameters()):
-        raise PopulationError("model has frozen parameters (requires_grad=False); population mode trains every parameter")
+        raise PopulationError(
+            "model has frozen parameters (requires_grad=False); population mode trains every parameter"
+        )
     return tuple(layers)
 
 
@@ -154,29 +187,48 @@ def _optimizer(problem: Problem) -> _Optimizer:
     kind = {torch.optim.SGD: "sgd", torch.optim.Adam: "adam", torch.optim.AdamW: "adam"}.get(type(instance))
     if kind is None:
         raise PopulationError(
-            f"optimizer {type(instance).__name__} cannot be vectorised: population mode supports torch.optim.SGD, Adam and AdamW"
+            f"optimizer {type(instance).__name__} cannot be vectorised: population mode supports"
+            " torch.optim.SGD, Adam and AdamW"
         )
     if len(instance.param_groups) != 1:
-        raise PopulationError(f"optimizer has {len(instance.param_groups)} parameter groups; population mode needs one")
+        raise PopulationError(
+            f"optimizer has {len(instance.param_groups)} parameter groups; population mode needs one"
+        )
     group = instance.param_groups[0]
     if len(group["params"]) != len(params) or any(a is not b for a, b in zip(group["params"], params)):
         raise PopulationError("optimizer does not hold every model parameter in model.parameters() order")
     for flag in ("capturable", "differentiable", "fused"):
         if group.get(flag):
             raise PopulationError(f"optimizer option {flag}=True cannot be vectorised")
-    values = [group["lr"], group.get("weight_decay", 0.0), group.get("momentum", 0.0), group.get("dampening", 0.0)]
+    values = [
+        group["lr"],
+        group.get("weight_decay", 0.0),
+        group.get("momentum", 0.0),
+        group.get("dampening", 0.0),
+    ]
     values += list(group.get("betas", ())) + [group.get("eps", 0.0)]
     if any(isinstance(v, torch.Tensor) for v in values):
         raise PopulationError("optimizer hyperparameters given as tensors cannot be vectorised; use floats")
     if kind == "sgd":
         return _Optimizer(
-            "sgd", lr=float(group["lr"]), weight_decay=float(group["weight_decay"]), maximize=bool(group["maximize"]),
-            momentum=float(group["momentum"]), dampening=float(group["dampening"]), nesterov=bool(group["nesterov"]),
+            "sgd",
+            lr=float(group["lr"]),
+            weight_decay=float(group["weight_decay"]),
+            maximize=bool(group["maximize"]),
+            momentum=float(group["momentum"]),
+            dampening=float(group["dampening"]),
+            nesterov=bool(group["nesterov"]),
         )
     beta1, beta2 = group["betas"]
     return _Optimizer(
-        "adam", lr=float(group["lr"]), weight_decay=float(group["weight_decay"]), maximize=bool(group["maximize"]),
-        beta1=float(beta1), beta2=float(beta2), eps=float(group["eps"]), amsgrad=bool(group["amsgrad"]),
+        "adam",
+        lr=float(group["lr"]),
+        weight_decay=float(group["weight_decay"]),
+        maximize=bool(group["maximize"]),
+        beta1=float(beta1),
+        beta2=float(beta2),
+        eps=float(group["eps"]),
+        amsgrad=bool(group["amsgrad"]),
         decoupled=bool(group.get("decoupled_weight_decay", False)),
     )
 
@@ -192,4 +244,3 @@ def _loss_kind(problem: Problem, out_features: int) -> str:
             if not bool((targets == loss_fn.ignore_index).any()):
                 return "cross_entropy"
     return "generic"
-

@@ -65,8 +65,9 @@ def _activation_backward(layer: _Layer, grad: torch.Tensor, h: torch.Tensor, y: 
     return grad
 
 
-def _forward(layers: Sequence[_Layer], params: Sequence[torch.Tensor], x: torch.Tensor, k: int, dtype: torch.dtype
-             ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
+def _forward(
+    layers: Sequence[_Layer], params: Sequence[torch.Tensor], x: torch.Tensor, k: int, dtype: torch.dtype
+) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], list[torch.Tensor]]:
     """Runs the K members on the shared input ``x``; returns the outputs ``[K, B, out]`` in ``dtype``.
 
     Also returns what the backward needs: per layer its (input, output), and the ``dtype`` copies
@@ -89,9 +90,15 @@ def _forward(layers: Sequence[_Layer], params: Sequence[torch.Tensor], x: torch.
     return h, saved, low
 
 
-def _backward(layers: Sequence[_Layer], saved: Sequence[tuple[torch.Tensor, torch.Tensor]], low: Sequence[torch.Tensor],
-              grad: torch.Tensor, n_params: int) -> list[torch.Tensor]:
-    """Backpropagates ``grad`` (d scaled loss / d outputs, in the autocast dtype); fp32 gradients per parameter."""
+def _backward(
+    layers: Sequence[_Layer],
+    saved: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    low: Sequence[torch.Tensor],
+    grad: torch.Tensor,
+    n_params: int,
+) -> list[torch.Tensor]:
+    """Backpropagates ``grad`` (d scaled loss / d outputs, in the autocast dtype); fp32 gradients per
+    parameter."""
     grads: list[torch.Tensor | None] = [None] * n_params
     first_linear = next(i for i, layer in enumerate(layers) if layer.kind == "linear")
     for i in range(len(layers) - 1, first_linear - 1, -1):
@@ -108,9 +115,17 @@ def _backward(layers: Sequence[_Layer], saved: Sequence[tuple[torch.Tensor, torc
     return [g for g in grads if g is not None]
 
 
-def _loss_and_grad(kind: str, problem: Problem, out: torch.Tensor, y: torch.Tensor, scale: torch.Tensor,
-                   divisor: int, amp_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-member losses ``[K]`` (fp32, divided by ``divisor``) and d(scaled loss)/d(outputs) in ``amp_dtype``.
+def _loss_and_grad(
+    kind: str,
+    problem: Problem,
+    out: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    divisor: int,
+    amp_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-member losses ``[K]`` (fp32, divided by ``divisor``) and d(scaled loss)/d(outputs) in
+    ``amp_dtype``.
 
     The trainer backpropagates ``(loss / divisor) * scale``: the loss's own backward receives
     ``scale`` (the backward of the product), divided by ``divisor`` in fp32 when there is one.
@@ -133,7 +148,9 @@ def _loss_and_grad(kind: str, problem: Problem, out: torch.Tensor, y: torch.Tens
         loss = -logp.gather(2, index).squeeze(2).mean(1)
         # nll_loss_backward (mean, no weights): -(grad / total_weight) at each target; total_weight = B.
         total = torch.tensor(float(y.shape[0]), dtype=torch.float32, device=out.device)
-        nll = torch.zeros_like(logp).scatter_(2, index, (-(seed_grad / total)).view(k, 1, 1).expand(k, y.shape[0], 1))
+        nll = torch.zeros_like(logp).scatter_(
+            2, index, (-(seed_grad / total)).view(k, 1, 1).expand(k, y.shape[0], 1)
+        )
         grad32 = torch._log_softmax_backward_data(nll, logp, -1, torch.float32)
         return (loss / divisor if divisor > 1 else loss), grad32.to(amp_dtype)
     # Any other loss: the task's own function, once per member, under autocast like the trainer calls it.

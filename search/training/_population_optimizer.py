@@ -40,8 +40,10 @@ def _bias_tables(opt: _Optimizer, steps: int, device: torch.device) -> tuple[tor
     """
     neg_step_size = [0.0] + [-(opt.lr / (1 - opt.beta1**n)) for n in range(1, steps + 1)]
     bc2_sqrt = [1.0] + [(1 - opt.beta2**n) ** 0.5 for n in range(1, steps + 1)]
-    return (torch.tensor(neg_step_size, dtype=torch.float32, device=device),
-            torch.tensor(bc2_sqrt, dtype=torch.float32, device=device))
+    return (
+        torch.tensor(neg_step_size, dtype=torch.float32, device=device),
+        torch.tensor(bc2_sqrt, dtype=torch.float32, device=device),
+    )
 
 
 class _MemberOptimizer:
@@ -49,13 +51,20 @@ class _MemberOptimizer:
 
     def __init__(self, problem: Problem, k: int, opt: _Optimizer, steps: int) -> None:
         self.opt = opt
-        self.params = [p.detach().unsqueeze(0).repeat(k, *([1] * p.dim())).contiguous() for p in problem.model.parameters()]
+        self.params = [
+            p.detach().unsqueeze(0).repeat(k, *([1] * p.dim())).contiguous()
+            for p in problem.model.parameters()
+        ]
         device = self.params[0].device
-        self.momentum = [torch.zeros_like(p) for p in self.params] if opt.kind == "sgd" and opt.momentum != 0 else []
+        self.momentum = (
+            [torch.zeros_like(p) for p in self.params] if opt.kind == "sgd" and opt.momentum != 0 else []
+        )
         self.has_momentum = torch.zeros(k, dtype=torch.bool, device=device)
         self.exp_avg = [torch.zeros_like(p) for p in self.params] if opt.kind == "adam" else []
         self.exp_avg_sq = [torch.zeros_like(p) for p in self.params] if opt.kind == "adam" else []
-        self.max_exp_avg_sq = [torch.zeros_like(p) for p in self.params] if opt.kind == "adam" and opt.amsgrad else []
+        self.max_exp_avg_sq = (
+            [torch.zeros_like(p) for p in self.params] if opt.kind == "adam" and opt.amsgrad else []
+        )
         self.adam_steps = torch.zeros(k, dtype=torch.int64, device=device)
         if opt.kind == "adam":
             self.neg_step_size, self.bc2_sqrt = _bias_tables(opt, steps, device)
@@ -78,7 +87,9 @@ class _MemberOptimizer:
             if opt.momentum != 0:
                 buf = self.momentum[i]
                 # The first taken step clones the gradient into the buffer, later ones decay it.
-                updated = _where(self.has_momentum, buf.mul(opt.momentum).add_(grad, alpha=1 - opt.dampening), grad)
+                updated = _where(
+                    self.has_momentum, buf.mul(opt.momentum).add_(grad, alpha=1 - opt.dampening), grad
+                )
                 self.momentum[i] = _where(taken, updated, buf)
                 grad = grad.add(updated, alpha=opt.momentum) if opt.nesterov else updated
             self.params[i] = _where(taken, param.add(grad, alpha=-opt.lr), param)
@@ -116,9 +127,9 @@ class _MemberOptimizer:
         self.adam_steps = torch.where(taken, count, self.adam_steps)
 
 
-
 def _clip_per_member(grads: list[torch.Tensor], max_norm: float) -> list[torch.Tensor]:
-    """``clip_grad_norm_`` per member: the 2-norm of each member's gradients, coefficient min(max_norm / (norm + 1e-6), 1)."""
+    """``clip_grad_norm_`` per member: the 2-norm of each member's gradients, coefficient min(max_norm / (norm
+    + 1e-6), 1)."""
     k = grads[0].shape[0]
     norms = torch.stack([torch.linalg.vector_norm(g.reshape(k, -1), 2, dim=1) for g in grads], dim=1)
     total = torch.linalg.vector_norm(norms, 2, dim=1)

@@ -34,9 +34,15 @@ class _MemberScalers:
         # torch.full does) and an int32 growth tracker; the factors stay float64 like the kernel's.
         self.scale = torch.tensor([c.init_scale for c in configs], dtype=torch.float32, device=device)
         self.growth_tracker = torch.zeros(len(configs), dtype=torch.int32, device=device)
-        self.growth_factor = torch.tensor([c.growth_factor for c in configs], dtype=torch.float64, device=device)
-        self.backoff_factor = torch.tensor([c.backoff_factor for c in configs], dtype=torch.float64, device=device)
-        self.growth_interval = torch.tensor([c.growth_interval for c in configs], dtype=torch.int32, device=device)
+        self.growth_factor = torch.tensor(
+            [c.growth_factor for c in configs], dtype=torch.float64, device=device
+        )
+        self.backoff_factor = torch.tensor(
+            [c.backoff_factor for c in configs], dtype=torch.float64, device=device
+        )
+        self.growth_interval = torch.tensor(
+            [c.growth_interval for c in configs], dtype=torch.int32, device=device
+        )
 
     def unscale(self, grads: Sequence[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The gradients divided by each member's scale, and ``found_inf`` ``[K]`` of the scaled ones."""
@@ -48,15 +54,27 @@ class _MemberScalers:
     def update(self, found_inf: torch.Tensor, active: torch.Tensor) -> None:
         """Backs off, grows or keeps each ``active`` member's scale after a step."""
         new_scale, new_tracker = _update_scale(
-            self.scale, self.growth_tracker, found_inf, self.growth_factor, self.backoff_factor, self.growth_interval
+            self.scale,
+            self.growth_tracker,
+            found_inf,
+            self.growth_factor,
+            self.backoff_factor,
+            self.growth_interval,
         )
         self.scale = torch.where(active, new_scale, self.scale)
         self.growth_tracker = torch.where(active, new_tracker, self.growth_tracker)
 
 
-def _update_scale(scale: torch.Tensor, tracker: torch.Tensor, found_inf: torch.Tensor, growth: torch.Tensor,
-                  backoff: torch.Tensor, interval: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``torch._amp_update_scale_`` for K scales at once (float32 scales, float64 factors, int growth trackers)."""
+def _update_scale(
+    scale: torch.Tensor,
+    tracker: torch.Tensor,
+    found_inf: torch.Tensor,
+    growth: torch.Tensor,
+    backoff: torch.Tensor,
+    interval: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch._amp_update_scale_`` for K scales at once (float32 scales, float64 factors, int growth
+    trackers)."""
     backed_off = (scale.double() * backoff).float()
     grown = (scale.double() * growth).float()
     grown = torch.where(torch.isfinite(grown), grown, scale)  # never grow past float32's range to inf

@@ -129,7 +129,9 @@ def run_steps(problem: Problem | LoaderProblem, epochs: int, steps: int) -> int:
     """
     if isinstance(problem, LoaderProblem):
         if epochs and not steps:
-            raise ValueError("a LoaderProblem runs --steps, not --epochs (its loader's length may be unknown)")
+            raise ValueError(
+                "a LoaderProblem runs --steps, not --epochs (its loader's length may be unknown)"
+            )
         return steps or problem.steps
     return len(batch_plan(problem, epochs or problem.epochs, steps or None))
 
@@ -170,8 +172,9 @@ def train(
         scale_rule: Another framework's rule for the scale (``DeepSpeedScale``, ``MegatronScale``,
             ``FairseqScale``): GradScaler still scales, unscales and finds infs, starting from the
             rule's scale, but after each step the rule sets the next scale (``scaler_config`` is then
-            unused). A rule has a ``min_loss_scale``: the steps taken there are counted. Reading each step's verdict costs one host sync a step. When the rule ends the
-            run at its minimum scale, training stops there (``ended_by_rule``).
+            unused). A rule has a ``min_loss_scale``: the steps taken there are counted. Reading each step's
+            verdict costs one host sync a step. When the rule ends the run at its minimum scale, training
+            stops there (``ended_by_rule``).
 
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
@@ -179,7 +182,11 @@ def train(
     if scale_rule is None:
         scale_rule = scaler_config.make()  # None: GradScaler's own update() moves the scale.
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
-    fp32_zeros = None if amp_dtype is None else fp32_zero_fraction(problem, epochs, steps) if fp32_reference else math.nan
+    fp32_zeros = (
+        None
+        if amp_dtype is None
+        else fp32_zero_fraction(problem, epochs, steps) if fp32_reference else math.nan
+    )
     feed = feed_of(problem, epochs, steps)
     initial_eval = None if evaluation_mode(problem) == LAST_STEP else initial_evaluation(problem)
     start = time.perf_counter()
@@ -222,7 +229,9 @@ def train(
         # Zeros as backward produced them: after clipping, an overflowing step's finite
         # gradients are all exactly 0 (clip coefficient max_norm / inf).
         grads = [p.grad for p in params if p.grad is not None]
-        zero_counts.append(sum(g.numel() for g in grads) - torch.stack([g.count_nonzero() for g in grads]).sum())
+        zero_counts.append(
+            sum(g.numel() for g in grads) - torch.stack([g.count_nonzero() for g in grads]).sum()
+        )
         grad_sizes.append(sum(g.numel() for g in grads))
         if observer is not None:
             observer.gradients(step, scaler._scale)
@@ -327,5 +336,8 @@ def fp32_zero_fraction(problem: Problem | LoaderProblem, epochs: int = 0, steps:
     if cached is not None and cached[0]() is problem:
         return cached[1]
     result = train(problem, ScalerConfig(1.0, 2.0, 0.5, 2**30), epochs=epochs, steps=steps, amp_dtype=None)
-    _FP32_ZEROS[key] = (weakref.ref(problem, lambda _ref: _FP32_ZEROS.pop(key, None)), result.zero_grad_fraction)
+    _FP32_ZEROS[key] = (
+        weakref.ref(problem, lambda _ref: _FP32_ZEROS.pop(key, None)),
+        result.zero_grad_fraction,
+    )
     return result.zero_grad_fraction

@@ -26,7 +26,9 @@ def test_console_scripts_print_their_own_name(command, tmp_path):
     script = shutil.which(f"search-{command}")
     if script is None:
         pytest.fail(f"search-{command} is not installed; set-up step: pip install -e '.[dev]'")
-    proc = subprocess.run([script, "--help"], capture_output=True, text=True, env=cli_env(), cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [script, "--help"], capture_output=True, text=True, env=cli_env(), cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 0 and proc.stdout.startswith(f"usage: search-{command} "), proc.stdout[:200]
     module = run_cli(["--help"], tmp_path, module=f"search.{command}")
     assert module.stdout.startswith(f"usage: python -m search.{command} ")
@@ -35,7 +37,13 @@ def test_console_scripts_print_their_own_name(command, tmp_path):
 
 def test_optimize_help_names_its_values_and_the_built_in_tasks(tmp_path):
     text = run_cli(["--help"], tmp_path).stdout
-    for flag in ("--timeout SECONDS", "--trial-timeout SECONDS", "--max-failed-trials K", "--trials N", "--seed N"):
+    for flag in (
+        "--timeout SECONDS",
+        "--trial-timeout SECONDS",
+        "--max-failed-trials K",
+        "--trials N",
+        "--seed N",
+    ):
         assert flag in text, flag
     assert "seed-mlp, deep-mlp, deep-mlp-large" in text.replace("\n", " ").replace("  ", " ")
 
@@ -55,14 +63,17 @@ START_ARGS = {  # Each would write something if it got that far.
 }
 
 
-def _signal_while_importing(command: str, sig: signal.Signals, cwd: pathlib.Path) -> subprocess.CompletedProcess:
+def _signal_while_importing(
+    command: str, sig: signal.Signals, cwd: pathlib.Path
+) -> subprocess.CompletedProcess:
     """Starts ``python -m search.COMMAND`` and signals it once SQLAlchemy's first shared library is mapped.
 
-    Every command but optimize and diagnose imports SQLAlchemy (its storage URLs) and Optuna before its ``main``
-    runs, and neither is done for a tenth of a second or more after SQLAlchemy's first native module is loaded:
-    the signal lands in the middle of the imports, whatever the machine's speed (a fixed delay would not, on a
-    loaded 2-core machine). torch is no marker: the commands import it only when they train. (optimize imports
-    them once its ``main`` runs, where a signal is recorded and the run stops cleanly: the test after these.)
+    Every command but optimize and diagnose imports SQLAlchemy (its storage URLs) and Optuna before its
+    ``main`` runs, and neither is done for a tenth of a second or more after SQLAlchemy's first native module
+    is loaded: the signal lands in the middle of the imports, whatever the machine's speed (a fixed delay
+    would not, on a loaded 2-core machine). torch is no marker: the commands import it only when they train.
+    (optimize imports them once its ``main`` runs, where a signal is recorded and the run stops cleanly: the
+    test after these.)
     """
     proc = subprocess.Popen(
         [sys.executable, "-m", f"search.{command}", *START_ARGS[command]],
@@ -104,8 +115,12 @@ def test_a_signal_between_start_up_and_the_trial_loop_stops_the_run_with_one_lin
 
     args = ["--task", "tasks_for_tests:slow_to_build", "--trials", "20", "--workers", str(workers), "--quiet"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", *args], cwd=tmp_path, env=cli_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "search.optimize", *args],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.time() + 60
     while not (tmp_path / BUILDING_FLAG).exists() and time.time() < deadline:
@@ -143,9 +158,14 @@ def test_recorded_interrupts_are_raised_where_the_command_handles_them():
 
 def test_only_the_commands_are_guarded_not_a_script_that_imports_search():
     python = sys.executable
-    assert command_being_started([python, "-m", "search.optimize", "--trials", "3"], "-m") == "search.optimize"
+    assert (
+        command_being_started([python, "-m", "search.optimize", "--trials", "3"], "-m") == "search.optimize"
+    )
     assert command_being_started([python, "-W", "ignore", "-msearch.report"], "-m") == "search.report"
-    assert command_being_started([python, "/usr/bin/search-confirm"], "/usr/bin/search-confirm") == "search.confirm"
+    assert (
+        command_being_started([python, "/usr/bin/search-confirm"], "/usr/bin/search-confirm")
+        == "search.confirm"
+    )
     assert command_being_started([python, "train.py", "-m", "search.optimize"], "train.py") is None
     assert command_being_started([python, "-m", "mytool"], "/x/mytool/__main__.py") is None
     assert command_being_started([python, "-c", "import search"], "-c") is None
@@ -153,7 +173,8 @@ def test_only_the_commands_are_guarded_not_a_script_that_imports_search():
 
 # -- light commands: help and bad input never import torch (about 2 s of a 2.5 s start) ----------
 
-LIGHT_EXITS = [  # diagnose, then optimize before a storage: neither imports Optuna, which every case from there does
+# diagnose, then optimize before a storage: neither imports Optuna, which every case from there does
+LIGHT_EXITS = [
     ("diagnose", ["--help"], 0),
     ("diagnose", ["--log", "missing.log"], 2),
     ("diagnose", ["--init-scale", "0"], 2),
@@ -209,14 +230,21 @@ def test_help_and_bad_input_never_import_torch(tmp_path):
     before = {folder: sorted(pathlib.Path(folder).iterdir()) for folder, _, _ in cases}
     proc = subprocess.run(
         [sys.executable, "-c", _LIGHT_RUNNER, json.dumps(cases)],
-        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout)
-    for i, ((folder, command, args), (_, _, code), result) in enumerate(zip(cases, LIGHT_EXITS, results, strict=True)):
+    for i, ((folder, command, args), (_, _, code), result) in enumerate(
+        zip(cases, LIGHT_EXITS, results, strict=True)
+    ):
         case = f"search.{command} {' '.join(args)}"
         assert result["code"] == code, (case, result["stderr"])
-        # Optuna waits for a storage (sys.modules accumulates: from the first case that reads one, every case has
+        # Optuna waits for a storage (sys.modules accumulates: from the first case that reads one, every case
+        # has
         # it); that it is there from then on shows the check sees real imports.
         assert result["optuna"] == (i >= FIRST_STORAGE), case
         assert not result["torch"], f"{case} imported torch"
@@ -226,16 +254,25 @@ def test_help_and_bad_input_never_import_torch(tmp_path):
 
 def _imports_of(args: list[str], cwd: pathlib.Path) -> tuple[subprocess.CompletedProcess, set[str]]:
     """Runs ``python -X importtime -m ARGS``: the process and the modules it imported by an import statement
-    (importtime's list, which leaves out the package's own lazy imports, made by ``importlib``, but not what those
-    modules import in turn: Optuna, torch, scikit-learn are there whenever they are imported)."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", *args], cwd=cwd, env=cli_env(),
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    names = {line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    (importtime's list, which leaves out the package's own lazy imports, made by ``importlib``, but not what
+    those modules import in turn: Optuna, torch, scikit-learn are there whenever they are imported)."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *args],
+        cwd=cwd,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    names = {
+        line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")
+    }
     return proc, names
 
 
 def test_the_reports_help_imports_neither_optuna_nor_scikit_learn(tmp_path):
-    """--help needs no study: neither Optuna, plotly, scikit-learn (which optuna.importance loads) nor torch."""
+    """--help needs no study: neither Optuna, plotly, scikit-learn (which optuna.importance loads) nor torch.
+    """
     proc, names = _imports_of(["search.report", "--help"], tmp_path)
     assert proc.returncode == 0 and "usage:" in proc.stdout, proc.stderr[-2000:]
     assert "argparse" in names  # the list is real: the parser's module was imported
@@ -258,9 +295,9 @@ def test_trials_zero_on_a_new_sqlite_file_ends_before_the_task_and_writes_nothin
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the drop it shows
 def test_a_signal_whose_raise_is_lost_in_a_del_is_raised_again_where_kept():
-    """A Ctrl-C during search.diagnose's training once ran on for a minute: its Interrupted was raised inside a
-    ``__del__``, where Python prints and drops it. With ``keep_pending`` the signal is kept, and the diagnosis
-    observer's per-step ``raise_pending`` raises it."""
+    """A Ctrl-C during search.diagnose's training once ran on for a minute: its Interrupted was raised inside
+    a ``__del__``, where Python prints and drops it. With ``keep_pending`` the signal is kept, and the
+    diagnosis observer's per-step ``raise_pending`` raises it."""
     import signal
 
     from search.core import Interrupted, interrupts_as_exceptions, raise_pending
@@ -286,5 +323,7 @@ def test_a_report_draws_its_importances_without_loading_scikit_learn(tmp_path):
     proc, names = _imports_of(["search.report", "--out", "r.html"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "optuna.importance._ped_anova" in names  # the list is real: the evaluator was imported
-    assert "sklearn.utils" not in names and "sklearn.base" not in names  # what importing scikit-learn loads first
+    assert (
+        "sklearn.utils" not in names and "sklearn.base" not in names
+    )  # what importing scikit-learn loads first
     assert 'id="figure-importances"' in (tmp_path / "r.html").read_text()

@@ -45,9 +45,7 @@ def _add_studies(db: pathlib.Path) -> None:
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
     empty = optuna.create_study(storage=storage, study_name="empty")
     empty.set_user_attr("task", "seed-mlp")
-    optuna.create_study(storage=storage, study_name="foreign").add_trial(
-        optuna.trial.create_trial(value=1.0)
-    )
+    optuna.create_study(storage=storage, study_name="foreign").add_trial(optuna.trial.create_trial(value=1.0))
     storage.engine.dispose()  # The last connection: SQLite removes the -wal and -shm files.
 
 
@@ -123,8 +121,21 @@ def test_threads_reach_torch_before_the_task_is_built(study_dir, monkeypatch, ca
     monkeypatch.chdir(study_dir)
     before = torch.get_num_threads()
     try:
-        args = ["--study-name", "seed-mlp", "--threads", "2", "--seeds", "2", "--top", "1", "--no-corners", "--quiet"]
+        args = [
+            "--study-name",
+            "seed-mlp",
+            "--threads",
+            "2",
+            "--seeds",
+            "2",
+            "--top",
+            "1",
+            "--no-corners",
+            "--quiet",
+        ]
         assert main(args) == 0
     finally:
-        real(before)  # This process's later tests train with its own thread count (their numbers depend on it).
+        real(
+            before
+        )  # This process's later tests train with its own thread count (their numbers depend on it).
     assert calls[:1] == [2], calls

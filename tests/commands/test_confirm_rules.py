@@ -1,6 +1,7 @@
-"""search.confirm on a framework study (``--scaler deepspeed``): the candidates, the framework's default and the
-study's answer re-run on new seeds under DeepSpeed's rule, checked run by run against a plain AMP loop moved by
-DeepSpeed 0.19.8's own DynamicLossScaler; the paired test against scipy; the answer weighed by the runs."""
+"""search.confirm on a framework study (``--scaler deepspeed``): the candidates, the framework's default and
+the study's answer re-run on new seeds under DeepSpeed's rule, checked run by run against a plain AMP loop
+moved by DeepSpeed 0.19.8's own DynamicLossScaler; the paired test against scipy; the answer weighed by the
+runs."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def confirmed(tmp_path_factory) -> tuple[pathlib.Path, str, str]:
     (its folder, what search.optimize printed, what search.confirm printed)."""
     folder = tmp_path_factory.mktemp("deepspeed-confirm")
     with pytest.MonkeyPatch.context() as patch:
-        # The sampler's seed takes the process's pid (two runs on one study sample apart): one fixed study here,
+        # The sampler's seed takes the process's pid (two runs on one study sample apart): one fixed study
+        # here,
         # whichever test process builds it.
         patch.setattr("search.study._run_parts.process_token", lambda: "test-host:1")
         search = run_cli(SEARCH, folder)
@@ -60,7 +62,9 @@ def test_each_run_is_deepspeeds_rule_on_its_new_seed(confirmed):
     settings = settings_of(load(folder, NAME))
     space = settings.space
     labels = {t.user_attrs["config"] for t in runs}
-    assert default_label("deepspeed") in labels and len(labels) >= 3  # best-1, best-2, the default (+ the answer)
+    assert (
+        default_label("deepspeed") in labels and len(labels) >= 3
+    )  # best-1, best-2, the default (+ the answer)
     assert sorted(t.user_attrs["data_seed"] for t in runs) == sorted([43, 44, 45] * len(labels))
     assert "DeepSpeed's loss-scale rule" in printed and "initial_scale_power" in printed.splitlines()[4]
     # The default ends the run on every seed; the answer, another DeepSpeed setting, trains on them.
@@ -77,7 +81,9 @@ def test_each_run_is_deepspeeds_rule_on_its_new_seed(confirmed):
         assert run.user_attrs[OVERFLOW_STEPS] == [i for i, s in enumerate(skipped) if s]
         assert (run.user_attrs["failure"] == "ended_at_minimum") == ended
         if not ended:
-            assert math.isclose(run.user_attrs["eval_loss"], plain_evaluation(problem, LAST_RULE_MODEL[0]), rel_tol=1e-6)
+            assert math.isclose(
+                run.user_attrs["eval_loss"], plain_evaluation(problem, LAST_RULE_MODEL[0]), rel_tol=1e-6
+            )
 
 
 def test_the_paired_test_is_scipys_on_the_stored_runs(confirmed):
@@ -85,12 +91,22 @@ def test_the_paired_test_is_scipys_on_the_stored_runs(confirmed):
     runs = [t for t in load(folder, f"{NAME}.confirm").trials if t.state == TrialState.COMPLETE]
     skip = settings_of(load(folder, NAME)).penalty.skip
 
-    def score(t) -> float:  # docs/objective.md: the objective less its skipped-step term (none when nonfinite).
+    def score(
+        t,
+    ) -> float:  # docs/objective.md: the objective less its skipped-step term (none when nonfinite).
         attrs = t.user_attrs
-        return t.value if attrs.get(NONFINITE) else t.value - skip * attrs[SKIPPED_STEPS] / len(attrs[LOSS_CURVE])
+        return (
+            t.value
+            if attrs.get(NONFINITE)
+            else t.value - skip * attrs[SKIPPED_STEPS] / len(attrs[LOSS_CURVE])
+        )
 
     def by_seed(label: str) -> list[float]:
-        return [score(t) for t in sorted(runs, key=lambda t: t.user_attrs["data_seed"]) if t.user_attrs["config"] == label]
+        return [
+            score(t)
+            for t in sorted(runs, key=lambda t: t.user_attrs["data_seed"])
+            if t.user_attrs["config"] == label
+        ]
 
     data = summarize_confirmation(f"sqlite:///{folder / 'study.db'}", NAME)
     assert data is not None
@@ -101,7 +117,9 @@ def test_the_paired_test_is_scipys_on_the_stored_runs(confirmed):
         assert math.isclose(entry["p"], expected.pvalue, rel_tol=1e-9)
         assert math.isclose(entry["mean_diff"], sum(ours) / 3 - sum(default) / 3, rel_tol=1e-9)
     best = data["comparison"]
-    assert f"p={best['p']:.3g} < 0.05" in printed  # Better beyond noise on new seeds: its default ends every run.
+    assert (
+        f"p={best['p']:.3g} < 0.05" in printed
+    )  # Better beyond noise on new seeds: its default ends every run.
 
 
 def test_both_commands_print_the_same_confirmed_verdict(confirmed):
@@ -115,7 +133,9 @@ def test_both_commands_print_the_same_confirmed_verdict(confirmed):
     assert '"fp16": {' in block
 
 
-@pytest.mark.parametrize("significant, diff, confirmed_as", [(False, -0.5, "not better"), (True, 2.0, "overturned")])
+@pytest.mark.parametrize(
+    "significant, diff, confirmed_as", [(False, -0.5, "not better"), (True, 2.0, "overturned")]
+)
 def test_runs_that_do_not_show_the_change_better_turn_the_answer_to_the_default(
     confirmed, significant, diff, confirmed_as
 ):
@@ -127,7 +147,11 @@ def test_runs_that_do_not_show_the_change_better_turn_the_answer_to_the_default(
     data = summarize_confirmation(f"sqlite:///{folder / 'study.db'}", NAME)
     assert data is not None
     # The answer's values were run under one label or another (best-k, or recommended when not among them).
-    entry = next(c for c in data["comparisons"] if dict(setting_of(c["params"], space, "deepspeed").values) == before.values)
+    entry = next(
+        c
+        for c in data["comparisons"]
+        if dict(setting_of(c["params"], space, "deepspeed").values) == before.values
+    )
     entry.update(significant=significant, mean_diff=diff, p=0.01 if significant else 0.4)
     data["comparisons"] = [entry]
     after = answer_rule_study(study.trials, space, "deepspeed", confirmation=data)
@@ -146,7 +170,9 @@ def test_paste_is_refused_for_a_framework_study_and_nothing_is_written(confirmed
     proc = run_cli([*CONFIRM, "--seeds", "4", "--paste", "accelerate"], tmp_path, module="search.confirm")
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "--paste accelerate" in proc.stderr and "DeepSpeed" in proc.stderr
-    assert (tmp_path / "study.db").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+    assert (tmp_path / "study.db").read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [
+        "study.db"
+    ]
 
 
 def test_the_report_of_a_confirmed_framework_study_says_what_confirm_said(confirmed, tmp_path):
@@ -160,7 +186,9 @@ def test_the_report_of_a_confirmed_framework_study_says_what_confirm_said(confir
     page = (tmp_path / "r.html").read_text()
     said = [line.strip() for line in _verdict_block(printed).splitlines()]
     verdict = said[: said.index("for DeepSpeed:")]
-    assert all(f'<p class="text">{html.escape(line)}</p>' in page for line in verdict[:1] + verdict[2:]), verdict
+    assert all(
+        f'<p class="text">{html.escape(line)}</p>' in page for line in verdict[:1] + verdict[2:]
+    ), verdict
     assert html.escape(verdict[1].strip("()")) in page  # the reasons, as confirm put them
     data = json.loads((tmp_path / "r.json").read_text())
     labels = {c["label"] for c in data["confirmation"]["configs"]}

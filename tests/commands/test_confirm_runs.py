@@ -131,7 +131,10 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
             assert t.params == source.params and t.distributions == source.distributions
         else:
             assert t.params == {
-                "init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000
+                "init_scale": 2.0**16,
+                "growth_factor": 2.0,
+                "backoff_factor": 0.5,
+                "growth_interval": 2000,
             }
         run_attrs = ("final_loss", "skipped_steps", "failure", "learned", "loss_curve", "scale_curve")
         assert t.user_attrs["device"] == "cpu" or t.user_attrs["device"].startswith("cuda")
@@ -160,7 +163,16 @@ def test_confirm_runs_every_config_on_every_seed_apart_from_the_search(study_dir
         assert config["source_trial"] == (labels[config["label"]].number if labels[config["label"]] else None)
         assert f"{config['mean']:.4f} ± {config['sd']:.4f}" in proc.stdout
     comparison = data["comparison"]
-    keys = {"best_label", "default_label", "mean_diff", "t", "p", "better_beyond_noise", "worse_beyond_noise", "test"}
+    keys = {
+        "best_label",
+        "default_label",
+        "mean_diff",
+        "t",
+        "p",
+        "better_beyond_noise",
+        "worse_beyond_noise",
+        "test",
+    }
     assert set(comparison) == keys
     assert comparison["best_label"] == f"best-1 (#{best1.number})"
     assert comparison["default_label"] == DEFAULT_LABEL
@@ -211,7 +223,11 @@ def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
         # 3 configs x 3 seeds, then the corners of this study's boxes (32): some 40 runs, 0.1-0.5 s each, so
         # SIGINT after the first two always lands mid-way (the rerun below shows it had runs left to do).
         [sys.executable, "-m", "search.confirm", "--top", "2", "--seeds", "3", "--quiet"],
-        cwd=study_dir, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=study_dir,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     deadline = time.monotonic() + 120
     stored = 0
@@ -240,9 +256,15 @@ def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
     assert len(interrupted) < len(trials)  # Interrupted mid-way: the rerun completed what was left.
     kept = [(t.number, t.value, t.user_attrs) for t in interrupted]
     assert [(t.number, t.value, t.user_attrs) for t in trials[: len(interrupted)]] == kept  # not run again
-    pairs = [(t.user_attrs["config"], t.user_attrs["data_seed"]) for t in trials if t.user_attrs.get("check") != "corner"]
+    pairs = [
+        (t.user_attrs["config"], t.user_attrs["data_seed"])
+        for t in trials
+        if t.user_attrs.get("check") != "corner"
+    ]
     assert len(pairs) == 9 == len(set(pairs))
-    points = [tuple(sorted(t.user_attrs["point"].items())) for t in trials if t.user_attrs.get("check") == "corner"]
+    points = [
+        tuple(sorted(t.user_attrs["point"].items())) for t in trials if t.user_attrs.get("check") == "corner"
+    ]
     assert points and len(points) == len(set(points))  # a resumed check never trains a corner twice
 
 
@@ -284,8 +306,8 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
 
 
 def test_confirm_trains_the_study_steps_and_says_so(tmp_path):
-    """A study run with --steps: confirmation runs train that many steps (checked against the plain loop on the
-    new seed) and its header says steps, not the epochs that --steps overrode."""
+    """A study run with --steps: confirmation runs train that many steps (checked against the plain loop on
+    the new seed) and its header says steps, not the epochs that --steps overrode."""
     from search.tasks import build_problem, resolve_task
 
     from plain_loop import plain_run
@@ -307,22 +329,28 @@ def test_confirm_trains_the_study_steps_and_says_so(tmp_path):
 
 
 def test_the_headers_of_a_loader_task_study_say_its_steps(tmp_path):
-    """A loader task run without --steps records 0 epochs and 0 steps (its own default is only known once built):
-    search.confirm's and search.report's headers say the steps its trials trained, not "0 epochs"."""
+    """A loader task run without --steps records 0 epochs and 0 steps (its own default is only known once
+    built): search.confirm's and search.report's headers say the steps its trials trained, not "0 epochs"."""
     from tasks_for_tests import LOADER_STEPS
 
     task, name = "tasks_for_tests:seed_loader", "tasks_for_tests-seed_loader"
     made = run_cli(["--task", task, "--trials", "5", "--quiet"], tmp_path)
     assert made.returncode == 0, made.stderr
     trials = _trials(f"sqlite:///{tmp_path / 'study.db'}", name)
-    assert {len(t.user_attrs["loss_curve"]) for t in trials} == {LOADER_STEPS}  # what the trials really trained
-    proc = run_confirm(["--study-name", name, "--top", "1", "--seeds", "2", "--no-corners", "--quiet"], tmp_path)
+    assert {len(t.user_attrs["loss_curve"]) for t in trials} == {
+        LOADER_STEPS
+    }  # what the trials really trained
+    proc = run_confirm(
+        ["--study-name", name, "--top", "1", "--seeds", "2", "--no-corners", "--quiet"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     header = proc.stdout.splitlines()[1]
     assert f", {LOADER_STEPS} optimizer steps," in header and "epochs" not in header, header
     for fmt in ("html", "json"):
         out = tmp_path / f"report.{fmt}"
-        report = run_cli(["--study-name", name, "--format", fmt, "--out", str(out)], tmp_path, module="search.report")
+        report = run_cli(
+            ["--study-name", name, "--format", fmt, "--out", str(out)], tmp_path, module="search.report"
+        )
         assert report.returncode == 0, report.stderr
         text = out.read_text()
         if fmt == "json":

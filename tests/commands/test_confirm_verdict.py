@@ -26,7 +26,9 @@ def test_paired_test_matches_scipy_and_handles_ties():
     assert (t, p) == pytest.approx((expected.statistic, expected.pvalue)) and p < 0.05
     assert test.startswith("paired t-test over 5 seeds, two-sided")
     # Two-sided: the default being better is significant too, with the same p.
-    assert paired_test(default, best)[1] == pytest.approx(p) and paired_test(default, best)[0] == pytest.approx(-t)
+    assert paired_test(default, best)[1] == pytest.approx(p) and paired_test(default, best)[
+        0
+    ] == pytest.approx(-t)
     noisy = [0.43, 0.40, 0.46, 0.38, 0.45]
     assert paired_test(noisy, default)[1] > 0.05
     t, p, test = paired_test(default, default)
@@ -44,7 +46,12 @@ def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
     settings = DEFAULTS
     rec = recommended_candidate(_study(_line_rows()), settings)
     assert rec is not None and rec.label == "recommended (#5)"
-    assert rec.params == {"init_scale": 2.0**5, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    assert rec.params == {
+        "init_scale": 2.0**5,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
     chosen, _ = select_candidates(_study(_line_rows()), settings, top=12)  # #5 is among the top 12 already
     assert not any(c.label.startswith("recommended") for c in chosen) and "best-12 (#5)" not in chosen
     chosen, _ = select_candidates(_study(_line_rows()), settings, top=1)
@@ -59,7 +66,8 @@ def test_the_recommendation_is_confirmed_too_unless_it_is_the_default():
 def default_run(tmp_path_factory) -> pathlib.Path:
     """The default run (100 seed-mlp trials, docs/optimize.md), confirmed with search.confirm's defaults.
 
-    Not made smaller: the issue's bar is about this run, its trial count and confirmation defaults included."""
+    Not made smaller: the issue's bar is about this run, its trial count and confirmation defaults included.
+    """
     directory = real_study(tmp_path_factory, "default-run", 100)
     proc = run_cli(["--quiet"], directory, module="search.confirm")
     assert proc.returncode == 0, proc.stderr
@@ -92,14 +100,22 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
 
     url = f"sqlite:///{default_run / 'study.db'}"
     search = optuna.load_study(storage=url, study_name="seed-mlp")
-    rec = recommend(search.get_trials(), settings_of(search).space, confirmation=summarize_confirmation(url, "seed-mlp"))
+    rec = recommend(
+        search.get_trials(), settings_of(search).space, confirmation=summarize_confirmation(url, "seed-mlp")
+    )
     assert rec.together_check == "checked", rec.text
     problem = build(42)
     zeros = plain_fp32_zero_fraction(problem, 30)
     order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 
     def plain(point: dict) -> str:
-        return plain_run(problem, *(point[p] for p in order[:3]), int(round(point["growth_interval"])), 30, fp32_zeros=zeros).failure
+        return plain_run(
+            problem,
+            *(point[p] for p in order[:3]),
+            int(round(point["growth_interval"])),
+            30,
+            fp32_zeros=zeros,
+        ).failure
 
     from search.results import box_corners
 
@@ -164,7 +180,9 @@ def test_after_confirmation_every_output_gives_the_same_verdict(default_run):
     verdict = best["verdict"]
     assert verdict in ("keep-default", "change")  # seed-mlp: the default is good, no run needs "none-safe"
     first = verdict_block.splitlines()[0]
-    report = run_cli(["--study-name", "seed-mlp", "--out", "report.html"], default_run, module="search.report")
+    report = run_cli(
+        ["--study-name", "seed-mlp", "--out", "report.html"], default_run, module="search.report"
+    )
     assert report.returncode == 0, report.stderr
     page = (default_run / "report.html").read_text()
     if verdict == "keep-default":

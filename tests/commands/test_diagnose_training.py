@@ -1,4 +1,5 @@
-"""``search.diagnose`` on a task: what it prints, its JSON and page, and bad input (one line, exit 2, nothing written)."""
+"""``search.diagnose`` on a task: what it prints, its JSON and page, and bad input (one line, exit 2, nothing
+written)."""
 
 from __future__ import annotations
 
@@ -17,17 +18,29 @@ from conftest import cli_env, run_cli
 
 
 def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
-    proc = run_cli(["--task", "deep-mlp", "--steps", "48", "--json", "d.json", "--html", "d.html"], tmp_path,
-                   module="search.diagnose")  # fmt: skip
+    proc = run_cli(
+        ["--task", "deep-mlp", "--steps", "48", "--json", "d.json", "--html", "d.html"],
+        tmp_path,
+        module="search.diagnose",
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.startswith("Diagnosis of deep-mlp (seed 42, 48 steps, cpu), GradScaler's rule: init_scale 2^16, growth_factor 2")
+    assert out.startswith(
+        "Diagnosis of deep-mlp (seed 42, 48 steps, cpu), GradScaler's rule: init_scale 2^16, growth_factor 2"
+    )
     assert "  verdict: underflow\n" in out and "start at init_scale 2^20" in out
     assert "  skipped steps: 0 of 48\n" in out
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["verdict"] == "underflow" and data["suggested_init_scale"] == 2.0**20
-    assert data["settings"] == {"init_scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
-    assert set(data["runs"]) == {"fp16", "fp32", "bf16"} and data["skipped_steps"] == 0 and data["skips"] == []
+    assert data["settings"] == {
+        "init_scale": 65536.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
+    assert (
+        set(data["runs"]) == {"fp16", "fp32", "bf16"} and data["skipped_steps"] == 0 and data["skips"] == []
+    )
     fp16 = data["runs"]["fp16"]
     assert fp16["failure"] == "underflow" and len(fp16["scales"]) == 48
     # The growth window, as printed, in the JSON and on the page: one and the same claim.
@@ -42,7 +55,11 @@ def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
 
 
 def test_every_skipped_step_is_listed_with_what_overflowed(tmp_path):
-    proc = run_cli(["--task", "seed-mlp", "--growth-interval", "1", "--json", "d.json"], tmp_path, module="search.diagnose")
+    proc = run_cli(
+        ["--task", "seed-mlp", "--growth-interval", "1", "--json", "d.json"],
+        tmp_path,
+        module="search.diagnose",
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["verdict"] == "chronic-skipping" and data["skipped_steps"] == len(data["skips"]) > 0
@@ -57,8 +74,11 @@ def test_every_skipped_step_is_listed_with_what_overflowed(tmp_path):
 
 
 def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
-    proc = run_cli(["--task", "sum-outliers", "--scaler", "deepspeed", "--knob", "hysteresis=3", "--json", "d.json"],
-                   tmp_path, module="search.diagnose")  # fmt: skip
+    proc = run_cli(
+        ["--task", "sum-outliers", "--scaler", "deepspeed", "--knob", "hysteresis=3", "--json", "d.json"],
+        tmp_path,
+        module="search.diagnose",
+    )
     assert proc.returncode == 0, proc.stderr
     data = json.loads((tmp_path / "d.json").read_text())
     assert data["scaler"] == "deepspeed" and data["settings"]["hysteresis"] == 3
@@ -78,7 +98,10 @@ def test_a_frameworks_rule_is_diagnosed_with_its_own_knobs(tmp_path):
         (["--growth-factor", "1"], "--growth-factor must be > 1"),
         (["--backoff-factor", "1.5"], "--backoff-factor must be in (0, 1)"),
         (["--growth-interval", "0"], "--growth-interval must be a whole number >= 1"),
-        (["--knob", "hysteresis=2"], "GradScaler's settings are init_scale, growth_factor, backoff_factor, growth_interval"),
+        (
+            ["--knob", "hysteresis=2"],
+            "GradScaler's settings are init_scale, growth_factor, backoff_factor, growth_interval",
+        ),
         (["--scaler", "deepspeed", "--knob", "window=3"], "DeepSpeed's settings are initial_scale_power"),
         (["--scaler", "deepspeed", "--knob", "hysteresis=0"], "hysteresis must be a whole number >= 1"),
         (["--scaler", "megatron", "--init-scale", "8"], "--init-scale is GradScaler's"),
@@ -104,12 +127,26 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
 
 
 def test_ctrl_c_while_it_trains_is_one_line_exit_130_and_records_and_writes_nothing(tmp_path):
-    """The command records signals from its start; it used to train on through a Ctrl-C, record the diagnosis and
-    exit 0. A real process: the signal is the point."""
+    """The command records signals from its start; it used to train on through a Ctrl-C, record the diagnosis
+    and exit 0. A real process: the signal is the point."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "search.diagnose", "--steps", "5000", "--storage", "sqlite:///s.db", "--json", "d.json"],
-        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "search.diagnose",
+            "--steps",
+            "5000",
+            "--storage",
+            "sqlite:///s.db",
+            "--json",
+            "d.json",
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     note = proc.stderr.readline()  # Printed as the three runs begin: 15000 steps, tens of seconds.
     assert note.startswith("search.diagnose: training 5000 steps three times"), note
     time.sleep(0.5)
@@ -121,7 +158,8 @@ def test_ctrl_c_while_it_trains_is_one_line_exit_130_and_records_and_writes_noth
 
 
 def test_the_flags_help_shows_gradscalers_own_defaults():
-    """--help writes PyTorch's defaults as text (no import of the rules at start-up): they are GradScaler's knobs'."""
+    """--help writes PyTorch's defaults as text (no import of the rules at start-up): they are GradScaler's
+    knobs'."""
     from search.diagnose import _TORCH_FLAGS
     from search.scalers import GRADSCALER
 

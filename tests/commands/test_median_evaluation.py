@@ -24,7 +24,9 @@ DEFAULT = SEED_BASELINES[0][1]
 def clean_error(seed: int, config: tuple[float, float, float, int]) -> float:
     """MSE on the 2,042 clean records of seed ``seed``'s data, after training on all 2,048 (plain loop)."""
     problem = sensor_outliers(seed)
-    corrupted = torch.randperm(2048, generator=torch.Generator().manual_seed(seed))[:6]  # as the task draws them
+    corrupted = torch.randperm(2048, generator=torch.Generator().manual_seed(seed))[
+        :6
+    ]  # as the task draws them
     clean = torch.ones(2048, dtype=torch.bool)
     clean[corrupted] = False
     judged = replace(problem, eval_inputs=problem.inputs[clean], eval_targets=problem.targets[clean])
@@ -38,7 +40,9 @@ def test_judged_on_the_median_the_verdict_is_not_worse_than_the_default_on_clean
     assert search.returncode == 0, search.stderr
     assert "eval_median" in search.stdout and "a few records decide" not in search.stdout
     confirm = run_cli(
-        ["--study-name", NAME, "--top", "1", "--seeds", "3", "--no-corners", "--quiet"], tmp_path, module="search.confirm"
+        ["--study-name", NAME, "--top", "1", "--seeds", "3", "--no-corners", "--quiet"],
+        tmp_path,
+        module="search.confirm",
     )
     assert confirm.returncode == 0, confirm.stderr
     again = run_cli(["--trials", "12", *args, "--best-out", "best.json"], tmp_path)
@@ -49,9 +53,16 @@ def test_judged_on_the_median_the_verdict_is_not_worse_than_the_default_on_clean
     seeds = [43, 44, 45]  # search.confirm's new seeds: study seed 42 + 1 ... + 3
     assert "data seeds 43..45" in confirm.stdout
     if best["verdict"] == "keep-default":
-        assert answer == (DEFAULT.init_scale, DEFAULT.growth_factor, DEFAULT.backoff_factor, DEFAULT.growth_interval)
+        assert answer == (
+            DEFAULT.init_scale,
+            DEFAULT.growth_factor,
+            DEFAULT.backoff_factor,
+            DEFAULT.growth_interval,
+        )
         return
-    assert best["verdict"] == "change" and rec["confirmed"] == "confirmed"  # only a change new seeds found better
+    assert (
+        best["verdict"] == "change" and rec["confirmed"] == "confirmed"
+    )  # only a change new seeds found better
     default = (DEFAULT.init_scale, DEFAULT.growth_factor, DEFAULT.backoff_factor, DEFAULT.growth_interval)
     answers = [clean_error(seed, answer) for seed in seeds]
     defaults = [clean_error(seed, default) for seed in seeds]

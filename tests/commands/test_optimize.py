@@ -140,7 +140,10 @@ def test_a_timeout_before_the_baselines_ran_says_they_are_queued(tmp_path):
     proc = run_cli(["--trials", "10", "--timeout", "0.01", "--quiet"], tmp_path)
     assert proc.returncode == 1, proc.stderr
     line = proc.stderr.strip()
-    assert line.count("\n") == 0 and "seed-5 are queued and not run yet (this run stopped first: timeout (0.01 s))" in line
+    assert (
+        line.count("\n") == 0
+        and "seed-5 are queued and not run yet (this run stopped first: timeout (0.01 s))" in line
+    )
     waiting = [t for t in load(tmp_path).trials if t.state == TrialState.WAITING]
     assert waiting and all(t.user_attrs.get("baseline") for t in waiting)
 
@@ -166,11 +169,24 @@ def test_trial_timeout_fails_the_trial_and_the_study_goes_on(tmp_path):
 def test_trial_timeout_leaves_out_the_first_trials_shared_references(tmp_path):
     """10 steps of ~50 ms: a trial trains ~0.5 s, under the 0.9 s limit, but the first trial also pays
     the fp32 reference run (another ~0.5 s) that every trial shares; that is not its own time."""
-    args = ["--trials", "5", "--task", "tasks_for_tests:slow", "--epochs", "10", "--trial-timeout", "0.9", "--quiet"]
+    args = [
+        "--trials",
+        "5",
+        "--task",
+        "tasks_for_tests:slow",
+        "--epochs",
+        "10",
+        "--trial-timeout",
+        "0.9",
+        "--quiet",
+    ]
     proc = run_cli(args, tmp_path)
     assert proc.returncode == 0, proc.stderr
     trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
-    assert len(trials) == 5 and {t.state for t in trials} == {TrialState.COMPLETE}, [t.user_attrs for t in trials]
+    assert len(trials) == 5 and {t.state for t in trials} == {TrialState.COMPLETE}, [
+        t.user_attrs for t in trials
+    ]
+
 
 def _snapshot(directory: pathlib.Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
@@ -203,11 +219,17 @@ BAD_CONFIGS = {
         (["--config", "range.toml"], "must not exceed high"),
         (["--config", "backoff.toml"], "must be in (0, 1)"),
         (["--config", "growth.toml"], "must be > 1"),
-        (["--config", "fixed.toml"], "[space.growth_interval] sets fixed and low: a fixed setting is not searched"),
+        (
+            ["--config", "fixed.toml"],
+            "[space.growth_interval] sets fixed and low: a fixed setting is not searched",
+        ),
         (["--config", "latin1.toml"], "config latin1.toml is not UTF-8 text"),
         (["--steps", "10", "--epochs", "10"], "steps (10) and epochs (10) both set"),
         # The setting that differs, not two tables cut at the same place (a newcomer could not tell).
-        (["--config", "interval.toml"], "space.growth_interval.low: study has 1.0, this run 10.0 (use another"),
+        (
+            ["--config", "interval.toml"],
+            "space.growth_interval.low: study has 1.0, this run 10.0 (use another",
+        ),
         (["--config", "evaluation.toml"], "unknown [penalty] evaluation 'mode': use one of mean, median"),
         (["--config", "missing.toml"], "cannot read config"),
         (["--trials", "-3"], "trials must be >= 0"),
@@ -225,7 +247,10 @@ BAD_CONFIGS = {
         (["--storage", "postgresql+psycopg://u:hunter2@127.0.0.1:1/x"], "cannot open storage"),
         # Found before any trial runs, not after all of them.
         (["--trials", "14", "--best-out", "."], "--best-out .: is a directory"),
-        (["--trials", "14", "--best-out", "/proc/best.json"], "--best-out /proc/best.json: cannot be created"),
+        (
+            ["--trials", "14", "--best-out", "/proc/best.json"],
+            "--best-out /proc/best.json: cannot be created",
+        ),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(existing, monkeypatch, capsys, args, message):
@@ -255,7 +280,9 @@ def test_bad_input_on_a_new_study_creates_no_file(tmp_path, monkeypatch, capsys)
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--epochs", "0"), ("--steps", "-5"), ("--epochs", "-1")])
+@pytest.mark.parametrize(
+    "flag, value", [("--steps", "0"), ("--epochs", "0"), ("--steps", "-5"), ("--epochs", "-1")]
+)
 def test_a_run_length_below_one_is_refused_and_no_study_is_made(tmp_path, monkeypatch, capsys, flag, value):
     """0 in a config is the task's default length; typed as a flag it once ran a whole default study."""
     monkeypatch.chdir(tmp_path)
@@ -329,8 +356,16 @@ def test_a_study_measured_with_the_old_definitions_is_not_resumed(tmp_path, old)
     [
         ("tasks_for_tests:exits_at_build", "called sys.exit(0) while building", 2),
         ("tasks_for_tests:exits_in_loss", "its loss_fn called sys.exit(0) on the first batch", 2),
-        ("tasks_for_tests:exits_in_training", "the task called sys.exit(0) during a trial (recorded as FAIL)", 1),
-        ("tasks_for_tests:vector_loss", "its loss_fn returned a tensor of shape (2048,); it must return one", 2),
+        (
+            "tasks_for_tests:exits_in_training",
+            "the task called sys.exit(0) during a trial (recorded as FAIL)",
+            1,
+        ),
+        (
+            "tasks_for_tests:vector_loss",
+            "its loss_fn returned a tensor of shape (2048,); it must return one",
+            2,
+        ),
     ],
 )
 def test_a_task_that_exits_is_an_error_not_a_success(tmp_path, task, message, code):
@@ -379,7 +414,11 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
     args = ["--trials", "6", "--quiet", "--best-out", "best.json"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "search.optimize", *args],
-        cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     proc.stdout.close()  # The reader is gone before the command writes a byte.
     err = proc.stderr.read()
@@ -390,15 +429,23 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
     # A reader that reads the first line and goes (head -1): whether our last write found it gone
     # or not, the run is a success or a quiet 141, never a storage failure.
     shell = subprocess.run(
-        ["bash", "-c", f"{shlex.quote(sys.executable)} -m search.optimize --trials 7 --quiet | head -1; "
-         "echo rc=${PIPESTATUS[0]} >&2"],
-        cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240,
+        [
+            "bash",
+            "-c",
+            (
+                f"{shlex.quote(sys.executable)} -m search.optimize --trials 7 --quiet | head -1; "
+                "echo rc=${PIPESTATUS[0]} >&2"
+            ),
+        ],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert shell.stdout.startswith("this run: 1 complete") and shell.stdout.count("\n") == 1
     assert shell.stderr in ("rc=0\n", "rc=141\n"), shell.stderr
     assert len([t for t in load(tmp_path).get_trials() if t.state == TrialState.COMPLETE]) == 7
-
-
 
 
 def test_a_study_recorded_before_the_evaluation_setting_resumes_and_another_evaluation_is_refused(
@@ -416,4 +463,6 @@ def test_a_study_recorded_before_the_evaluation_setting_resumes_and_another_eval
     (existing / "median.toml").write_text('[penalty]\nevaluation = "median"\n')
     assert main(["--trials", "14", "--config", "median.toml", "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert 'penalty.evaluation: study has "mean", this run "median"' in err and len(err.splitlines()) == 1, err
+    assert (
+        'penalty.evaluation: study has "mean", this run "median"' in err and len(err.splitlines()) == 1
+    ), err

@@ -21,7 +21,9 @@ from plain_loop import plain_run
 def deep_mlp_diagnosis(tmp_path_factory):
     """A real diagnosis of deep-mlp at PyTorch's default, 32 steps: underflow, suggesting 2^20."""
     folder = tmp_path_factory.mktemp("diagnosis")
-    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--json", "d.json"], folder, module="search.diagnose")
+    proc = run_cli(
+        ["--task", "deep-mlp", "--steps", "32", "--json", "d.json"], folder, module="search.diagnose"
+    )
     assert proc.returncode == 0, proc.stderr
     return folder / "d.json"
 
@@ -33,56 +35,111 @@ def test_the_search_samples_around_the_suggestion_within_the_growth_window_and_r
     suggested = data["suggested_init_scale"]
     # 32 steps: the needed scale is within an octave of the largest safe one, so growth need not act.
     assert data["verdict"] == "underflow" and suggested == 2.0**20 and data["growth_window"] == [32, None]
-    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "12", "--quiet", "--from-diagnosis",
-                    str(deep_mlp_diagnosis)], tmp_path)  # fmt: skip
+    proc = run_cli(
+        [
+            "--task",
+            "deep-mlp",
+            "--steps",
+            "32",
+            "--trials",
+            "12",
+            "--quiet",
+            "--from-diagnosis",
+            str(deep_mlp_diagnosis),
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert (f"note: from the diagnosis in {deep_mlp_diagnosis} (underflow): init_scale searched over 2^16..2^24, "
-            "around the 2^20 it suggests; growth_interval over 32..2000 (the diagnosis: >= 32)") in proc.stderr
+    assert (
+        f"note: from the diagnosis in {deep_mlp_diagnosis} (underflow): init_scale searched over 2^16..2^24, "
+        "around the 2^20 it suggests; growth_interval over 32..2000 (the diagnosis: >= 32)"
+        in proc.stderr
+    )
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     recorded = study.user_attrs["diagnosis"]
     assert recorded["verdict"] == "underflow" and recorded["suggested_init_scale"] == suggested
-    assert (recorded["low"], recorded["high"]) == (2.0**16, 2.0**24) == tuple(
-        study.user_attrs["space"]["init_scale"][k] for k in ("low", "high"))  # fmt: skip
-    assert (recorded["growth_low"], recorded["growth_high"], recorded["growth_window"]) == (32, 2000, [32, None])
+    assert (
+        (recorded["low"], recorded["high"])
+        == (2.0**16, 2.0**24)
+        == tuple(study.user_attrs["space"]["init_scale"][k] for k in ("low", "high"))
+    )
+    assert (recorded["growth_low"], recorded["growth_high"], recorded["growth_window"]) == (
+        32,
+        2000,
+        [32, None],
+    )
     sampled = [t.params for t in study.trials if "baseline" not in t.user_attrs and t.params]
-    assert sampled and all(2.0**16 <= p["init_scale"] <= 2.0**24 and 32 <= p["growth_interval"] for p in sampled)
+    assert sampled and all(
+        2.0**16 <= p["init_scale"] <= 2.0**24 and 32 <= p["growth_interval"] for p in sampled
+    )
     default = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
     assert len(default) == 1 and default[0].params["init_scale"] == 2.0**16  # inside here, so measured
     # The setting the diagnosis suggests (a steady run: its start, the user's factors, growth_interval >= the
-    # steps) is trained before any sampled trial, once, as baseline "diagnosis"; measured as the plain loop does.
-    assert data["suggested_setting"] == {"init_scale": 2.0**20, "growth_factor": 2.0, "backoff_factor": 0.5,
-                                         "growth_interval": 2000}  # fmt: skip
+    # steps) is trained before any sampled trial, once, as baseline "diagnosis"; measured as the plain loop
+    # does.
+    assert data["suggested_setting"] == {
+        "init_scale": 2.0**20,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
     (first,) = [t for t in study.trials if t.user_attrs.get("baseline") == "diagnosis"]
     assert first.params == data["suggested_setting"] and first.state == optuna.trial.TrialState.COMPLETE
     assert first.number < min(t.number for t in study.trials if "baseline" not in t.user_attrs)
     plain = plain_run(build_deep(42), 2.0**20, 2.0, 0.5, 2000, 32)
-    assert first.user_attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-5) and plain.failure == "none"
-    assert ("note: baseline diagnosis: the setting the diagnosis suggests, init_scale 2^20, growth_factor 2, "
-            "backoff_factor 0.5, growth_interval 2000, trained before the sampled trials") in proc.stderr  # fmt: skip
-    again = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "14", "--quiet", "--from-diagnosis",
-                     str(deep_mlp_diagnosis)], tmp_path)  # fmt: skip
-    assert again.returncode == 0 and "baseline diagnosis" not in again.stderr  # a resume enqueues none, says none
+    assert (
+        first.user_attrs["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-5) and plain.failure == "none"
+    )
+    assert (
+        "note: baseline diagnosis: the setting the diagnosis suggests, init_scale 2^20, growth_factor 2, "
+        "backoff_factor 0.5, growth_interval 2000, trained before the sampled trials"
+        in proc.stderr
+    )
+    again = run_cli(
+        [
+            "--task",
+            "deep-mlp",
+            "--steps",
+            "32",
+            "--trials",
+            "14",
+            "--quiet",
+            "--from-diagnosis",
+            str(deep_mlp_diagnosis),
+        ],
+        tmp_path,
+    )
+    assert (
+        again.returncode == 0 and "baseline diagnosis" not in again.stderr
+    )  # a resume enqueues none, says none
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert [t.user_attrs.get("baseline") for t in study.trials].count("diagnosis") == 1
 
 
 def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, deep_mlp_diagnosis):
-    """A moving window (growth_interval <= 4) leaves PyTorch's 2000 out: its baseline is not run, and said so."""
+    """A moving window (growth_interval <= 4) leaves PyTorch's 2000 out: its baseline is not run, and said so.
+    """
     data = {**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": [1, 4]}
     (tmp_path / "d.json").write_text(json.dumps(data))
-    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "8", "--quiet", "--from-diagnosis", "d.json"],
-                   tmp_path)  # fmt: skip
+    proc = run_cli(
+        ["--task", "deep-mlp", "--steps", "32", "--trials", "8", "--quiet", "--from-diagnosis", "d.json"],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "growth_interval over 1..4 (the diagnosis: <= 4)" in proc.stderr
     assert "baseline seed-1 left out: growth_interval outside the search space" in proc.stderr
-    assert "baseline diagnosis left out: growth_interval outside the search space" in proc.stderr  # its 2000 too
+    assert (
+        "baseline diagnosis left out: growth_interval outside the search space" in proc.stderr
+    )  # its 2000 too
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert all(t.params["growth_interval"] <= 4 for t in study.trials if t.params)
     assert not [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
     # The report says they were not run, not that they are still to come.
     assert run_cli(["--out", "r.html"], tmp_path, module="search.report").returncode == 0
     page = (tmp_path / "r.html").read_text()
-    assert "Seed-1, seed-2, seed-3, seed-4, seed-5 lie outside this study&#x27;s search space (not run)." in page
+    assert (
+        "Seed-1, seed-2, seed-3, seed-4, seed-5 lie outside this study&#x27;s search space (not run)." in page
+    )
     assert "PyTorch&#x27;s default (seed-1) lies outside this study&#x27;s search space (not run)" in page
     assert "no complete trial yet" not in page
 
@@ -91,18 +148,32 @@ def test_resuming_without_the_diagnosis_names_the_narrowed_range(tmp_path, deep_
     args = ["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet"]
     assert run_cli([*args, "--from-diagnosis", str(deep_mlp_diagnosis)], tmp_path).returncode == 0
     proc = run_cli(args, tmp_path)
-    assert proc.returncode == 2 and "space.init_scale.high: study has 16777216.0, this run 4294967296.0" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "space.init_scale.high: study has 16777216.0, this run 4294967296.0" in proc.stderr
+    )
     # The fix is the flag it began with, not another study nor --allow-changed-settings.
-    assert proc.stderr.endswith(f"(its search started from a diagnosis: add --from-diagnosis {deep_mlp_diagnosis} as "
-                                "when it began; or use another --study-name)\n"), proc.stderr  # fmt: skip
+    assert proc.stderr.endswith(
+        f"(its search started from a diagnosis: add --from-diagnosis {deep_mlp_diagnosis} as "
+        "when it began; or use another --study-name)\n"
+    ), proc.stderr
     assert run_cli([*args, "--from-diagnosis", str(deep_mlp_diagnosis)], tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        ({"verdict": "forward-overflow", "suggested_init_scale": None, "advice": "no loss scale helps: train in bf16"},
-         "the diagnosis found forward-overflow, which no starting scale fixes (no loss scale helps: train in bf16)"),
+        (
+            {
+                "verdict": "forward-overflow",
+                "suggested_init_scale": None,
+                "advice": "no loss scale helps: train in bf16",
+            },
+            (
+                "the diagnosis found forward-overflow, which no starting scale fixes (no loss scale helps:"
+                " train in bf16)"
+            ),
+        ),
         ({"task": "seed-mlp"}, "it diagnosed task seed-mlp, this run has task deep-mlp"),
         ({"seed": 7}, "it diagnosed seed 7, this run has seed 42"),
         ({"suggested_init_scale": None}, "it suggests no starting scale"),
@@ -134,11 +205,20 @@ def test_an_unreadable_file_is_one_line():
     [
         ("deepspeed", "initial_scale_power", 2.0**16, 2.0**20, 16, 24),  # whole powers of two
         ("deepspeed", "initial_scale_power", 2.0**16, 2.0**2, 0, 6),  # never below 2^0
-        ("megatron", "initial_loss_scale", 2.0**32, 2.0**20, 2.0**16, 2.0**24),  # the default start left outside
+        (
+            "megatron",
+            "initial_loss_scale",
+            2.0**32,
+            2.0**20,
+            2.0**16,
+            2.0**24,
+        ),  # the default start left outside
         ("fairseq", "fp16_init_scale", 128.0, 0.3, 1, 5),  # whole scales of at least 1
     ],
 )
-def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, diagnosed, suggested, low, high):
+def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(
+    scaler, knob, diagnosed, suggested, low, high
+):
     start = DiagnosisStart("d.json", "underflow", suggested, diagnosed, "deep-mlp", 42, scaler)
     space = narrowed_space(DEFAULTS.space, start)
     narrowed = getattr(space, scaler)[knob]
@@ -154,14 +234,44 @@ def test_a_frameworks_starting_knob_is_narrowed_in_its_own_terms(scaler, knob, d
     "scaler, knob, window, low, high, said",
     [
         ("torch", "growth_interval", (1, 4), 1, 4, "growth_interval over 1..4 (the diagnosis: <= 4)"),
-        ("torch", "growth_interval", (64, None), 64, 2000, "growth_interval over 64..2000 (the diagnosis: >= 64)"),
-        ("torch", "growth_interval", (5000, None), 2000, 2000,  # a run longer than the space: its nearest end
-         "growth_interval at 2000..2000, the end of the config's range nearest the diagnosis's >= 5000, which lies outside it"),
+        (
+            "torch",
+            "growth_interval",
+            (64, None),
+            64,
+            2000,
+            "growth_interval over 64..2000 (the diagnosis: >= 64)",
+        ),
+        (
+            "torch",
+            "growth_interval",
+            (5000, None),
+            2000,
+            2000,  # a run longer than the space: its nearest end
+            (
+                "growth_interval at 2000..2000, the end of the config's range nearest the diagnosis's >="
+                " 5000, which lies outside it"
+            ),
+        ),
         ("deepspeed", "loss_scale_window", (1, 4), 1, 4, "loss_scale_window over 1..4 (the diagnosis: <= 4)"),
-        ("megatron", "loss_scale_window", (256, None), 256, 1000, "loss_scale_window over 256..1000 (the diagnosis: >= 256)"),
-        ("fairseq", "fp16_scale_window", (64, None), 64, 2**14, "fp16_scale_window over 64..16384 (the diagnosis: >= 64)"),
+        (
+            "megatron",
+            "loss_scale_window",
+            (256, None),
+            256,
+            1000,
+            "loss_scale_window over 256..1000 (the diagnosis: >= 256)",
+        ),
+        (
+            "fairseq",
+            "fp16_scale_window",
+            (64, None),
+            64,
+            2**14,
+            "fp16_scale_window over 64..16384 (the diagnosis: >= 64)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_the_growth_window_narrows_each_rules_growth_knob(scaler, knob, window, low, high, said):
     start = DiagnosisStart("d.json", "underflow", 2.0**20, 2.0**16, "deep-mlp", 42, scaler, window)
     space = narrowed_space(DEFAULTS.space, start)
@@ -185,13 +295,19 @@ def test_a_growth_interval_the_config_fixes_stays_and_a_file_without_a_window_na
 @pytest.mark.parametrize(
     "space, suggested, message",
     [
-        (replace(DEFAULTS.space, init_scale=ParamRange(1.0, 2.0**10, True)), 2.0**20,
-         "the config searches init_scale over 2^0..2^10, outside the 2^16..2^24 around the 2^20"),
+        (
+            replace(DEFAULTS.space, init_scale=ParamRange(1.0, 2.0**10, True)),
+            2.0**20,
+            "the config searches init_scale over 2^0..2^10, outside the 2^16..2^24 around the 2^20",
+        ),
         # Powers of two only, and the suggestion (a user's own start, 1000) leaves none in 2^13.5..2^13.97.
-        (replace(DEFAULTS.space, init_scale=ParamRange(2.0**13.5, 2.0**20, True, powers_of_two=True)), 1000.0,
-         "samples powers of two of init_scale, and none lies in 2^13.50..2^13.97 around the 2^9.97"),
+        (
+            replace(DEFAULTS.space, init_scale=ParamRange(2.0**13.5, 2.0**20, True, powers_of_two=True)),
+            1000.0,
+            "samples powers of two of init_scale, and none lies in 2^13.50..2^13.97 around the 2^9.97",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_config_range_the_narrowing_misses_is_refused(space, suggested, message):
     start = DiagnosisStart("d.json", "healthy", suggested, suggested, "deep-mlp", 42, "torch")
     with pytest.raises(DiagnosisFileError, match=message.replace("^", r"\^").replace(".", r"\.")):
@@ -199,20 +315,35 @@ def test_a_config_range_the_narrowing_misses_is_refused(space, suggested, messag
 
 
 @pytest.mark.parametrize(
-    "window", [[1, 4.0], [1, "4"], [5, 3], [48.0, None], "x", [True, None], [0, 4], [1]],
+    "window",
+    [[1, 4.0], [1, "4"], [5, 3], [48.0, None], "x", [True, None], [0, 4], [1]],
 )
 def test_a_malformed_growth_window_is_refused_in_one_line(tmp_path, deep_mlp_diagnosis, window):
-    (tmp_path / "d.json").write_text(json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": window}))
-    with pytest.raises(DiagnosisFileError, match=r"growth_window .* is not \[low, high\] of whole numbers") as e:
+    (tmp_path / "d.json").write_text(
+        json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": window})
+    )
+    with pytest.raises(
+        DiagnosisFileError, match=r"growth_window .* is not \[low, high\] of whole numbers"
+    ) as e:
         read_diagnosis(str(tmp_path / "d.json"))
     assert "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("setting", [{"init_scale": 1.0}, [1, 2, 0.5, 4], {"init_scale": 2.0**20, "growth_factor": "2",
-                                     "backoff_factor": 0.5, "growth_interval": 4}])  # fmt: skip
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"init_scale": 1.0},
+        [1, 2, 0.5, 4],
+        {"init_scale": 2.0**20, "growth_factor": "2", "backoff_factor": 0.5, "growth_interval": 4},
+    ],
+)
 def test_a_malformed_suggested_setting_is_refused_in_one_line(tmp_path, deep_mlp_diagnosis, setting):
-    (tmp_path / "d.json").write_text(json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "suggested_setting": setting}))
-    with pytest.raises(DiagnosisFileError, match=r"suggested_setting .* is not GradScaler's four settings") as e:
+    (tmp_path / "d.json").write_text(
+        json.dumps({**json.loads(deep_mlp_diagnosis.read_text()), "suggested_setting": setting})
+    )
+    with pytest.raises(
+        DiagnosisFileError, match=r"suggested_setting .* is not GradScaler's four settings"
+    ) as e:
         read_diagnosis(str(tmp_path / "d.json"))
     assert "\n" not in str(e.value)
 
@@ -220,11 +351,16 @@ def test_a_malformed_suggested_setting_is_refused_in_one_line(tmp_path, deep_mlp
 @pytest.mark.parametrize(
     "space, said",
     [
-        ({"growth_factor": ParamRange(1.01, 8.0, True, fixed=1.5)},
-         "baseline diagnosis left out: the config fixes growth_factor at 1.5, the diagnosis suggests 2"),
-        ({"init_scale": ParamRange(2.0**-20, 2.0**32, True, powers_of_two=True)}, None),  # 2^20: a power of two
+        (
+            {"growth_factor": ParamRange(1.01, 8.0, True, fixed=1.5)},
+            "baseline diagnosis left out: the config fixes growth_factor at 1.5, the diagnosis suggests 2",
+        ),
+        (
+            {"init_scale": ParamRange(2.0**-20, 2.0**32, True, powers_of_two=True)},
+            None,
+        ),  # 2^20: a power of two
     ],
-)  # fmt: skip
+)
 def test_the_suggestion_is_trained_only_as_it_is(space, said, deep_mlp_diagnosis):
     """A config that would train another setting (a fixed value, a start rounded to 2^k) leaves it out."""
     from search.core import diagnosis_trial
@@ -234,8 +370,10 @@ def test_the_suggestion_is_trained_only_as_it_is(space, said, deep_mlp_diagnosis
     assert (notes == [said] and not kept) if said else (notes == [] and len(kept) == 1)
     powers = replace(DEFAULTS.space, init_scale=ParamRange(2.0**-20, 2.0**32, True, powers_of_two=True))
     kept, notes = diagnosis_trial({**setting, "init_scale": 2.0**20.4}, powers)
-    assert not kept and notes == ["baseline diagnosis left out: the config samples powers of two of init_scale, and "
-                                  "the diagnosis suggests 2^20.40"]  # fmt: skip
+    assert not kept and notes == [
+        "baseline diagnosis left out: the config samples powers of two of init_scale, and "
+        "the diagnosis suggests 2^20.40"
+    ]
 
 
 def test_a_suggestion_a_seed_baseline_already_measures_is_not_trained_twice(tmp_path, deep_mlp_diagnosis):
@@ -243,26 +381,36 @@ def test_a_suggestion_a_seed_baseline_already_measures_is_not_trained_twice(tmp_
     default = {"init_scale": 2.0**16, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
     data = {**json.loads(deep_mlp_diagnosis.read_text()), "suggested_setting": default}
     (tmp_path / "d.json").write_text(json.dumps(data))
-    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
-                   tmp_path)  # fmt: skip
+    proc = run_cli(
+        ["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
-    assert ("note: baseline diagnosis not added: the setting the diagnosis suggests is baseline seed-1's, measured once "
-            "as that") in proc.stderr  # fmt: skip
+    assert (
+        "note: baseline diagnosis not added: the setting the diagnosis suggests is baseline seed-1's,"
+        " measured once as that"
+        in proc.stderr
+    )
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     tags = [t.user_attrs.get("baseline") for t in study.trials]
     assert "diagnosis" not in tags and tags.count("seed-1") == 1
     (seed1,) = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
     assert run_cli(["--out", "r.html"], tmp_path, module="search.report").returncode == 0
-    assert (f"the setting it suggested: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval 2000, "
-            f"trial #{seed1.number} (baseline seed-1), objective {seed1.value:.3g}.") in (tmp_path / "r.html").read_text()
+    assert (
+        "the setting it suggested: init_scale 2^16, growth_factor 2, backoff_factor 0.5, growth_interval"
+        f" 2000, trial #{seed1.number} (baseline seed-1), objective {seed1.value:.3g}."
+        in (tmp_path / "r.html").read_text()
+    )
 
 
 def test_a_file_written_before_suggested_settings_starts_a_search_without_one(tmp_path, deep_mlp_diagnosis):
     data = {k: v for k, v in json.loads(deep_mlp_diagnosis.read_text()).items() if k != "suggested_setting"}
     (tmp_path / "d.json").write_text(json.dumps(data))
     assert read_diagnosis(str(tmp_path / "d.json")).setting is None
-    proc = run_cli(["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
-                   tmp_path)  # fmt: skip
+    proc = run_cli(
+        ["--task", "deep-mlp", "--steps", "32", "--trials", "6", "--quiet", "--from-diagnosis", "d.json"],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
     assert "diagnosis" not in [t.user_attrs.get("baseline") for t in study.trials]
@@ -272,7 +420,16 @@ def test_a_search_of_other_steps_than_the_diagnosis_is_one_line_and_writes_nothi
     tmp_path, monkeypatch, capsys, deep_mlp_diagnosis
 ):
     monkeypatch.chdir(tmp_path)
-    args = ["--task", "deep-mlp", "--steps", "64", "--trials", "3", "--from-diagnosis", str(deep_mlp_diagnosis)]
+    args = [
+        "--task",
+        "deep-mlp",
+        "--steps",
+        "64",
+        "--trials",
+        "3",
+        "--from-diagnosis",
+        str(deep_mlp_diagnosis),
+    ]
     assert optimize_main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "it diagnosed 32 steps and this run trains 64 a trial" in err, err

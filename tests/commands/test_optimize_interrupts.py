@@ -77,13 +77,16 @@ def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_p
     assert signalled.returncode == 143, err
     counted = int(out.split("trials: complete ", 1)[1].split()[0].rstrip(","))
     trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
-    before = [t for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp() < when - 0.2]
+    before = [
+        t for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete.timestamp() < when - 0.2
+    ]
     # Each process's trial in flight was cut short: the signalled one's first.
     cut = sorted((t for t in trials if t.state == TrialState.FAIL), key=lambda t: t.datetime_complete)
     by_other = [
         t
         for t in before
-        if t.user_attrs["worker"] != cut[0].user_attrs["worker"] and t.datetime_complete.timestamp() > when - 20
+        if t.user_attrs["worker"] != cut[0].user_attrs["worker"]
+        and t.datetime_complete.timestamp() > when - 20
     ]
     # 20 s: a 1.5-s trial each, but under a full suite's load the other process once finished none in 5 s.
     assert by_other, "the other process should have finished a trial in the 20 s before the signal"
@@ -94,8 +97,22 @@ def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_p
     "target, name, call, before, message, state",
     [
         # The signal comes while the finished trial is written: it is COMPLETE, not FAIL (issue 15).
-        ("recorder", "finish", 1, False, "trial 0 finished COMPLETE before the signal was handled", "COMPLETE"),
-        ("recorder", "write", 1, False, "trial 5 finished COMPLETE before the signal was handled", "COMPLETE"),
+        (
+            "recorder",
+            "finish",
+            1,
+            False,
+            "trial 0 finished COMPLETE before the signal was handled",
+            "COMPLETE",
+        ),
+        (
+            "recorder",
+            "write",
+            1,
+            False,
+            "trial 5 finished COMPLETE before the signal was handled",
+            "COMPLETE",
+        ),
         # The signal comes while the trial trains: it is cut short and recorded as FAIL.
         ("runner", "run_trial", 2, True, "trial 1, in flight, was recorded as FAIL", "FAIL"),
         ("runner", "run_trial", 6, True, "trial 5, in flight, was recorded as FAIL", "FAIL"),
@@ -112,7 +129,9 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     err = capsys.readouterr().err
-    assert f"interrupted by SIGINT; {message}" in err and "recorded as FAIL" not in err.replace(message, ""), err
+    assert f"interrupted by SIGINT; {message}" in err and "recorded as FAIL" not in err.replace(
+        message, ""
+    ), err
     trials = load(tmp_path).get_trials()
     number = int(message.split()[1].rstrip(","))
     assert trials[number].state.name == state  # What the message said is what storage holds.
@@ -127,7 +146,9 @@ def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "8", "--quiet"]) == 130
     assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err
-    assert [t.state for t in load(tmp_path).get_trials()][:3] == [TrialState.COMPLETE] * 2 + [TrialState.WAITING]
+    assert [t.state for t in load(tmp_path).get_trials()][:3] == [TrialState.COMPLETE] * 2 + [
+        TrialState.WAITING
+    ]
 
 
 def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
@@ -187,7 +208,9 @@ def test_killed_worker_trial_is_failed_and_retried(tmp_path):
     # The summary says why it failed (issue 15: it said "1x unknown").
     assert "failed trials (not counted): 1x worker stopped (no heartbeat)" in resumed.stdout
     # This run failed it, as the storage shows: the headline says so (it said "0 failed" alone).
-    assert "0 failed, 1 trial of a stopped worker failed and queued again in" in resumed.stdout.splitlines()[0]
+    assert (
+        "0 failed, 1 trial of a stopped worker failed and queued again in" in resumed.stdout.splitlines()[0]
+    )
 
 
 def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
@@ -283,9 +306,18 @@ def test_a_task_that_fails_the_same_way_twice_stops_with_its_traceback(tmp_path)
     traceback is shown once and stored with each failed trial."""
     proc = run_cli(["--task", "tasks_for_tests:raises_in_training", "--trials", "10", "--quiet"], tmp_path)
     assert proc.returncode == 1
-    assert "two trials failed the same way, so the task fails, not its scaler settings: ValueError: labels out of range" in proc.stderr
-    assert proc.stderr.count("Traceback (most recent call last)") == 1 and 'raise ValueError("labels out of range")' in proc.stderr
+    assert (
+        "two trials failed the same way, so the task fails, not its scaler settings: ValueError: labels out"
+        " of range"
+        in proc.stderr
+    )
+    assert (
+        proc.stderr.count("Traceback (most recent call last)") == 1
+        and 'raise ValueError("labels out of range")' in proc.stderr
+    )
     trials = load(tmp_path, "tasks_for_tests-raises_in_training").get_trials()
     failed = [t for t in trials if t.state == TrialState.FAIL]
-    assert len(failed) == 2 and not [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)]
+    assert len(failed) == 2 and not [
+        t for t in trials if t.state in (TrialState.COMPLETE, TrialState.RUNNING)
+    ]
     assert all("labels out of range" in t.user_attrs["fail_traceback"] for t in failed)

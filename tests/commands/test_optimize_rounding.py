@@ -23,13 +23,26 @@ NARROW = "[space.init_scale]\nlow = 0.015625\nhigh = 180.0\nlog = true\n"
 
 def test_the_pasted_line_is_a_measured_rounding(tmp_path):
     (tmp_path / "narrow.toml").write_text(NARROW)
-    args = ["--trials", "12", "--config", "narrow.toml", "--epochs", "30", "--quiet", "--best-out", "best.json"]
+    args = [
+        "--trials",
+        "12",
+        "--config",
+        "narrow.toml",
+        "--epochs",
+        "30",
+        "--quiet",
+        "--best-out",
+        "best.json",
+    ]
     run = run_cli(args, tmp_path)
     assert run.returncode == 0, run.stderr
     trials = optuna.load_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="seed-mlp").trials
     roundings = [t for t in trials if ROUNDING_OF in t.user_attrs]
     assert 1 <= len(roundings) <= 3 and all(t.state == TrialState.COMPLETE for t in roundings)
-    assert len(trials) == 12 + len(roundings) and f"{len(roundings)} more trained the answer's line rounded" in run.stdout
+    assert (
+        len(trials) == 12 + len(roundings)
+        and f"{len(roundings)} more trained the answer's line rounded" in run.stdout
+    )
     best = json.loads((tmp_path / "best.json").read_text())
     rec = best["recommended"]["cpu"]
     assert best["verdict"] == "change"
@@ -46,4 +59,6 @@ def test_the_pasted_line_is_a_measured_rounding(tmp_path):
     # A second run with the same N finds the study done: nothing more to round.
     again = run_cli(args, tmp_path)
     assert again.returncode == 0, again.stderr
-    assert len(optuna.load_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="seed-mlp").trials) == len(trials)
+    assert len(
+        optuna.load_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="seed-mlp").trials
+    ) == len(trials)

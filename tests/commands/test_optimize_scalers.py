@@ -31,15 +31,18 @@ STEPS = 30
 
 
 def deepspeed_next(values):
-    """DeepSpeed's own DynamicLossScaler, as ZeRO builds it from the fp16 block (None where it ends the run)."""
+    """DeepSpeed's own DynamicLossScaler, as ZeRO builds it from the fp16 block (None where it ends the run).
+    """
     from deepspeed.runtime.fp16 import loss_scaler
 
     loss_scaler.dist.get_rank = lambda *args, **kwargs: 0  # It asks only to decide whether to log.
     theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2 ** values["initial_scale_power"], scale_window=values["loss_scale_window"],
-        min_scale=values["min_loss_scale"], delayed_shift=values["hysteresis"],
+        init_scale=2 ** values["initial_scale_power"],
+        scale_window=values["loss_scale_window"],
+        min_scale=values["min_loss_scale"],
+        delayed_shift=values["hysteresis"],
         consecutive_hysteresis=bool(values["consecutive_hysteresis"]),
-    )  # fmt: skip
+    )
 
     def step(overflow):
         try:
@@ -53,8 +56,14 @@ def deepspeed_next(values):
 
 def megatron_next(values):
     seen: list[bool] = []
-    args = (values["initial_loss_scale"], values["min_loss_scale"], values["loss_scale_window"], values["hysteresis"],
-            2.0, 0.5)  # fmt: skip
+    args = (
+        values["initial_loss_scale"],
+        values["min_loss_scale"],
+        values["loss_scale_window"],
+        values["hysteresis"],
+        2.0,
+        0.5,
+    )
 
     def step(overflow):
         seen.append(overflow)
@@ -69,8 +78,14 @@ def fairseq_next(values):
 
     def step(overflow):
         seen.append(overflow)
-        out, ended_at, _last = fairseq_scales(seen, float(values["fp16_init_scale"]), values["fp16_scale_window"],
-                                              values["fp16_scale_tolerance"], values["min_loss_scale"], threshold)  # fmt: skip
+        out, ended_at, _last = fairseq_scales(
+            seen,
+            float(values["fp16_init_scale"]),
+            values["fp16_scale_window"],
+            values["fp16_scale_tolerance"],
+            values["min_loss_scale"],
+            threshold,
+        )
         return None if ended_at is not None else out[-1]
 
     return float(values["fp16_init_scale"]), step
@@ -81,17 +96,24 @@ REFERENCES = {"deepspeed": deepspeed_next, "megatron": megatron_next, "fairseq":
 
 @pytest.mark.parametrize("scaler", ["deepspeed", "megatron", "fairseq"])
 def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, monkeypatch, scaler):
-    # The sampler's seed mixes in host and pid; fixed here, so the sampled points (one far past the edge) are too.
+    # The sampler's seed mixes in host and pid; fixed here, so the sampled points (one far past the edge) are
+    # too.
     monkeypatch.setattr("search.study._run_parts.process_token", lambda: "tests:1")
     args = ["--scaler", scaler, "--trials", "7", "--epochs", str(STEPS), "--quiet", "--best-out", "best.json"]
-    if scaler == "fairseq":  # Its default 128 never overflows seed-mlp; start the sampled ones up to 2^30 (edge 2^19.4).
-        (tmp_path / "fairseq.toml").write_text("[space.fairseq.fp16_init_scale]\nlow = 64\nhigh = 1073741824\nlog = true\n")
+    if (
+        scaler == "fairseq"
+    ):  # Its default 128 never overflows seed-mlp; start the sampled ones up to 2^30 (edge 2^19.4).
+        (tmp_path / "fairseq.toml").write_text(
+            "[space.fairseq.fp16_init_scale]\nlow = 64\nhigh = 1073741824\nlog = true\n"
+        )
         args += ["--config", "fairseq.toml"]
     run = run_cli(args, tmp_path)
     assert run.returncode == 0, run.stderr
     study = load(tmp_path)
     rule = RULES[scaler]
-    assert study.user_attrs["scaler"] == scaler and set(study.user_attrs["space"]) == {k.name for k in rule.knobs}
+    assert study.user_attrs["scaler"] == scaler and set(study.user_attrs["space"]) == {
+        k.name for k in rule.knobs
+    }
     trials = [t for t in study.trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 7
     baselines = {t.user_attrs[BASELINE]: t for t in trials if BASELINE in t.user_attrs}
@@ -120,10 +142,15 @@ def test_a_framework_study_measures_its_rule_as_the_framework_does(tmp_path, mon
     best = json.loads((tmp_path / "best.json").read_text())
     assert best["scaler"] == scaler and best["verdict"] in ("keep-default", "change")
     block = rule.block(best["recommended"]["values"])
-    assert best["paste"][scaler] == (json.loads(block) if scaler == "deepspeed" else block)  # DeepSpeed's is JSON
+    assert best["paste"][scaler] == (
+        json.loads(block) if scaler == "deepspeed" else block
+    )  # DeepSpeed's is JSON
     assert "\n".join("      " + line for line in block.splitlines()) in run.stdout
     assert f"({rule.title}'s loss-scale rule)" in run.stdout
-    assert f"horizon: each trial ran {STEPS} optimizer steps, and {rule.title} grows the scale only after " in run.stdout
+    assert (
+        f"horizon: each trial ran {STEPS} optimizer steps, and {rule.title} grows the scale only after "
+        in run.stdout
+    )
 
     # search.report draws the study, and its answer is the summary's: the same verdict, values and block.
     for out in (["--out", "report.html"], ["--format", "json", "--out", "report.json"]):
@@ -147,28 +174,42 @@ def test_the_deepspeed_block_is_what_deepspeeds_config_reads():
     from deepspeed.runtime.precision_config import DeepSpeedFP16Config
 
     rule = RULES["deepspeed"]
-    values = {"initial_scale_power": 13, "loss_scale_window": 37, "hysteresis": 3, "consecutive_hysteresis": 1,
-              "min_loss_scale": 3}  # fmt: skip
+    values = {
+        "initial_scale_power": 13,
+        "loss_scale_window": 37,
+        "hysteresis": 3,
+        "consecutive_hysteresis": 1,
+        "min_loss_scale": 3,
+    }
     config = DeepSpeedFP16Config(**json.loads(rule.block(values))["fp16"])
     ours = rule.build(values)
     assert config.dynamic_loss_scale_args() == {
-        "init_scale": ours.scale, "scale_window": ours.loss_scale_window, "delayed_shift": ours.hysteresis,
-        "consecutive_hysteresis": ours.consecutive_hysteresis, "min_scale": ours.min_loss_scale,
-    }  # fmt: skip
+        "init_scale": ours.scale,
+        "scale_window": ours.loss_scale_window,
+        "delayed_shift": ours.hysteresis,
+        "consecutive_hysteresis": ours.consecutive_hysteresis,
+        "min_scale": ours.min_loss_scale,
+    }
     defaults = DeepSpeedFP16Config(enabled=True)
     assert {k.name: k.default for k in rule.knobs} == {
-        "initial_scale_power": defaults.initial_scale_power, "loss_scale_window": defaults.loss_scale_window,
-        "hysteresis": defaults.hysteresis, "consecutive_hysteresis": defaults.consecutive_hysteresis,
+        "initial_scale_power": defaults.initial_scale_power,
+        "loss_scale_window": defaults.loss_scale_window,
+        "hysteresis": defaults.hysteresis,
+        "consecutive_hysteresis": defaults.consecutive_hysteresis,
         "min_loss_scale": defaults.min_loss_scale,
-    }  # fmt: skip
+    }
 
 
 def test_best_out_holds_deepspeeds_fp16_block_as_a_json_object(tmp_path):
-    """--best-out's paste of a DeepSpeed study is the config's JSON as an object, not a string of JSON to decode
-    again; DeepSpeed's own config class (which refuses unknown keys) reads its fp16 section into the measured rule."""
+    """--best-out's paste of a DeepSpeed study is the config's JSON as an object, not a string of JSON to
+    decode again; DeepSpeed's own config class (which refuses unknown keys) reads its fp16 section into the
+    measured rule.
+    """
     from deepspeed.runtime.precision_config import DeepSpeedFP16Config
 
-    run = run_cli(["--scaler", "deepspeed", "--trials", "2", "--quiet", "--best-out", "best.json"], tmp_path)  # its baselines
+    run = run_cli(
+        ["--scaler", "deepspeed", "--trials", "2", "--quiet", "--best-out", "best.json"], tmp_path
+    )  # its baselines
     assert run.returncode == 0, run.stderr
     with open(tmp_path / "best.json") as f:
         best = json.load(f)
@@ -180,9 +221,12 @@ def test_best_out_holds_deepspeeds_fp16_block_as_a_json_object(tmp_path):
         config = DeepSpeedFP16Config(**block["fp16"])
         assert config.enabled and config.loss_scale == 0  # dynamic loss scaling
         assert config.dynamic_loss_scale_args() == {
-            "init_scale": ours.scale, "scale_window": ours.loss_scale_window, "delayed_shift": ours.hysteresis,
-            "consecutive_hysteresis": ours.consecutive_hysteresis, "min_scale": ours.min_loss_scale,
-        }  # fmt: skip
+            "init_scale": ours.scale,
+            "scale_window": ours.loss_scale_window,
+            "delayed_shift": ours.hysteresis,
+            "consecutive_hysteresis": ours.consecutive_hysteresis,
+            "min_scale": ours.min_loss_scale,
+        }
     lines = run.stdout.splitlines()
     start = lines.index("    for DeepSpeed:") + 1
     printed = "\n".join(lines[start : lines.index("      }", start) + 1])
@@ -206,7 +250,10 @@ def test_a_scaler_it_cannot_run_is_one_line_and_writes_nothing(tmp_path, monkeyp
 
 
 def test_a_study_resumes_only_with_its_own_rule(tmp_path):
-    assert run_cli(["--scaler", "megatron", "--trials", "2", "--epochs", "5", "--quiet"], tmp_path).returncode == 0
+    assert (
+        run_cli(["--scaler", "megatron", "--trials", "2", "--epochs", "5", "--quiet"], tmp_path).returncode
+        == 0
+    )
     again = run_cli(["--trials", "3", "--epochs", "5", "--quiet"], tmp_path)
     assert again.returncode == 2 and "scaler: study has megatron, this run torch" in again.stderr
     forced = run_cli(["--trials", "3", "--epochs", "5", "--quiet", "--allow-changed-settings"], tmp_path)
@@ -219,15 +266,20 @@ def test_a_default_the_config_fixes_away_is_left_out_and_the_answer_says_so(tmp_
     would train the fixed values under the default's name); the summary and the report say the default did not
     run, so the answer is not measured against it."""
     (tmp_path / "c.toml").write_text(
-        "[space.megatron.initial_loss_scale]\nfixed = 1.156805\n[space.megatron.loss_scale_window]\nfixed = 2\n"
+        "[space.megatron.initial_loss_scale]\nfixed = 1.156805\n[space.megatron.loss_scale_window]\nfixed"
+        " = 2\n"
     )
-    run = run_cli(["--scaler", "megatron", "--config", "c.toml", "--trials", "4", "--epochs", "12", "--quiet"], tmp_path)
+    run = run_cli(
+        ["--scaler", "megatron", "--config", "c.toml", "--trials", "4", "--epochs", "12", "--quiet"], tmp_path
+    )
     assert run.returncode == 0, run.stderr
     assert "baseline megatron-default left out: the config fixes initial_loss_scale at 1.15681" in run.stderr
     trials = [t for t in load(tmp_path).trials if t.state == TrialState.COMPLETE]
     assert len(trials) == 4 and not any(BASELINE in t.user_attrs for t in trials)
     space = settings_of(load(tmp_path)).space
-    assert all(setting_of(t.params, space, "megatron").values["initial_loss_scale"] == 1.156805 for t in trials)
+    assert all(
+        setting_of(t.params, space, "megatron").values["initial_loss_scale"] == 1.156805 for t in trials
+    )
     said = "note: Megatron-LM's default (megatron-default) did not run in this study"
     assert said in run.stdout
     drawn = run_cli(["--storage", "sqlite:///study.db", "--out", "r.html"], tmp_path, module="search.report")

@@ -26,8 +26,9 @@ def _digest(path: pathlib.Path) -> str:
 
 @pytest.fixture(scope="module")
 def confirmed(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A real 12-trial study and a real search.confirm of it (its sibling ``seed-mlp.confirm``), corners included:
-    the one test_confirm_runs.seed_mlp_study shares (only read here; a test that writes copies it)."""
+    """A real 12-trial study and a real search.confirm of it (its sibling ``seed-mlp.confirm``), corners
+    included: the one test_confirm_runs.seed_mlp_study shares (only read here; a test that writes copies it).
+    """
     from test_confirm_runs import seed_mlp_study
 
     return seed_mlp_study(tmp_path_factory, confirmed=True) / "study.db"
@@ -94,8 +95,9 @@ def test_corner_runs_of_older_versions_are_copied_with_the_studys_log_flags(conf
     }
     assert any(old_style[n].log != d.log for n, d in corner.distributions.items())
     TrialWriter(sibling).add(  # Written as search.confirm writes (Optuna's add_trial would refuse it).
-        optuna.trial.create_trial(value=corner.value, params=corner.params, distributions=old_style,
-                                  user_attrs=corner.user_attrs)
+        optuna.trial.create_trial(
+            value=corner.value, params=corner.params, distributions=old_style, user_attrs=corner.user_attrs
+        )
     )
     assert main(["--from", src, "--to", dest]) == 0
     out = capsys.readouterr().out

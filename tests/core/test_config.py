@@ -47,14 +47,26 @@ def test_round_trip_through_dict():
         ("[run]\nsampler = 'grid'\n", "unknown sampler"),
         ("[run]\ndevice = 'tpu'\n", "unknown device"),
         ("[penalty]\nlearn_threshold = 0\n", "learn_threshold must be in (0, 1]"),
-        ("[space.deepspeed.hysteresis]\nlow = 0\n", "[space.deepspeed.hysteresis] low must be a whole number >= 1"),
-        ("[space.deepspeed.min_loss_scale]\nfixed = 0.5\n", "min_loss_scale] fixed must be a whole number >= 1"),
+        (
+            "[space.deepspeed.hysteresis]\nlow = 0\n",
+            "[space.deepspeed.hysteresis] low must be a whole number >= 1",
+        ),
+        (
+            "[space.deepspeed.min_loss_scale]\nfixed = 0.5\n",
+            "min_loss_scale] fixed must be a whole number >= 1",
+        ),
         ("[space.fairseq.fp16_scale_tolerance]\nhigh = 1.5\n", "high must be in [0, 1]"),
         ("[space.megatron.growth_factor]\nlow = 2\n", "unknown config key [space.megatron.growth_factor]"),
-        ("[space.megatron.hysteresis]\npowers_of_two = true\n", "powers_of_two applies to [space.init_scale] only"),
+        (
+            "[space.megatron.hysteresis]\npowers_of_two = true\n",
+            "powers_of_two applies to [space.init_scale] only",
+        ),
         ("[space.fairseq.min_loss_scale]\nfixed = 1e-4\nlow = 1e-6\n", "sets fixed and low"),
         ("[run]\nscaler = 'apex'\n", "unknown scaler 'apex'"),
-        ("[space.megatron.initial_loss_scale]\nfixed = 0.5\n", "requires min_loss_scale <= initial_loss_scale"),
+        (
+            "[space.megatron.initial_loss_scale]\nfixed = 0.5\n",
+            "requires min_loss_scale <= initial_loss_scale",
+        ),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, message):
@@ -84,7 +96,9 @@ def test_a_study_name_the_storage_cannot_hold_is_bad_input(tmp_path):
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
     assert "study name is 600 characters; at most 504 fit" in proc.stderr
     assert list(tmp_path.iterdir()) == []
-    assert run_cli(["--study-name", "x" * MAX_STUDY_NAME, "--trials", "1", "--quiet"], tmp_path).returncode == 0
+    assert (
+        run_cli(["--study-name", "x" * MAX_STUDY_NAME, "--trials", "1", "--quiet"], tmp_path).returncode == 0
+    )
 
 
 def test_default_study_names_are_readable():
@@ -93,7 +107,9 @@ def test_default_study_names_are_readable():
     assert default_study_name("seed-mlp") == "seed-mlp"
     assert default_study_name("examples.noisy_regression:build") == "noisy_regression"
     assert default_study_name("tasks_for_tests:slow") == "tasks_for_tests-slow"
-    assert load_settings(overrides={"task": "examples.noisy_regression:build"}).study_name == "noisy_regression"
+    assert (
+        load_settings(overrides={"task": "examples.noisy_regression:build"}).study_name == "noisy_regression"
+    )
     assert load_settings(overrides={"task": "a.b:build", "study_name": "mine"}).study_name == "mine"
 
 
@@ -102,8 +118,8 @@ def test_a_frameworks_knobs_are_searched_fixed_or_unfixed_from_the_file(tmp_path
     DeepSpeed knob keeps its other knobs searched; the study's recorded form loads back the same."""
     cfg = tmp_path / "rules.toml"
     cfg.write_text(
-        "[run]\nscaler = 'fairseq'\n[space.fairseq.threshold_loss_scale]\nlow = 0.001\nhigh = 0.5\nlog = true\n"
-        "[space.deepspeed.hysteresis]\nfixed = 3\n"
+        "[run]\nscaler = 'fairseq'\n[space.fairseq.threshold_loss_scale]\nlow = 0.001\nhigh = 0.5\nlog ="
+        " true\n[space.deepspeed.hysteresis]\nfixed = 3\n"
     )
     settings = load_settings(str(cfg))
     threshold = settings.space.ranges("fairseq")["threshold_loss_scale"]

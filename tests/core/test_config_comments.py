@@ -31,11 +31,23 @@ def comment(section: str, key: str) -> str:
 def run(**kw) -> TrainResult:
     """A finite run of 10 steps that learned (median 1.0 -> 0.5), no skips, no zero gradients."""
     base = dict(
-        loss_curve=[1.0] * 9 + [0.5], scale_curve=[1.0] * 10, skipped=[False] * 10, final_loss=0.5,
-        final_loss_fp32=0.5, eval_loss=0.5, initial_eval_loss=1.0, eval_median=0.5, initial_eval_median=1.0,
-        evaluation="final_weights", skipped_steps=0, zero_grad_fraction=0.0, fp32_zero_fraction=0.0,
-        weights_finite=True, steps=10, train_seconds=0.1,
-    )  # fmt: skip
+        loss_curve=[1.0] * 9 + [0.5],
+        scale_curve=[1.0] * 10,
+        skipped=[False] * 10,
+        final_loss=0.5,
+        final_loss_fp32=0.5,
+        eval_loss=0.5,
+        initial_eval_loss=1.0,
+        eval_median=0.5,
+        initial_eval_median=1.0,
+        evaluation="final_weights",
+        skipped_steps=0,
+        zero_grad_fraction=0.0,
+        fp32_zero_fraction=0.0,
+        weights_finite=True,
+        steps=10,
+        train_seconds=0.1,
+    )
     return TrainResult(**{**base, **kw})
 
 
@@ -56,8 +68,15 @@ def test_learned_compares_median_chunk_losses_not_means_and_a_finite_rise_is_fro
     outlier_fell = evaluation_of([0.8, 1.0, 1.0, 1.0, 1.0, 0.0])  # mean -96%, median 0%
 
     def judged(final, initial=initial):
-        return assess(run(eval_loss=final.loss, eval_median=final.median_chunk_loss,
-                          initial_eval_loss=initial.loss, initial_eval_median=initial.median_chunk_loss), PENALTY)  # fmt: skip
+        return assess(
+            run(
+                eval_loss=final.loss,
+                eval_median=final.median_chunk_loss,
+                initial_eval_loss=initial.loss,
+                initial_eval_median=initial.median_chunk_loss,
+            ),
+            PENALTY,
+        )
 
     assert judged(typical_fell).learned and judged(typical_fell).failure == "none"
     assert not judged(outlier_fell).learned and judged(outlier_fell).failure == "frozen"

@@ -15,8 +15,12 @@ from search.training import run_trial
 
 def test_a_run_writes_exactly_the_record_modules_run_attrs():
     outcome = run_trial(
-        build(42), ScalerConfig(3.1e3, 1.7, 0.6, 7), steps=5, amp_dtype=torch.float16,
-        penalty=PenaltyConfig(), device_label="cpu",
+        build(42),
+        ScalerConfig(3.1e3, 1.7, 0.6, 7),
+        steps=5,
+        amp_dtype=torch.float16,
+        penalty=PenaltyConfig(),
+        device_label="cpu",
     )
     assert set(outcome.user_attrs) == set(record.RUN_ATTRS)
 

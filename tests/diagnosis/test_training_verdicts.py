@@ -1,9 +1,10 @@
 """Each verdict of a training diagnosis on a task where it is true, its evidence checked against a plain loop.
 
-Built-in tasks: seed-mlp at PyTorch's default is healthy; deep-mlp at the default underflows (and the suggested
-start learns in a plain loop); seed-mlp with growth_interval 1 churns; sum-outliers collapses, under GradScaler
-(below 1) and under DeepSpeed's default (its own DynamicLossScaler ends the plain loop at the same step). Tasks of
-the tests: a first layer whose outputs pass 65504 (forward-overflow) and a learning rate that diverges in fp32.
+Built-in tasks: seed-mlp at PyTorch's default is healthy; deep-mlp at the default underflows (and the
+suggested start learns in a plain loop); seed-mlp with growth_interval 1 churns; sum-outliers collapses, under
+GradScaler (below 1) and under DeepSpeed's default (its own DynamicLossScaler ends the plain loop at the same
+step). Tasks of the tests: a first layer whose outputs pass 65504 (forward-overflow) and a learning rate that
+diverges in fp32.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import pytest
 import torch
 
 from search.diagnosis import CHRONIC_RATE, HEALTHY_ADVICE, diagnosis_runs, growth_window, judge
+from search.diagnosis._advice import check_flags
 from search.diagnosis._suggestion import suggested_setting
-from search.diagnosis._training_verdict import check_flags
 from search.scalers import RULES, RuleSetting, ScalerConfig
 from search.tasks.deep_mlp import build as build_deep
 from search.tasks.seed_mlp import build as build_seed
@@ -58,7 +59,9 @@ def _plain_fp32_gradients(problem, steps):
         row = {}
         for name, p in named:
             nonzero = p.grad[p.grad != 0].abs()
-            row[name] = (float(nonzero.median()), float(nonzero.max())) if nonzero.numel() else (math.nan, math.nan)
+            row[name] = (
+                (float(nonzero.median()), float(nonzero.max())) if nonzero.numel() else (math.nan, math.nan)
+            )
         out.append(row)
         optimizer.step()
     return out
@@ -85,7 +88,9 @@ def test_deep_mlp_at_the_default_underflows_and_the_suggested_start_learns_in_a_
     # Within an octave of each other (the plain loop's numbers): one steady scale, growth need not act.
     assert 2.0**-24 / min(medians) <= 2 * 65504 / largest and verdict.growth_window == (steps, None)
     suggested = plain_run(problem, expected, 2.0, 0.5, 2000, steps, fp32_zeros=fp32_zeros)
-    assert suggested.failure == "none" and suggested.learned and suggested.eval_loss < 0.5 * at_default.eval_loss
+    assert (
+        suggested.failure == "none" and suggested.learned and suggested.eval_loss < 0.5 * at_default.eval_loss
+    )
     assert "--init-scale 1048576" in verdict.advice
 
 
@@ -99,7 +104,9 @@ def test_seed_mlp_with_growth_interval_1_churns_at_the_plain_loops_skip_rate():
     # Settled at the first step whose scale (before its backward) is above the one before.
     used = [2.0**16, *plain.scales[:-1]]
     settled = next(i for i in range(1, 30) if used[i] > used[i - 1])
-    skips = [after < before for before, after in zip(used, plain.scales)]  # a skipped step backs the scale off
+    skips = [
+        after < before for before, after in zip(used, plain.scales)
+    ]  # a skipped step backs the scale off
     assert sum(skips) == plain.skipped
     assert verdict.settled_step == settled
     assert verdict.measured_skip_rate == pytest.approx(sum(skips[settled:]) / (30 - settled))
@@ -165,41 +172,51 @@ def test_sum_outliers_collapses_under_deepspeeds_default_where_its_own_scaler_en
 
 
 def test_deep_mlp_sums_initial_search_costs_a_short_run_and_the_suggested_start_wins_it_back():
-    """deep-mlp-sum at the default: 8 of 64 steps skipped while the scale halves down from 2^16, and fp16 ends more
-    than 10% behind bf16 (fp32's range): too high a start for so short a run. The plain loop skips the same steps,
-    and started where the diagnosis suggests it skips none and ends ahead of the default."""
+    """deep-mlp-sum at the default: 8 of 64 steps skipped while the scale halves down from 2^16, and fp16 ends
+    more than 10% behind bf16 (fp32's range): too high a start for so short a run. The plain loop skips the
+    same steps, and started where the diagnosis suggests it skips none and ends ahead of the default."""
     from search.tasks.deep_mlp import build_sum
 
     problem = build_sum(42)
     runs, verdict = diagnose(problem, DEFAULT)
     plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 64)
     assert verdict.verdict == "chronic-skipping" and verdict.settled_step is None
-    assert runs.fp16.skipped_steps == plain.skipped == 8 and runs.fp16.eval_loss == pytest.approx(plain.eval_loss, rel=1e-5)
+    assert runs.fp16.skipped_steps == plain.skipped == 8 and runs.fp16.eval_loss == pytest.approx(
+        plain.eval_loss, rel=1e-5
+    )
     assert runs.fp16.eval_loss > 1.1 * runs.bf16.eval_loss
     assert verdict.suggested_init_scale == 2.0**8 and "start at init_scale 2^8" in verdict.advice
     lower = plain_run(problem, 2.0**8, 2.0, 0.5, 2000, 64)
     assert lower.skipped == 0 and lower.eval_loss < plain.eval_loss
-    # The needed and largest safe scales lie within an octave: one steady scale, growth need not act in 64 steps.
+    # The needed and largest safe scales lie within an octave: one steady scale, growth need not act in 64
+    # steps.
     assert verdict.largest_safe_scale < verdict.needed_scale <= 2 * verdict.largest_safe_scale
     assert verdict.growth_window == (64, None)
-    growing = plain_run(problem, 2.0**8, 2.0, 0.5, 4, 64)  # the same start, growing every 4 clean steps: 10 skips, 0.4854
+    growing = plain_run(
+        problem, 2.0**8, 2.0, 0.5, 4, 64
+    )  # the same start, growing every 4 clean steps: 10 skips, 0.4854
     assert growing.skipped > lower.skipped and growing.eval_loss > lower.eval_loss
 
 
 def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is_the_plain_fp32_loops():
-    """deep-mlp-spikes at the default: whether fp16 ends more than 10% behind the bf16 control depends on the CPU's
-    fp16 kernels (0.62 on one machine, 0.7318 on another), so the verdict is checked against the plain loop's own
-    evaluation: ``underflow`` (its scale 2^16 is below the 2^20.4 the first steps need) when behind, else healthy.
-    The growth window comes from the plain fp32 loop's per-step largest gradient: the steps that overflow at the
-    needed scale recur every few steps, so the scale must regrow between them, and in the plain loop a growth
-    interval inside the window ends well ahead of one outside it, from 2^18 (0.379 against 0.611). The whole setting
-    it suggests (search.diagnosis._suggestion) learns in the plain loop, and its own diagnosis is healthy."""
+    """deep-mlp-spikes at the default: whether fp16 ends more than 10% behind the bf16 control depends on the
+    CPU's fp16 kernels (0.62 on one machine, 0.7318 on another), so the verdict is checked against the plain
+    loop's own
+    evaluation: ``underflow`` (its scale 2^16 is below the 2^20.4 the first steps need) when behind, else
+        healthy.
+    The growth window comes from the plain fp32 loop's per-step largest gradient: the steps that overflow at
+    the needed scale recur every few steps, so the scale must regrow between them, and in the plain loop a
+    growth interval inside the window ends well ahead of one outside it, from 2^18 (0.379 against 0.611). The
+    whole setting it suggests (search.diagnosis._suggestion) learns in the plain loop, and its own diagnosis
+    is healthy."""
     from search.tasks.deep_mlp import build_spikes
 
     problem = build_spikes(42)
     runs, verdict = diagnose(problem, DEFAULT)
     plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 256)
-    assert runs.fp16.skipped_steps == plain.skipped == 0 and runs.fp16.eval_loss == pytest.approx(plain.eval_loss, rel=1e-5)
+    assert runs.fp16.skipped_steps == plain.skipped == 0 and runs.fp16.eval_loss == pytest.approx(
+        plain.eval_loss, rel=1e-5
+    )
     behind = plain.eval_loss > 1.1 * runs.bf16.eval_loss
     assert verdict.verdict == ("underflow" if behind else "healthy")
     grads = _plain_fp32_gradients(problem, 256)
@@ -213,56 +230,85 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     assert inside.failure == "none" and inside.eval_loss < 0.8 * outside.eval_loss  # 0.379 against 0.611 here
 
     # The scale must move: the suggestion starts at the needed scale rounded up, regrows every clean step, and
-    # grows back one backoff over the mean period between overflowing steps (256 / 76 here): g = 2 ** (76 / 256).
+    # grows back one backoff over the mean period between overflowing steps (256 / 76 here): g = 2 ** (76 /
+    # 256).
     start = 2.0 ** math.ceil(math.log2(verdict.needed_scale))
     assert verdict.suggested_init_scale == start == 2.0**21
     growth = round(2.0 ** (overflowing / 256), 3)
-    assert verdict.suggested_setting == {"init_scale": start, "growth_factor": growth, "backoff_factor": 0.5,
-                                         "growth_interval": 1}  # fmt: skip
-    assert ("start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1 (rerun this "
-            "diagnosis with --init-scale 2097152 --growth-factor 1.228 --growth-interval 1 to check it)") in verdict.advice
-    # In the plain loop it learns where the default does not, and ahead of both controls (it skips the corrupted
+    assert verdict.suggested_setting == {
+        "init_scale": start,
+        "growth_factor": growth,
+        "backoff_factor": 0.5,
+        "growth_interval": 1,
+    }
+    assert (
+        "start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1"
+        " (rerun this diagnosis with --init-scale 2097152 --growth-factor 1.228 --growth-interval 1 to"
+        " check it)"
+        in verdict.advice
+    )
+    # In the plain loop it learns where the default does not, and ahead of both controls (it skips the
+    # corrupted
     # batches): 0.031 against the default's 0.73 and the bf16 control's 0.57 here.
     suggested = plain_run(problem, start, growth, 0.5, 1, 256)
     assert suggested.failure == "none" and suggested.eval_loss < 0.2 * plain.eval_loss
     assert suggested.eval_loss < runs.bf16.eval_loss and suggested.eval_loss < runs.fp32.eval_loss
-    # Diagnosed in its turn, it is healthy: its skips are the steps whose gradients overflow at the needed scale
+    # Diagnosed in its turn, it is healthy: its skips are the steps whose gradients overflow at the needed
+    # scale
     # (76 of 256 in the fp32 control), not churn.
     again_runs, again = diagnose(problem, ScalerConfig(start, growth, 0.5, 1))
     assert again_runs.fp16.skipped_steps == suggested.skipped > 0
     assert suggested.skipped / 256 <= overflowing / 256
     assert again.verdict == "healthy" and again.advice == HEALTHY_ADVICE, again.reason
     # On a CPU whose fp16 kernels left it 10% behind the bf16 control, its dips below the needed scale are the
-    # backoffs those steps force and its skips their share: neither underflow nor chronic (the same runs, judged).
+    # backoffs those steps force and its skips their share: neither underflow nor chronic (the same runs,
+    # judged).
     behind = replace(again_runs.bf16, eval_loss=again_runs.fp16.eval_loss / 1.5)
-    assert judge(again_runs.fp16, again_runs.fp32, behind, ScalerConfig(start, growth, 0.5, 1)).verdict == "healthy"
+    assert (
+        judge(again_runs.fp16, again_runs.fp32, behind, ScalerConfig(start, growth, 0.5, 1)).verdict
+        == "healthy"
+    )
     # The default judged healthy (a CPU where it keeps up with bf16): the advice names the whole suggestion.
     level = replace(runs.bf16, eval_loss=runs.fp16.eval_loss)
-    assert judge(runs.fp16, runs.fp32, level, DEFAULT).advice == (
-        "nothing to fix at these settings (no loss-scaling failure); a search can start from the setting this "
-        "diagnosis suggests, init_scale 2^21 (the 2^20.4 the first steps need, rounded up), growth_factor 1.228, "
-        "growth_interval 1 (search.optimize --from-diagnosis trains it first)")
-    # Growing at PyTorch's factor every clean step skips more than those steps force: chronic, and the advice is
+    assert (
+        judge(runs.fp16, runs.fp32, level, DEFAULT).advice
+        == "nothing to fix at these settings (no loss-scaling failure); a search can start from the setting"
+        " this diagnosis suggests, init_scale 2^21 (the 2^20.4 the first steps need, rounded up),"
+        " growth_factor 1.228, growth_interval 1 (search.optimize --from-diagnosis trains it first)"
+    )
+    # Growing at PyTorch's factor every clean step skips more than those steps force: chronic, and the advice
+    # is
     # the growth that regrows one backoff per period, not a longer interval (the window bounds it at 4).
     churn_runs, churn = diagnose(problem, ScalerConfig(start, 2.0, 0.5, 1))
     assert churn_runs.fp16.skipped_steps == plain_run(problem, start, 2.0, 0.5, 1, 256).skipped > overflowing
     assert churn.verdict == "chronic-skipping" and churn.advice.startswith(
-        "start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1")
+        "start at init_scale 2^21 and regrow after each backoff: growth_factor 1.228, growth_interval 1"
+    )
 
 
 def test_the_suggested_setting_on_hand_counted_runs():
     user = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
-    assert suggested_setting(user, 2.0**21, (1, 4), 76, 256) == ScalerConfig(2.0**21, round(2 ** (76 / 256), 3), 0.5, 1)
+    assert suggested_setting(user, 2.0**21, (1, 4), 76, 256) == ScalerConfig(
+        2.0**21, round(2 ** (76 / 256), 3), 0.5, 1
+    )
     # 3 overflows in 256 steps: 2^(3/256) = 1.008 would barely grow; every 2 steps, 2^(6/256) = 1.0164.
     assert suggested_setting(user, 2.0**21, (1, 86), 3, 256) == ScalerConfig(2.0**21, 1.016, 0.5, 2)
     # The user's backoff is kept, the factor regrows it: (1 / 0.3)^(76/256) = 1.430.
-    assert suggested_setting(replace(user, backoff_factor=0.3), 2.0**21, (1, 4), 76, 256).growth_factor == 1.43
+    assert (
+        suggested_setting(replace(user, backoff_factor=0.3), 2.0**21, (1, 4), 76, 256).growth_factor == 1.43
+    )
     # Steady: the user's factors, an interval at least the run's steps.
     assert suggested_setting(ScalerConfig(2.0**16, 1.5, 0.4, 10), 2.0**8, (64, None), 0, 64) == ScalerConfig(
-        2.0**8, 1.5, 0.4, 64)  # fmt: skip
-    assert suggested_setting(user, 2.0**21, None, 0, 256) is None and suggested_setting(user, math.nan, (1, 4), 76, 256) is None
-    assert check_flags(ScalerConfig(2.0**21, 1.43, 0.3, 1)) == (
-        "--init-scale 2097152 --growth-factor 1.43 --backoff-factor 0.3 --growth-interval 1")
+        2.0**8, 1.5, 0.4, 64
+    )
+    assert (
+        suggested_setting(user, 2.0**21, None, 0, 256) is None
+        and suggested_setting(user, math.nan, (1, 4), 76, 256) is None
+    )
+    assert (
+        check_flags(ScalerConfig(2.0**21, 1.43, 0.3, 1))
+        == "--init-scale 2097152 --growth-factor 1.43 --backoff-factor 0.3 --growth-interval 1"
+    )
     assert check_flags(ScalerConfig(2.0**20, 2.0, 0.5, 2000)) == "--init-scale 1048576"
 
 
@@ -272,8 +318,18 @@ def test_the_suggested_setting_on_hand_counted_runs():
         (math.nan, 2.0**10, (1.0,), (None, 0)),  # no non-zero gradient: nothing to say
         (2.0**10, 2.0**12, (), (None, 0)),  # no per-step reading
         (2.0**10, 2.0**12, (1.0, 2.0, math.nan), ((3, None), 0)),  # below the safe scale: steady
-        (2.0**11.5, 2.0**11, (64.0, 1.0, 1.0, 1.0), ((4, None), 1)),  # within an octave: steady, 64 * 2^11.5 > 65504
-        (2.0**14, 2.0**10, (64.0, 1.0, 64.0, 1.0, math.nan, 1.0, 64.0), ((1, 3), 3)),  # moving: 3 of 7, ceil(7/3)
+        (
+            2.0**11.5,
+            2.0**11,
+            (64.0, 1.0, 1.0, 1.0),
+            ((4, None), 1),
+        ),  # within an octave: steady, 64 * 2^11.5 > 65504
+        (
+            2.0**14,
+            2.0**10,
+            (64.0, 1.0, 64.0, 1.0, math.nan, 1.0, 64.0),
+            ((1, 3), 3),
+        ),  # moving: 3 of 7, ceil(7/3)
     ],
 )
 def test_the_growth_window_on_hand_counted_steps(needed, safe, largest, expect):

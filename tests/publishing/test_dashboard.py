@@ -89,7 +89,6 @@ def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_p
     assert get_note(optuna.Trial(study, first._trial_id)) == "trial note by a person"
 
 
-
 def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir, tmp_path):
     """publish() writes optuna-dashboard's chunks itself, in one transaction; save_note and
     save_plotly_graph_object, one commit per chunk, must show the same notes and figures."""
@@ -107,7 +106,9 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
         (tmp_path / route).mkdir()
         shutil.copy(study_dir / "study.db", tmp_path / route / "study.db")
         with sqlite3.connect(tmp_path / route / "study.db") as db:  # as before its first publishing
-            db.execute("DELETE FROM study_system_attributes WHERE key LIKE 'dashboard:%' OR key LIKE 'search:%'")
+            db.execute(
+                "DELETE FROM study_system_attributes WHERE key LIKE 'dashboard:%' OR key LIKE 'search:%'"
+            )
         study = _study(tmp_path / route)
         trials = study.get_trials()
         space = settings_of(study).space
@@ -116,7 +117,9 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
         else:
             title = "Best vs GradScaler's default vs the worst finite trial"
             named = publishing._named_trials(trials)
-            save_plotly_graph_object(study, curves_figure(named, space, title=title), graph_object_id=publishing.CURVES_ID)
+            save_plotly_graph_object(
+                study, curves_figure(named, space, title=title), graph_object_id=publishing.CURVES_ID
+            )
             save_plotly_graph_object(
                 study, publishing.explorer_figure(trials, space), graph_object_id=publishing.EXPLORER_ID
             )
@@ -132,6 +135,7 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
         )
     assert shown["ours"] == shown["public"]
     assert len(shown["ours"][1]) == 12 and all(shown["ours"][1]) and len(shown["ours"][2]) == 2
+
 
 @pytest.mark.parametrize("length", [0, 1, 2044, 2045, 2046, 4090, 5000])
 @pytest.mark.parametrize("trial_id", [None, 7])
@@ -154,7 +158,9 @@ def test_our_keys_and_chunks_are_optuna_dashboards(length, trial_id):
 def test_publishing_does_not_load_optuna_dashboard():
     """Every search.optimize run publishes; optuna-dashboard's package costs 1.3 s of CPU to import."""
     code = "import sys, search.publishing._publish; print('optuna_dashboard' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
 
 
@@ -219,7 +225,8 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir, tmp_pa
             (artifact,) = t["artifacts"]
             assert artifact["filename"] == "loss-and-scale.svg" and artifact["mimetype"] == "image/svg+xml"
         first = trials[0]
-        picture = f"{base}/artifacts/{summary['study_id']}/{first['trial_id']}/{first['artifacts'][0]['artifact_id']}"
+        artifact_id = first["artifacts"][0]["artifact_id"]
+        picture = f"{base}/artifacts/{summary['study_id']}/{first['trial_id']}/{artifact_id}"
         with urllib.request.urlopen(picture, timeout=10) as response:
             assert response.headers["Content-Type"] == "image/svg+xml"
             assert response.read().startswith(b"<svg")
@@ -253,7 +260,9 @@ def test_publishing_is_one_transaction_and_replaces_stale_chunks(study_dir, tmp_
     calls = []
     backend = type(study._storage._backend) if hasattr(study._storage, "_backend") else type(study._storage)
     original = backend.set_study_system_attr
-    monkeypatch.setattr(backend, "set_study_system_attr", lambda self, *a: (calls.append(a), original(self, *a)))
+    monkeypatch.setattr(
+        backend, "set_study_system_attr", lambda self, *a: (calls.append(a), original(self, *a))
+    )
     publishing.publish(study)
     assert calls == []
     system = study._storage.get_study_system_attrs(study._study_id)
@@ -277,7 +286,6 @@ def test_an_interrupt_while_publishing_is_one_line_exit_130(study_dir, tmp_path,
     code = dashboard.main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--publish-only"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 130 and len(err) == 1 and "interrupted (SIGINT) while publishing" in err[0]
-
 
 
 def test_each_trial_gets_a_picture_of_its_recorded_curves(study_dir, tmp_path):
@@ -321,7 +329,10 @@ def test_each_trial_gets_a_picture_of_its_recorded_curves(study_dir, tmp_path):
 
 
 def _files(directory: pathlib.Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b"" for p in sorted(directory.rglob("*"))}
+    return {
+        str(p.relative_to(directory)): p.read_bytes() if p.is_file() else b""
+        for p in sorted(directory.rglob("*"))
+    }
 
 
 @pytest.fixture
@@ -342,7 +353,9 @@ def port_in_use():
         (["--port", "PORT_IN_USE"], "cannot serve on 127.0.0.1:"),
     ],
 )
-def test_bad_input_is_refused_before_anything_is_published(study_dir, tmp_path, capsys, port_in_use, args, message):
+def test_bad_input_is_refused_before_anything_is_published(
+    study_dir, tmp_path, capsys, port_in_use, args, message
+):
     """A port in use, an address not of this machine, an artifact directory that cannot be made: found
     before publishing (it once wrote 30 pictures and the figures, printed 'Listening on', then failed)."""
     import shutil
@@ -370,8 +383,10 @@ def test_publish_only_that_publishes_nothing_is_not_a_success(study_dir, tmp_pat
     shutil.copy(study_dir / "study.db", tmp_path / "study.db")
     assert dashboard.main(["--storage", f"sqlite:///{tmp_path / 'study.db'}", "--publish-only"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["search.dashboard: warning: seed-mlp: not published: disk full",
-                   "search.dashboard: error: not published: seed-mlp (the warnings above say why)"]
+    assert err == [
+        "search.dashboard: warning: seed-mlp: not published: disk full",
+        "search.dashboard: error: not published: seed-mlp (the warnings above say why)",
+    ]
 
 
 def test_a_study_on_read_only_media_is_served_but_not_published(study_dir, tmp_path, capsys):
@@ -393,7 +408,9 @@ def test_a_study_on_read_only_media_is_served_but_not_published(study_dir, tmp_p
     assert _files(tmp_path) == before
 
 
-def test_the_study_note_is_the_summary_search_optimize_prints_confirmation_included(tmp_path_factory, tmp_path):
+def test_the_study_note_is_the_summary_search_optimize_prints_confirmation_included(
+    tmp_path_factory, tmp_path
+):
     """search.dashboard once wrote the note without the confirmation runs (stale 'not checked yet') and
     without --storage in its commands (they would have read ./study.db)."""
     import shutil

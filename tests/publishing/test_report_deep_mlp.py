@@ -15,21 +15,25 @@ from conftest import run_cli
 def _sqlite(path: pathlib.Path) -> str:
     return f"sqlite:///{path}"
 
+
 @pytest.fixture(scope="module")
 def deep_mlp_study(tmp_path_factory) -> pathlib.Path:
-    """A real 40-trial deep-mlp search (the default underflows there), confirmed with --tolerance 50, which also
-    trains the corners of the ranges that may be safe together.
+    """A real 40-trial deep-mlp search (the default underflows there), confirmed with --tolerance 50, which
+    also trains the corners of the ranges that may be safe together.
 
-    2 of the task's 8 epochs (64 steps): a quarter of the training, and of the plain loop's. The claims checked
-    are the report's against the plain loop on the same steps, whatever their number; at 2 epochs the study
-    still has a default that learns nothing, good trials that learn, a box whose corners are all safe and
-    bad trials below init_scale's safe range (the runs reach ~0.38, the good region moves up to ~2^20..2^30).
+    2 of the task's 8 epochs (64 steps): a quarter of the training, and of the plain loop's. The claims
+    checked are the report's against the plain loop on the same steps, whatever their number; at 2 epochs the
+    study still has a default that learns nothing, good trials that learn, a box whose corners are all safe
+    and bad trials below init_scale's safe range (the runs reach ~0.38, the good region moves up to
+    ~2^20..2^30).
     """
     directory = tmp_path_factory.mktemp("deep")
     proc = run_cli(["--task", "deep-mlp", "--epochs", "2", "--trials", "40", "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
     # Two seeds and the best config only: the corners are what this test needs from it.
-    proc = run_cli(["--tolerance", "50", "--top", "1", "--seeds", "2", "--quiet"], directory, module="search.confirm")
+    proc = run_cli(
+        ["--tolerance", "50", "--top", "1", "--seeds", "2", "--quiet"], directory, module="search.confirm"
+    )
     assert proc.returncode == 0, proc.stderr
     return directory
 
@@ -39,7 +43,8 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
     spot-checked with the independent plain loop (tests/plain_loop.py) just inside and just outside.
 
     At the default 1% tolerance a 40-trial deep-mlp study has one or two good trials (the objectives
-    of learning settings scatter by tens of percent), too few for ranges; a user of such a task asks with --tolerance 50.
+    of learning settings scatter by tens of percent), too few for ranges; a user of such a task asks with
+    --tolerance 50.
     """
     import itertools
 
@@ -56,7 +61,9 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
     problem = build(42)
     per_epoch = -(-len(problem.inputs) // problem.batch_size)  # micro-batches; no accumulation here
     assert problem.accumulation_steps == 1
-    epochs = optuna.load_study(storage=_sqlite(deep_mlp_study / "study.db"), study_name="deep-mlp").user_attrs["epochs"]
+    epochs = optuna.load_study(
+        storage=_sqlite(deep_mlp_study / "study.db"), study_name="deep-mlp"
+    ).user_attrs["epochs"]
     assert epochs == 2
     steps = epochs * per_epoch  # what the study trained
     zeros = plain_fp32_zero_fraction(problem, steps)

@@ -80,7 +80,9 @@ def test_bad_input_is_one_line_exit_2_nothing_written(study_dir, tmp_path, capsy
 
 def test_bad_input_from_the_command_line(tmp_path):
     result = run_cli(
-        ["--storage", "mysql+pymysql://root:hunter2@127.0.0.1:1/x", "--out", "r.html"], tmp_path, module="search.report"
+        ["--storage", "mysql+pymysql://root:hunter2@127.0.0.1:1/x", "--out", "r.html"],
+        tmp_path,
+        module="search.report",
     )
     assert result.returncode == 2
     assert result.stderr.startswith(

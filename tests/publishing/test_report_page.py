@@ -1,4 +1,5 @@
-"""python -m search.report's page in a real browser: headless Chromium renders the answer first, then its plots."""
+"""python -m search.report's page in a real browser: headless Chromium renders the answer first, then its
+plots."""
 
 from __future__ import annotations
 
@@ -128,8 +129,17 @@ def _near(pixel: tuple[int, ...], colour: tuple[int, int, int], tol: int = 40) -
 def _rendered_dom(page: pathlib.Path, tmp_path: pathlib.Path) -> str:
     """The page's DOM after Chromium ran its scripts (``--dump-dom``)."""
     profile = tmp_path / "chromium-profile-dom"
-    command = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-               f"--user-data-dir={profile}", "--virtual-time-budget=10000", "--dump-dom", page.resolve().as_uri()]
+    command = [
+        _chromium(),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=10000",
+        "--dump-dom",
+        page.resolve().as_uri(),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and "<html" in done.stdout, done.stderr[-2000:]
     shutil.rmtree(profile, ignore_errors=True)
@@ -154,7 +164,8 @@ def test_page_leads_with_the_answer_in_headless_chromium(study_dir, tmp_path):
     colours = {p for row in rows[::2] for p in row[::2]}
     assert len(colours) > 300, f"screenshot looks blank: {len(colours)} distinct colours"
     # The first plot area from the top (plotly's light blue-grey) is the curves plot: its lines are
-    # drawn in the roles' colours (search.publishing._figures.COLOURS: the lead trial, the default, the worst).
+    # drawn in the roles' colours (search.publishing._figures.COLOURS: the lead trial, the default, the
+    # worst).
     bg_rows = [y for y, row in enumerate(rows) if sum(_near(p, PLOT_BG, 6) for p in row) > 300]
     assert bg_rows, "no plotly plot area in the first 1600 px: the curves plot did not render"
     top = bottom = bg_rows[0]
@@ -166,6 +177,10 @@ def test_page_leads_with_the_answer_in_headless_chromium(study_dir, tmp_path):
     area = rows[top : bottom + 1]
     # At least two of the roles' curves (the answer or best, the default, the worst finite run) are drawn; a
     # curve identical to another (the best is the default here) may hide under it.
-    drawn = [c for c in COLOURS[:3] if sum(_near(p, tuple(int(c[i : i + 2], 16) for i in (1, 3, 5))) for row in area for p in row) > 50]
+    drawn = [
+        c
+        for c in COLOURS[:3]
+        if sum(_near(p, tuple(int(c[i : i + 2], 16) for i in (1, 3, 5))) for row in area for p in row) > 50
+    ]
     assert len(drawn) >= 2, f"curves drawn in the first plot: {drawn}"
     assert top > 300, "a plot sits above the answer"

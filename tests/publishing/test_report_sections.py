@@ -42,8 +42,8 @@ _BUILT: list[pathlib.Path] = []
 
 
 def report_study(factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A directory whose study.db holds a real seed-mlp study of TRIALS trials: built once per test process and
-    shared by the test_report_* files, which only read it (a test that writes works on a copy)."""
+    """A directory whose study.db holds a real seed-mlp study of TRIALS trials: built once per test process
+    and shared by the test_report_* files, which only read it (a test that writes works on a copy)."""
     if not _BUILT:
         _BUILT.append(real_study(factory, "report", TRIALS))
     return _BUILT[0]
@@ -65,6 +65,7 @@ def _copy(src: pathlib.Path, dst: pathlib.Path) -> str:
 def _report_cli(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
     return run_cli(args, cwd, module="search.report")
 
+
 def test_every_section_from_a_real_study(study_dir):
     snapshot = load_snapshot(_sqlite(study_dir / "study.db"))
     report = build_report(snapshot)
@@ -72,11 +73,14 @@ def test_every_section_from_a_real_study(study_dir):
     assert [s.key for s in report.sections] == list(SECTION_TITLES)
     assert set(report.figures) == set(FIGURES)
     assert data["n_complete"] == TRIALS and data["ignored"] == {"RUNNING": 0, "WAITING": 0}
-    # A study searched without a diagnosis says how to record one (tests/diagnosis/test_recorded_diagnosis.py: with one).
+    # A study searched without a diagnosis says how to record one (tests/diagnosis/test_recorded_diagnosis.py:
+    # with one).
     assert data["diagnosis"] == {"started_from": None, "recorded": None}
-    assert report.section("diagnosis").message == (
-        "This study holds no diagnosis: search.diagnose --storage URL --study-name seed-mlp (with this study's task, "
-        "seed, scaler and steps) records one here.")  # fmt: skip
+    assert (
+        report.section("diagnosis").message
+        == "This study holds no diagnosis: search.diagnose --storage URL --study-name seed-mlp (with this"
+        " study's task, seed, scaler and steps) records one here."
+    )
 
     # 1. History: optuna's figure, its best-so-far line is the JSON's.
     history = report.figures["history"]
@@ -99,9 +103,12 @@ def test_every_section_from_a_real_study(study_dir):
     axes = {contour.layout[k].title.text: contour.layout[k] for k in contour.layout if k[1:5] == "axis"}
     assert axes["init_scale"].type == "log" and "2<sup>32</sup>" in axes["init_scale"].ticktext
     assert "backoff_factor" in axes
-    # 4. Parallel coordinates from optuna (the section's heading names it; the figure has no title of its own).
+    # 4. Parallel coordinates from optuna (the section's heading names it; the figure has no title of its
+    # own).
     parallel = report.figures["parallel"]
-    assert {t.type for t in parallel.data} == {"scatter"} and parallel.layout.title.text is None  # Optuna 5 draws lines
+    assert {t.type for t in parallel.data} == {
+        "scatter"
+    } and parallel.layout.title.text is None  # Optuna 5 draws lines
     # 5. Curves: best, the default seed-1 and the worst finite trial.
     names = [t.name for t in report.figures["curves"].data if t.name]
     best, default, worst = data["curves"]["best"], data["curves"]["default"], data["curves"]["worst_finite"]
@@ -132,7 +139,9 @@ def test_every_section_from_a_real_study(study_dir):
     if rec["verdict"] == "keep-default":
         assert rec["code"] == 'torch.amp.GradScaler("cpu")' and rec["changed"] == []
     else:
-        assert rec["verdict"] == "change" and rec["code"].startswith('torch.amp.GradScaler("cpu", init_scale=2.0**')
+        assert rec["verdict"] == "change" and rec["code"].startswith(
+            'torch.amp.GradScaler("cpu", init_scale=2.0**'
+        )
     assert "Verdict: " in report.section("recommendation").body
     # 10. No confirmation yet.
     assert data["confirmation"] is None
@@ -156,7 +165,9 @@ def test_every_section_from_a_real_study(study_dir):
 def test_cli_html_and_json_carry_the_same_numbers(study_dir, tmp_path):
     result = _report_cli(["--out", str(tmp_path / "report.html")], study_dir)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"wrote {tmp_path / 'report.html'}: study 'seed-mlp', {TRIALS} complete trials")
+    assert result.stdout.startswith(
+        f"wrote {tmp_path / 'report.html'}: study 'seed-mlp', {TRIALS} complete trials"
+    )
     page = (tmp_path / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("plotly.js v") == 1
 
@@ -254,7 +265,8 @@ def test_confirmation_table_from_a_sibling_study(study_dir, tmp_path):
     comparison = data["confirmation"]["comparison"]
     assert comparison["better_beyond_noise"] is True
     assert (
-        f"Paired test:</b> best-1 (#{best.number}) is better than {results.DEFAULT_LABEL} beyond noise" in section
+        f"Paired test:</b> best-1 (#{best.number}) is better than {results.DEFAULT_LABEL} beyond noise"
+        in section
     )
     assert f"p = {comparison['p']:.3g}" in section
     assert "no confirmation runs" not in section
@@ -358,8 +370,10 @@ def _in_tmp(request, tmp_path, monkeypatch):
 
 
 def test_importances_say_which_settings_acted_in_no_run(study_dir):
-    """PED-ANOVA gives a setting that never acted a bar all the same (growth_factor 0.82 on a 32-step deep-mlp study
-    where the scale never grew): the section says which bars measure nothing, read here from the raw scale curves."""
+    """PED-ANOVA gives a setting that never acted a bar all the same (growth_factor 0.82 on a 32-step deep-mlp
+    study where the scale never grew): the section says which bars measure nothing, read here from the raw
+    scale curves.
+    """
     snapshot = load_snapshot(_sqlite(study_dir / "study.db"))
 
     def acted(trials) -> set[str]:
@@ -367,7 +381,9 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         for t in trials:
             if t.state != TrialState.COMPLETE:
                 continue
-            curve = [t.params.get("init_scale", 0)] + t.user_attrs["scale_curve"]  # the scale before each step
+            curve = [t.params.get("init_scale", 0)] + t.user_attrs[
+                "scale_curve"
+            ]  # the scale before each step
             if any(b > a for a, b in zip(curve, curve[1:])):
                 out |= {"growth_factor", "growth_interval"}
             if any(b < a for a, b in zip(curve, curve[1:])):
@@ -375,7 +391,11 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         return out
 
     message = build_report(snapshot).section("importances").message or ""
-    assert acted(snapshot.trials) == {"growth_factor", "growth_interval", "backoff_factor"}  # this study: all act
+    assert acted(snapshot.trials) == {
+        "growth_factor",
+        "growth_interval",
+        "backoff_factor",
+    }  # this study: all act
     assert "acted in no complete trial" not in message
     # The same trials with a scale that never moved from its start: no growth, no skip.
     flat = []
@@ -393,13 +413,22 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         warnings.simplefilter("ignore")  # Optuna's in-memory study creation notes
         section, _, _ = _importance_section(_in_memory_study(done), done, snapshot.settings.space)
     message = section.message
-    assert ("growth_factor, backoff_factor and growth_interval acted in no complete trial's run (read from each scale "
-            "curve: the scale never grew, nor was a step skipped), so their bars measure only how the sampled values "
-            "happened to fall, not the setting.") in message  # fmt: skip
+    assert (
+        "growth_factor, backoff_factor and growth_interval acted in no complete trial's run (read from each"
+        " scale curve: the scale never grew, nor was a step skipped), so their bars measure only how the"
+        " sampled values happened to fall, not the setting."
+        in message
+    )
 
 
 def test_an_edge_at_the_value_reads_plus_zero_octaves_not_minus_zero():
     """A recommendation's backoff_factor at its range's edge read "-0.00" octaves (a float a hair below)."""
     from search.publishing.report._tables import _octaves
 
-    assert [_octaves(d) for d in (-0.001, 0.004, 0.0, -0.42, 0.006)] == ["+0.00", "+0.00", "+0.00", "-0.42", "+0.01"]
+    assert [_octaves(d) for d in (-0.001, 0.004, 0.0, -0.42, 0.006)] == [
+        "+0.00",
+        "+0.00",
+        "+0.00",
+        "-0.42",
+        "+0.01",
+    ]

@@ -24,6 +24,7 @@ NAME = "seed-mlp"
 def _sqlite(path: pathlib.Path) -> str:
     return f"sqlite:///{path}"
 
+
 def _copy(src: pathlib.Path, dst: pathlib.Path) -> str:
     """Copies a finished SQLite study file (with its WAL, if any); returns the copy's URL."""
     for suffix in ("", "-wal", "-shm"):
@@ -139,7 +140,11 @@ def test_report_while_the_study_is_still_running(study_dir, tmp_path):
         # The reports begin once the run writes (its first new trial): made while the new process still
         # imports torch, they would see nothing new and only slow its start on a busy machine.
         deadline = time.monotonic() + 120
-        while process.poll() is None and _trials_in(tmp_path / "study.db") == TRIALS and time.monotonic() < deadline:
+        while (
+            process.poll() is None
+            and _trials_in(tmp_path / "study.db") == TRIALS
+            and time.monotonic() < deadline
+        ):
             time.sleep(0.02)
         for i in range(20):
             alive = process.poll() is None

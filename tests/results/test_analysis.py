@@ -149,8 +149,11 @@ def test_bad_trial_inside_explained_by_another_setting_is_no_hole():
         ]
     )
     text = _by_param(safe_ranges(two, SPACE))["init_scale"].text
-    assert "each of them has another setting outside its good range that acted in its run (growth_interval in 2 of " \
-        "them)" in text, text
+    assert (
+        "each of them has another setting outside its good range that acted in its run (growth_interval in 2"
+        " of them)"
+        in text
+    ), text
     assert ranges["growth_interval"].bad_inside == ()
 
 
@@ -175,7 +178,10 @@ def test_a_setting_that_could_not_act_explains_nothing():
     ranges = _by_param(safe_ranges(trials, SPACE))
     assert ranges["init_scale"].holes == (3,) and ranges["init_scale"].blamed == ()
     assert "not an interval" in ranges["init_scale"].text
-    assert ranges["growth_factor"].idle_in_good and "the range is only what was tried" in ranges["growth_factor"].text
+    assert (
+        ranges["growth_factor"].idle_in_good
+        and "the range is only what was tried" in ranges["growth_factor"].text
+    )
     assert ranges["backoff_factor"].idle_in_good and ranges["growth_interval"].idle_in_good
     assert not ranges["init_scale"].idle_in_good
 
@@ -270,12 +276,24 @@ def sum_trials() -> list[optuna.trial.FrozenTrial]:
     problem = build_problem(resolve_task("deep-mlp-sum"), "deep-mlp-sum", 42)
     dists = distributions(SPACE)
     sampler = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
-    points = [params for _, params in baseline_trials(SPACE)[0]] + [sampler.ask(dists).params for _ in range(12)]
+    points = [params for _, params in baseline_trials(SPACE)[0]] + [
+        sampler.ask(dists).params for _ in range(12)
+    ]
     store = optuna.create_study()
     for params in points:
-        out = run_trial(problem, scaler_config(params, SPACE), steps=run_steps(problem, 0, 0), amp_dtype=torch.float16,
-                        penalty=DEFAULTS.penalty, device_label="cpu")
-        store.add_trial(optuna.trial.create_trial(value=out.value, params=params, distributions=dists, user_attrs=out.user_attrs))
+        out = run_trial(
+            problem,
+            scaler_config(params, SPACE),
+            steps=run_steps(problem, 0, 0),
+            amp_dtype=torch.float16,
+            penalty=DEFAULTS.penalty,
+            device_label="cpu",
+        )
+        store.add_trial(
+            optuna.trial.create_trial(
+                value=out.value, params=params, distributions=dists, user_attrs=out.user_attrs
+            )
+        )
     return store.get_trials()
 
 
@@ -305,8 +323,15 @@ def test_what_the_safe_ranges_say_of_each_setting_holds_in_the_plain_loop(sum_tr
     def plain(v: dict):
         key = tuple(sorted(v.items()))
         if key not in cache:
-            cache[key] = plain_run(problem, v["init_scale"], v["growth_factor"], v["backoff_factor"],
-                                   int(round(v["growth_interval"])), steps, fp32_zeros=zeros)
+            cache[key] = plain_run(
+                problem,
+                v["init_scale"],
+                v["growth_factor"],
+                v["backoff_factor"],
+                int(round(v["growth_interval"])),
+                steps,
+                fp32_zeros=zeros,
+            )
         return cache[key]
 
     def moved(number: int, settings) -> dict:
@@ -343,5 +368,3 @@ def test_what_the_safe_ranges_say_of_each_setting_holds_in_the_plain_loop(sum_tr
         assert any(r.idle_in_good for r in ranges.values())
     else:
         assert any(r.holes for r in ranges.values())
-
-

@@ -1,5 +1,5 @@
-"""The answer's line rounded (search.results._answer_rounding): coarse to fine, each rounding taken only once a
-trial has measured it good with the same settings acting; the runs behind the verdicts are checked with the
+"""The answer's line rounded (search.results._answer_rounding): coarse to fine, each rounding taken only once
+a trial has measured it good with the same settings acting; the runs behind the verdicts are checked with the
 independent plain loop (tests/plain_loop.py) on settings that are not powers of two."""
 
 from __future__ import annotations
@@ -51,7 +51,12 @@ def test_a_setting_at_the_default_outside_the_range_trains_at_the_trials_own_val
     narrow = SPACE.__class__(**{**SPACE.__dict__, "growth_interval": ParamRange(1, 600, log=True)})
     measured = ScalerConfig(1234.5, 3.7, 0.31, 77)
     params = candidate_params(ScalerConfig(1024.0, 2.0, 0.5, 2000), measured, narrow)
-    assert params == {"init_scale": 1024.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 77}
+    assert params == {
+        "init_scale": 1024.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 77,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +83,8 @@ def _trials(problem, configs: list[ScalerConfig]) -> list[optuna.trial.FrozenTri
 
 
 def test_a_rounding_whose_run_skips_differently_is_refused_and_the_next_finer_one_taken(problem):
-    # 741,234.5 skips once in 40 steps (backoff acts); 2^19, its power of two, never skips; 740,000 skips once.
+    # 741,234.5 skips once in 40 steps (backoff acts); 2^19, its power of two, never skips; 740,000 skips
+    # once.
     source = ScalerConfig(741234.5, 2.0, 0.313, 2000)
     coarse, finer = ScalerConfig(2.0**19, 2.0, 0.31, 2000), ScalerConfig(740000.0, 2.0, 0.31, 2000)
     assert rounding_candidates(source, source, SPACE)[:2] == [coarse, finer]
@@ -106,14 +112,25 @@ def test_the_answer_is_the_rounded_trials_line_and_its_numbers(problem):
     configs = [ScalerConfig(2.0**e, 2.0, 0.5, 2000) for e in (-6.6, -1.6, 3.3, 8.6, 12.4, -12.6, 20.5)]
     before = recommend(_trials(problem, configs), SPACE)
     assert before.verdict == "change" and before.source_trial == 2 and before.rounding.trial is None
-    assert before.rounding.pending == {"init_scale": 8.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    assert before.rounding.pending == {
+        "init_scale": 8.0,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
     assert "a rounding of its line has not been trained yet" in before.text
 
     trials = _trials(problem, [*configs, ScalerConfig(8.0, 2.0, 0.5, 2000)])
     after = recommend(trials, SPACE)
-    assert after.config == ScalerConfig(8.0, 2.0, 0.5, 2000) and after.source_trial == 7 and after.rounded_from == 2
+    assert (
+        after.config == ScalerConfig(8.0, 2.0, 0.5, 2000)
+        and after.source_trial == 7
+        and after.rounded_from == 2
+    )
     assert after.code == 'torch.amp.GradScaler("cpu", init_scale=2.0**3)'
     assert "The line is trial #7's: trial #2's rounded (init_scale 9.84916 to 8)" in after.text
     assert f"objective {trials[7].value:.4f}" in after.text
     # The number shown is the rounded line's own, as the plain loop trains it.
-    assert plain_run(problem, 8.0, 2.0, 0.5, 2000, STEPS).objective == pytest.approx(trials[7].value, rel=1e-5)
+    assert plain_run(problem, 8.0, 2.0, 0.5, 2000, STEPS).objective == pytest.approx(
+        trials[7].value, rel=1e-5
+    )

@@ -19,7 +19,9 @@ def _trial(mean: float, median: float, number: int = 0) -> optuna.trial.FrozenTr
 
 def test_a_mean_far_above_the_median_chunk_loss_is_named_with_what_to_do():
     note = dominance_note(_trial(31.5, 0.0741, 11), "mean")
-    assert note.startswith("a few records decide the evaluation: on trial #11 its loss over the evaluation set is 31.5, 425x")
+    assert note.startswith(
+        "a few records decide the evaluation: on trial #11 its loss over the evaluation set is 31.5, 425x"
+    )
     assert 'evaluation = "median"' in note and "validation data or an eval function" in note
 
 
@@ -47,9 +49,15 @@ def test_the_horizon_note_says_what_short_trials_cannot_show_of_the_growth_setti
     from search.results import horizon_note, trial_steps
 
     note = horizon_note(30)
-    assert note.startswith("horizon: each trial ran 30 optimizer steps") and "above 30 (PyTorch's default is 2000)" in note
-    assert horizon_note(2000) is None and horizon_note(None) is None  # long enough: the default's growth can act
-    # A search whose growth_interval stays below the trials' steps (a diagnosis's window <= 4): every one acted.
+    assert (
+        note.startswith("horizon: each trial ran 30 optimizer steps")
+        and "above 30 (PyTorch's default is 2000)" in note
+    )
+    assert (
+        horizon_note(2000) is None and horizon_note(None) is None
+    )  # long enough: the default's growth can act
+    # A search whose growth_interval stays below the trials' steps (a diagnosis's window <= 4): every one
+    # acted.
     from dataclasses import replace
 
     from search.core import DEFAULTS, ParamRange

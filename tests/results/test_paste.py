@@ -46,7 +46,12 @@ def _run(snippet: str, **namespace: object) -> dict[str, object]:
 
 def _settings(scaler: torch.amp.GradScaler) -> tuple[float, float, float, int]:
     """The four settings as the scaler object holds them (init_scale: the one it started from)."""
-    return (scaler._init_scale, scaler.get_growth_factor(), scaler.get_backoff_factor(), scaler.get_growth_interval())
+    return (
+        scaler._init_scale,
+        scaler.get_growth_factor(),
+        scaler.get_backoff_factor(),
+        scaler.get_growth_interval(),
+    )
 
 
 def _expected(config: ScalerConfig) -> tuple[float, float, float, int]:
@@ -69,7 +74,9 @@ def _as_on_a_gpu() -> Iterator[None]:
     """accelerate's own scaler construction, which it skips on a CPU device (for construction only)."""
     from accelerate import Accelerator
 
-    with mock.patch.object(Accelerator, "device", new_callable=mock.PropertyMock, return_value=torch.device("cuda")):
+    with mock.patch.object(
+        Accelerator, "device", new_callable=mock.PropertyMock, return_value=torch.device("cuda")
+    ):
         yield
 
 
@@ -101,7 +108,10 @@ def test_fsdp(case):
 
     # Positional order init_scale, backoff_factor, growth_factor: why the snippet uses keywords only.
     assert list(inspect.signature(ShardedGradScaler).parameters)[:4] == [
-        "device", "init_scale", "backoff_factor", "growth_factor"
+        "device",
+        "init_scale",
+        "backoff_factor",
+        "growth_factor",
     ]
     scaler = _run(paste_lines(CASES[case], "cpu")["fsdp"])["scaler"]
     assert isinstance(scaler, ShardedGradScaler) and scaler._device == "cpu"
@@ -135,7 +145,9 @@ def test_accelerate_on_cpu_builds_no_scaler_and_ignores_deepspeed_and_megatron(f
 
 def _lightning_trainer(snippet: str, **flags: str) -> object:
     extra = "".join(f"{name}={value!r}, " for name, value in flags.items())
-    quiet = 'accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, '
+    quiet = (
+        'accelerator="cpu", devices=1, logger=False, enable_checkpointing=False, enable_progress_bar=False, '
+    )
     assert snippet.count("Trainer(plugins=") == 1, snippet
     return _run(snippet.replace("Trainer(plugins=", f"Trainer({quiet}{extra}plugins="))["trainer"]
 
@@ -176,7 +188,9 @@ def test_lightning_plain_precision_flag_has_no_scaler_on_cpu():
     from lightning.pytorch import Trainer
 
     with pytest.warns(UserWarning, match="Using `precision='bf16-mixed'` instead"):
-        trainer = Trainer(accelerator="cpu", devices=1, logger=False, precision="16-mixed", enable_checkpointing=False)
+        trainer = Trainer(
+            accelerator="cpu", devices=1, logger=False, precision="16-mixed", enable_checkpointing=False
+        )
     assert trainer.precision_plugin.precision == "bf16-mixed" and trainer.precision_plugin.scaler is None
 
 
@@ -194,7 +208,12 @@ def _training_args(tmp_path, args=None) -> object:
     from transformers import TrainingArguments
 
     cpu = {"output_dir": str(tmp_path), "use_cpu": True, "report_to": [], "max_steps": 2}
-    cpu |= {"per_device_train_batch_size": 2, "save_strategy": "no", "logging_strategy": "no", "disable_tqdm": True}
+    cpu |= {
+        "per_device_train_batch_size": 2,
+        "save_strategy": "no",
+        "logging_strategy": "no",
+        "disable_tqdm": True,
+    }
     return TrainingArguments(fp16=True, **cpu) if args is None else dataclasses.replace(args, **cpu)
 
 

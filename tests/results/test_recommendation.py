@@ -46,15 +46,26 @@ def test_recommendation_is_the_deepest_good_trial_not_the_argmin():
     assert rec.changed == ("init_scale",)
     assert "deepest inside that region" in rec.text and "has not run" in rec.text
     # Distances are read one setting at a time, not as one figure that adds octaves of different settings.
-    assert rec.nearest_offsets == {"init_scale": 17.0, "growth_factor": 0.0, "backoff_factor": 0.0, "growth_interval": 0.0}
+    assert rec.nearest_offsets == {
+        "init_scale": 17.0,
+        "growth_factor": 0.0,
+        "backoff_factor": 0.0,
+        "growth_interval": 0.0,
+    }
     assert "the nearest trial that is not good, #12, has init_scale 17.0 octaves higher," in rec.text
 
 
 def test_offsets_read_one_setting_at_a_time_largest_first():
     from search.results import offsets_text
 
-    text = offsets_text({"init_scale": -2.04, "growth_factor": 0.01, "backoff_factor": 1.0, "growth_interval": 9.1})
-    assert text == "growth_interval 9.1 octaves higher, init_scale 2.0 octaves lower, backoff_factor 1.0 octave higher"
+    text = offsets_text(
+        {"init_scale": -2.04, "growth_factor": 0.01, "backoff_factor": 1.0, "growth_interval": 9.1}
+    )
+    assert (
+        text
+        == "growth_interval 9.1 octaves higher, init_scale 2.0 octaves lower, backoff_factor 1.0 octave"
+        " higher"
+    )
     assert offsets_text({"init_scale": 0.0}) == "every setting within 0.05 octaves of it"
 
 
@@ -74,7 +85,9 @@ def test_a_default_close_to_an_edge_is_not_kept():
 def test_a_lone_point_far_from_the_failures_needs_neighbours():
     # One good trial far out in growth_interval (few neighbours) against a well-sampled line.
     rows = _line_rows() + [{"exp": 4, "value": 0.4203, "interval": 1, "growth": 8.0}]
-    rows += [{"exp": e, "value": 0.9, "interval": 1, "growth": 8.0, "failure": "overflow_churn"} for e in (10, 20)]
+    rows += [
+        {"exp": e, "value": 0.9, "interval": 1, "growth": 8.0, "failure": "overflow_churn"} for e in (10, 20)
+    ]
     rec = recommend(_study(rows), SPACE)
     assert rec.source_trial != 14 and len(rec.neighbours) >= 3
 
@@ -101,10 +114,24 @@ def test_confirmation_decides():
     trials = _study(_line_rows(default_exp=17.5) + [{"exp": 18.4, "value": 0.9}])
     rec = recommend(trials, SPACE)
     assert not rec.keep_default and rec.confirmed is None
-    params = {"init_scale": rec.config.init_scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000}
+    params = {
+        "init_scale": rec.config.init_scale,
+        "growth_factor": 2.0,
+        "backoff_factor": 0.5,
+        "growth_interval": 2000,
+    }
 
     def confirmation(diff: float, significant: bool) -> dict:
-        entry = {"label": "recommended", "params": params, "mean_diff": diff, "sd_diff": 1e-4, "n": 5, "p": 0.001 if significant else 0.4, "significant": significant, "default_sd": 0.01}
+        entry = {
+            "label": "recommended",
+            "params": params,
+            "mean_diff": diff,
+            "sd_diff": 1e-4,
+            "n": 5,
+            "p": 0.001 if significant else 0.4,
+            "significant": significant,
+            "default_sd": 0.01,
+        }
         return {"comparisons": [entry]}
 
     overturned = recommend(trials, SPACE, confirmation=confirmation(+4.5e-4, True))
@@ -116,7 +143,11 @@ def test_confirmation_decides():
     assert confirmed.config == rec.config
     same = recommend(trials, SPACE, confirmation=confirmation(-1e-5, False))
     assert same.confirmed == "not better" and same.keep_default and "Keep the default." in same.text
-    assert same.verdict == "keep-default" and overturned.verdict == "keep-default" and confirmed.verdict == "change"
+    assert (
+        same.verdict == "keep-default"
+        and overturned.verdict == "keep-default"
+        and confirmed.verdict == "change"
+    )
 
 
 def _combination_study():
@@ -155,7 +186,9 @@ def _corner_runs(boxes_failing: dict[int, str], rec) -> list[dict]:
     runs = []
     for k, box in enumerate(check_boxes(rec.candidate, rec.config)):
         for i, point in enumerate(box_corners(box, rec.config)):
-            runs.append({"point": point, "failure": boxes_failing.get(k, "none") if i == 0 else "none", "value": 0.42})
+            runs.append(
+                {"point": point, "failure": boxes_failing.get(k, "none") if i == 0 else "none", "value": 0.42}
+            )
     return runs
 
 
@@ -172,9 +205,16 @@ def test_checked_corners_decide_the_ranges_safe_together():
     assert "checked, all 8 corners trained without failure" in held.text
     shrunk = recommend(trials, SPACE, confirmation={"corners": _corner_runs({0: "overflow_churn"}, rec)})
     assert shrunk.together_check == "checked" and shrunk.together == boxes[1]
-    assert shrunk.together_failed[0]["failure"] == "overflow_churn" and "1 corner of larger boxes failed" in shrunk.text
-    refuted = recommend(trials, SPACE, confirmation={"corners": _corner_runs({k: "underflow" for k in range(4)}, rec)})
-    assert refuted.together_check == "refuted" and refuted.together == {} and len(refuted.together_failed) == 4
+    assert (
+        shrunk.together_failed[0]["failure"] == "overflow_churn"
+        and "1 corner of larger boxes failed" in shrunk.text
+    )
+    refuted = recommend(
+        trials, SPACE, confirmation={"corners": _corner_runs({k: "underflow" for k in range(4)}, rec)}
+    )
+    assert (
+        refuted.together_check == "refuted" and refuted.together == {} and len(refuted.together_failed) == 4
+    )
     assert "No ranges that are safe together" in refuted.text
     partial = recommend(trials, SPACE, confirmation={"corners": _corner_runs({}, rec)[:5]})
     assert partial.together_check == "unchecked" and partial.together == {}
@@ -191,11 +231,25 @@ def test_no_failed_trial_inside_the_candidate(seed):
         backoff, interval = rng.uniform(0.05, 0.95), int(2 ** rng.uniform(0, 10.9))
         # A made-up task: bad below 2^-5, above 2^25 and where fast growth meets short intervals.
         good = -5 < exp < 25 and not (growth > 1.8 and interval < 8)
-        row = {"exp": exp, "value": 0.42 if good else 1.9, "growth": growth, "backoff": backoff, "interval": interval}
+        row = {
+            "exp": exp,
+            "value": 0.42 if good else 1.9,
+            "growth": growth,
+            "backoff": backoff,
+            "interval": interval,
+        }
         rows.append(row if good else {**row, "failure": "underflow" if exp < 0 else "overflow_churn"})
     trials = _study(rows)
     rec = recommend(trials, SPACE)
-    values = {t.number: (2.0 ** rows[t.number]["exp"], rows[t.number]["growth"], rows[t.number]["backoff"], rows[t.number]["interval"]) for t in trials}
+    values = {
+        t.number: (
+            2.0 ** rows[t.number]["exp"],
+            rows[t.number]["growth"],
+            rows[t.number]["backoff"],
+            rows[t.number]["interval"],
+        )
+        for t in trials
+    }
     order = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
     for number, point in values.items():
         inside = all(rec.candidate[p][0] <= v <= rec.candidate[p][1] for p, v in zip(order, point))
@@ -226,30 +280,50 @@ def test_powers_of_two_space():
 
 def test_the_default_alone_is_not_kept_on_its_own_word():
     """A run stopped after the default's trial: one good trial is not a region, whatever its depth."""
-    trials = _study([{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": -12, "value": 1.7, "failure": "underflow"}])
+    trials = _study(
+        [
+            {"exp": 16, "value": 0.4203, "baseline": "seed-1"},
+            {"exp": -12, "value": 1.7, "failure": "underflow"},
+        ]
+    )
     rec = recommend(trials, SPACE)
     # Chosen as the deepest good trial, not kept for its depth; being the default, the verdict keeps it.
     assert rec.neighbours == (0,) and rec.source_trial == 0 and rec.verdict == "keep-default"
-    assert "Only 1 good trial around any good trial" in rec.text and "Trial #0 is PyTorch's default: keep" in rec.text
+    assert (
+        "Only 1 good trial around any good trial" in rec.text
+        and "Trial #0 is PyTorch's default: keep" in rec.text
+    )
     with_support = _study(
-        [{"exp": 16, "value": 0.4203, "baseline": "seed-1"}, {"exp": 15, "value": 0.4203}, {"exp": 17, "value": 0.4204},
-         {"exp": -12, "value": 1.7, "failure": "underflow"}]
+        [
+            {"exp": 16, "value": 0.4203, "baseline": "seed-1"},
+            {"exp": 15, "value": 0.4203},
+            {"exp": 17, "value": 0.4204},
+            {"exp": -12, "value": 1.7, "failure": "underflow"},
+        ]
     )
     assert recommend(with_support, SPACE).keep_default
 
 
 def test_an_init_scale_below_1_is_named_for_what_it_does():
     """Good trials from 2^-6 to 2^-1 only (above, every trial churns): the answer scales gradients down."""
-    rows = [{"exp": e, "value": 0.4203 + 1e-5 * i} for i, e in enumerate((-6.3, -5.3, -4.3, -3.3, -2.3, -1.3))]
-    rows += [{"exp": 3.7, "value": 0.9, "failure": "overflow_churn"}, {"exp": -15.7, "value": 1.7, "failure": "underflow"}]
+    rows = [
+        {"exp": e, "value": 0.4203 + 1e-5 * i} for i, e in enumerate((-6.3, -5.3, -4.3, -3.3, -2.3, -1.3))
+    ]
+    rows += [
+        {"exp": 3.7, "value": 0.9, "failure": "overflow_churn"},
+        {"exp": -15.7, "value": 1.7, "failure": "underflow"},
+    ]
     rec = recommend(_study(rows), SPACE)
     assert rec.verdict == "change" and rec.config.init_scale < 1
-    assert f"Its init_scale, {rec.config.init_scale:.4g}, is below 1: GradScaler multiplies the loss" in rec.text
+    assert (
+        f"Its init_scale, {rec.config.init_scale:.4g}, is below 1: GradScaler multiplies the loss" in rec.text
+    )
 
 
 def test_a_candidate_box_around_a_minimal_change_holds_its_centre():
-    """The minimal change puts growth_interval back to 2000 where the safe trials near the chosen one ran 5-50:
-    the candidate's range for it must still be a range holding the centre, not (ball low, 50) inverted."""
+    """The minimal change puts growth_interval back to 2000 where the safe trials near the chosen one ran
+    5-50: the candidate's range for it must still be a range holding the centre, not (ball low, 50) inverted.
+    """
     from optuna.distributions import FloatDistribution, IntDistribution
     from optuna.trial import TrialState, create_trial
 
@@ -258,15 +332,28 @@ def test_a_candidate_box_around_a_minimal_change_holds_its_centre():
     from search.results._together import candidate_box
     from search.scalers import ScalerConfig
 
-    dists = {"init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True), "growth_factor": FloatDistribution(1.01, 8.0, log=True),
-             "backoff_factor": FloatDistribution(0.05, 0.95), "growth_interval": IntDistribution(1, 2000, log=True)}  # fmt: skip
+    dists = {
+        "init_scale": FloatDistribution(2.0**-20, 2.0**32, log=True),
+        "growth_factor": FloatDistribution(1.01, 8.0, log=True),
+        "backoff_factor": FloatDistribution(0.05, 0.95),
+        "growth_interval": IntDistribution(1, 2000, log=True),
+    }
     trials = []
     for number, (scale, interval, failure) in enumerate(
         [(3000.0, 5, "none"), (3100.0, 20, "none"), (2900.0, 50, "none"), (2.0**-18, 30, "underflow")]
     ):
-        made = create_trial(state=TrialState.COMPLETE, value=1.0 if failure == "none" else 2.0, distributions=dists,
-                            params={"init_scale": scale, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": interval},
-                            user_attrs={"failure": failure, "nonfinite": False})  # fmt: skip
+        made = create_trial(
+            state=TrialState.COMPLETE,
+            value=1.0 if failure == "none" else 2.0,
+            distributions=dists,
+            params={
+                "init_scale": scale,
+                "growth_factor": 2.0,
+                "backoff_factor": 0.5,
+                "growth_interval": interval,
+            },
+            user_attrs={"failure": failure, "nonfinite": False},
+        )
         made.number = number
         trials.append(made)
     landscape = Landscape.of(trials, DEFAULTS.space, 0.01)

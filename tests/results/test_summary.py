@@ -53,9 +53,20 @@ def test_empty_study():
 def _overturned(study):
     """A confirmation in which the default beat the search's recommendation beyond noise."""
     rec = recommend(study.get_trials(), DEFAULTS.space)
-    params = {p: getattr(rec.config, p) for p in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")}
-    entry = {"label": "recommended", "params": params, "mean_diff": 3.7e-4, "sd_diff": 1.8e-4, "n": 5, "p": 0.011,
-             "significant": True, "default_sd": 0.025}
+    params = {
+        p: getattr(rec.config, p)
+        for p in ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+    }
+    entry = {
+        "label": "recommended",
+        "params": params,
+        "mean_diff": 3.7e-4,
+        "sd_diff": 1.8e-4,
+        "n": 5,
+        "p": 0.011,
+        "significant": True,
+        "default_sd": 0.025,
+    }
     return rec, {"comparisons": [entry]}
 
 
@@ -68,11 +79,17 @@ def test_an_overturned_recommendation_names_the_trial_tested_not_a_default_that_
     data = summarize(study, DEFAULTS.space, confirmation=confirmation)
     line = format_summary(data)
     assert "  verdict: keep the default\n" in line
-    assert 'for plain PyTorch (torch.amp.GradScaler):\n      import torch\n\n      scaler = torch.amp.GradScaler("cpu")\n' in line
     assert (
-        f"trial #{rec.source_trial}, the deepest of 5 good trials (the nearest trial that is not good, #5, has "
-        "init_scale 10.9 octaves lower), was overturned on new seeds against the default; seed-1 has not run in this study"
-    ) in line
+        "for plain PyTorch (torch.amp.GradScaler):\n      import torch\n\n      scaler ="
+        ' torch.amp.GradScaler("cpu")\n'
+        in line
+    )
+    assert (
+        f"trial #{rec.source_trial}, the deepest of 5 good trials (the nearest trial that is not good, #5,"
+        " has init_scale 10.9 octaves lower), was overturned on new seeds against the default; seed-1 has"
+        " not run in this study"
+        in line
+    )
     assert "seed-1 (#" not in line
 
 
@@ -104,14 +121,19 @@ def test_a_study_whose_best_trial_failed_recommends_nothing_as_safe():
     _add(study, 1.70, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
     _add(study, 1.90, "cpu", init_scale=2.0**-15.5, failure="underflow", learned=False)
     text = format_summary(summarize(study, DEFAULTS.space))
-    assert "verdict: no setting is safe here, nothing to paste" in text and "GradScaler(" not in text.split("verdict")[1]
-    assert "(the best trial, #0, failed (underflow), so no trial counts as good: this is only the lowest" in text
+    assert (
+        "verdict: no setting is safe here, nothing to paste" in text
+        and "GradScaler(" not in text.split("verdict")[1]
+    )
+    assert (
+        "(the best trial, #0, failed (underflow), so no trial counts as good: this is only the lowest" in text
+    )
     assert "ties with -1" not in text and "0 good trials" not in text
 
 
 def test_an_answer_whose_line_a_rounding_trial_measured_is_named_as_the_report_names_it():
-    """optimize said "trial #14, the deepest of 3 good trials" where the report said trial #8 is the deepest and
-    #14 its line rounded: the summary now says the same as the report."""
+    """optimize said "trial #14, the deepest of 3 good trials" where the report said trial #8 is the deepest
+    and #14 its line rounded: the summary now says the same as the report."""
     study = optuna.create_study()
     for e in (-9.3, -9.1, -8.9, -8.7, -8.6):
         _add(study, 0.4203, "cpu", init_scale=2.0**e)
@@ -122,11 +144,20 @@ def test_an_answer_whose_line_a_rounding_trial_measured_is_named_as_the_report_n
     assert rec["rounded_from"] in (None, rec["source_trial"])
     assert f"(trial #{rec['source_trial']}, the deepest of 5 good trials" in "\n".join(format_verdict(data))
     # The unchecked box's sentence says what "failed" means there: a failure code, not "not good".
-    assert "): no trial inside ended in a failure code (non-finite, or a silent failure), but sampled" in rec["text"]
+    assert (
+        "): no trial inside ended in a failure code (non-finite, or a silent failure), but sampled" in rec[
+            "text"
+        ]
+    )
     deepest = rec["source_trial"]
-    rec.update(source_trial=6, rounded_from=deepest)  # as recommend() gives it once trial #6 measured the rounding
-    assert (f"(trial #6, the line of trial #{deepest} (the deepest of 5 good trials) rounded: the nearest trial that "
-            "is not good") in "\n".join(format_verdict(data))
+    rec.update(
+        source_trial=6, rounded_from=deepest
+    )  # as recommend() gives it once trial #6 measured the rounding
+    assert (
+        f"(trial #6, the line of trial #{deepest} (the deepest of 5 good trials) rounded: the nearest trial"
+        " that is not good"
+        in "\n".join(format_verdict(data))
+    )
 
 
 def test_one_good_trial_is_the_only_good_trial_not_the_deepest_of_1():
@@ -137,7 +168,9 @@ def test_one_good_trial_is_the_only_good_trial_not_the_deepest_of_1():
     data = summarize(study, DEFAULTS.space)
     rec = data["recommended"]["cpu"]
     verdict = "\n".join(format_verdict(data))
-    assert f"(trial #{rec['source_trial']}, the only good trial: the nearest trial that is not good" in verdict
+    assert (
+        f"(trial #{rec['source_trial']}, the only good trial: the nearest trial that is not good" in verdict
+    )
     assert "deepest of 1 " not in verdict
     assert "no other trial lies nearer than it." in rec["text"] and "all 1 trials" not in rec["text"]
     assert "1 of 2 trials is good (within" in rec["text"], rec["text"]

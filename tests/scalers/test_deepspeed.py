@@ -43,7 +43,10 @@ def test_the_same_scale_after_every_step_as_deepspeeds_class(
 ):
     rng = random.Random(hash((power, window, hysteresis, consecutive, minimum, overflow_rate)) % 2**32)
     theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**power, scale_window=window, min_scale=minimum, delayed_shift=hysteresis,
+        init_scale=2.0**power,
+        scale_window=window,
+        min_scale=minimum,
+        delayed_shift=hysteresis,
         consecutive_hysteresis=consecutive,
     )
     ours = DeepSpeedScale(power, window, hysteresis, consecutive, minimum)
@@ -62,8 +65,9 @@ def test_the_same_scale_after_every_step_as_deepspeeds_class(
         event = ours.update(overflow)
         assert ours.scale == theirs.cur_scale, (step, overflow)
         assert event == (
-            "grew" if theirs.cur_scale > before else "backed off" if theirs.cur_scale < before
-            else "hysteresis" if overflow else "kept"
+            "grew"
+            if theirs.cur_scale > before
+            else "backed off" if theirs.cur_scale < before else "hysteresis" if overflow else "kept"
         ) or (overflow and before == minimum == theirs.cur_scale)
     assert ended or overflow_rate < 0.7 or minimum < 1  # the high rates reach the minimum
 
@@ -72,7 +76,11 @@ def test_the_first_growth_comes_on_the_step_after_a_full_window():
     scale = DeepSpeedScale(initial_scale_power=4, loss_scale_window=3, hysteresis=2)
     assert [scale.update(False) for _ in range(4)] == ["kept", "kept", "kept", "grew"]
     assert scale.scale == 32.0
-    assert [scale.update(True), scale.update(True), scale.update(True)] == ["hysteresis", "backed off", "backed off"]
+    assert [scale.update(True), scale.update(True), scale.update(True)] == [
+        "hysteresis",
+        "backed off",
+        "backed off",
+    ]
     assert scale.scale == 8.0
 
 
@@ -83,14 +91,18 @@ def test_the_first_growth_comes_on_the_step_after_a_full_window():
 def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
     loss_scaler, power, window, hysteresis, consecutive, minimum
 ):
-    """Seed-mlp (it overflows above about 2^19.4) for 30 steps from 2^27-2^30: the trainer with DeepSpeedScale and a
-    plain loop (plain_loop.plain_rule_run) driven by DeepSpeed's own class skip the same steps with the same scales, and end the run at the
-    same step when the minimum is reached (the last case: a minimum above the overflow edge)."""
+    """Seed-mlp (it overflows above about 2^19.4) for 30 steps from 2^27-2^30: the trainer with DeepSpeedScale
+    and a plain loop (plain_loop.plain_rule_run) driven by DeepSpeed's own class skip the same steps with the
+    same scales, and end the run at the same step when the minimum is reached (the last case: a minimum above
+    the overflow edge)."""
     from search.tasks.seed_mlp import build
 
     problem = build(42)
     theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**power, scale_window=window, min_scale=minimum, delayed_shift=hysteresis,
+        init_scale=2.0**power,
+        scale_window=window,
+        min_scale=minimum,
+        delayed_shift=hysteresis,
         consecutive_hysteresis=consecutive,
     )
     stopped: list[str] = []
@@ -105,8 +117,12 @@ def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
 
     scales, skipped, _ = plain_rule_run(problem, theirs.cur_scale, deepspeed_next, 30)
     ended = stopped[0] if stopped else ""
-    ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30,
-                 scale_rule=DeepSpeedScale(power, window, hysteresis, consecutive, minimum))
+    ours = train(
+        problem,
+        ScalerConfig(1.0, 2.0, 0.5, 1),
+        steps=30,
+        scale_rule=DeepSpeedScale(power, window, hysteresis, consecutive, minimum),
+    )
     assert ours.scale_curve == scales and ours.skipped == skipped and sum(skipped) > 0
     assert bool(ours.ended_by_rule) == bool(ended) and ours.steps == len(scales)
     assert bool(ended) == (minimum > 2.0**20)  # only a minimum above the overflow edge ends the run

@@ -23,7 +23,11 @@ def test_the_written_line_builds_the_same_scaler():
     built = eval(setting.as_code("cpu"), {"torch": torch})
     assert built._init_scale == pytest.approx(0.3621, rel=1e-7)
     assert torch.tensor(built._init_scale, dtype=torch.float32) == torch.tensor(0.3621, dtype=torch.float32)
-    assert (built.get_growth_factor(), built.get_backoff_factor(), built.get_growth_interval()) == (1.966, 0.37, 13)
+    assert (built.get_growth_factor(), built.get_backoff_factor(), built.get_growth_interval()) == (
+        1.966,
+        0.37,
+        13,
+    )
 
 
 def test_every_rule_owns_its_settings_space_and_baselines():
@@ -36,5 +40,7 @@ def test_every_rule_owns_its_settings_space_and_baselines():
         assert [tag for tag, _ in kept] == [tag for tag, _ in rule.baselines] and notes == []
         for tag, params in kept:
             assert dict(setting_of(params, space, name).values) == dict(dict(rule.baselines)[tag])
-    assert RULES[TORCH].setting(GRADSCALER.default).make() is None  # GradScaler's own update() moves the scale.
+    assert (
+        RULES[TORCH].setting(GRADSCALER.default).make() is None
+    )  # GradScaler's own update() moves the scale.
     assert all(RULES[name].setting(RULES[name].default).make() is not None for name in RULES if name != TORCH)

@@ -64,7 +64,9 @@ def fairseq_scales(overflows, init, window, tolerance, minimum, threshold):
     "initial, minimum, window, hysteresis, growth, backoff",
     [(2.0**32, 1.0, 1000, 2, 2.0, 0.5), (1234.5, 3.7, 7, 3, 1.7, 0.37), (77.7, 0.3, 3, 1, 2.0, 0.5)],
 )
-def test_megatron_scale_matches_the_transcription(rate, initial, minimum, window, hysteresis, growth, backoff):
+def test_megatron_scale_matches_the_transcription(
+    rate, initial, minimum, window, hysteresis, growth, backoff
+):
     rng = random.Random(f"{rate}{initial}")
     overflows = [rng.random() < rate for _ in range(300)]
     ours = MegatronScale(initial, minimum, window, hysteresis, growth, backoff)
@@ -74,20 +76,36 @@ def test_megatron_scale_matches_the_transcription(rate, initial, minimum, window
 
 
 def test_megatron_turns_by_hand():
-    """Hysteresis 2, window 3, 2^5: the first overflow only spends hysteresis, the second backs off, and so does
-    every later one until a growth refills it; at the minimum the scale is clamped and the run goes on."""
+    """Hysteresis 2, window 3, 2^5: the first overflow only spends hysteresis, the second backs off, and so
+    does every later one until a growth refills it; at the minimum the scale is clamped and the run goes on.
+    """
     scale = MegatronScale(32.0, 4.0, 3, 2)
     events = [scale.update(o) for o in (True, True, True, False, False, False, True, True, True, True)]
     # 32: spent, 16, 8; clean x3: 16; spent, 8, 4 (the minimum), clamped there.
-    assert events == ["hysteresis", "backed off", "backed off", "kept", "kept", "grew",
-                      "hysteresis", "backed off", "backed off", "at minimum"]
+    assert events == [
+        "hysteresis",
+        "backed off",
+        "backed off",
+        "kept",
+        "kept",
+        "grew",
+        "hysteresis",
+        "backed off",
+        "backed off",
+        "at minimum",
+    ]
     assert scale.scale == 4.0
 
 
 @pytest.mark.parametrize("rate", [0.02, 0.2, 0.6])
 @pytest.mark.parametrize(
     "init, window, tolerance, minimum, threshold",
-    [(128.0, 2**14, 0.0, 1e-4, None), (1000.0, 5, 0.25, 0.37, None), (300.0, 3, 0.0, 1e-4, 9.5), (6.0, 4, 0.0, 1.3, None)],
+    [
+        (128.0, 2**14, 0.0, 1e-4, None),
+        (1000.0, 5, 0.25, 0.37, None),
+        (300.0, 3, 0.0, 1e-4, 9.5),
+        (6.0, 4, 0.0, 1.3, None),
+    ],
 )
 def test_fairseq_scale_matches_the_transcription(rate, init, window, tolerance, minimum, threshold):
     rng = random.Random(f"{rate}{init}{window}")
@@ -108,12 +126,19 @@ def test_fairseq_scale_matches_the_transcription(rate, init, window, tolerance, 
 
 
 def test_fairseq_turns_by_hand():
-    """Window 3 from 10: growth on the 3rd clean step; with tolerance 0.5 an overflow halves only when overflows
-    make up half the steps since the last rescale; halving to the minimum ends the run with the scale put back."""
+    """Window 3 from 10: growth on the 3rd clean step; with tolerance 0.5 an overflow halves only when
+    overflows make up half the steps since the last rescale; halving to the minimum ends the run with the
+    scale put back.
+    """
     scale = FairseqScale(10.0, 3, 0.5, 1.5)
     assert [scale.update(False) for _ in range(3)] == ["kept", "kept", "grew"]
     assert scale.scale == 20.0
-    assert [scale.update(o) for o in (False, False, True, True)] == ["kept", "kept", "tolerated", "backed off"]
+    assert [scale.update(o) for o in (False, False, True, True)] == [
+        "kept",
+        "kept",
+        "tolerated",
+        "backed off",
+    ]
     assert scale.scale == 10.0
     with pytest.raises(ScaleAtMinimum):
         for _ in range(10):
@@ -122,9 +147,9 @@ def test_fairseq_turns_by_hand():
 
 
 def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
-    """Seed-mlp (it overflows above about 2^19.4) for 30 steps: the trainer under MegatronScale and FairseqScale
-    skips the same steps with the same scales as a plain loop driven by the transcriptions, and fairseq's
-    minimum ends both runs at the same step."""
+    """Seed-mlp (it overflows above about 2^19.4) for 30 steps: the trainer under MegatronScale and
+    FairseqScale skips the same steps with the same scales as a plain loop driven by the transcriptions, and
+    fairseq's minimum ends both runs at the same step."""
     problem = build(42)
     history: list[bool] = []
 
@@ -133,10 +158,15 @@ def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
         return megatron_scales(history, 1.37 * 2**27, 3.7, 4, 2, 2.0, 0.5)[-1]
 
     scales, skipped, _ = plain_rule_run(problem, float(torch.tensor(1.37 * 2**27)), megatron_next, 30)
-    ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30, scale_rule=MegatronScale(1.37 * 2**27, 3.7, 4, 2))
+    ours = train(
+        problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30, scale_rule=MegatronScale(1.37 * 2**27, 3.7, 4, 2)
+    )
     assert ours.scale_curve == scales and ours.skipped == skipped and sum(skipped) > 0
 
-    for minimum, ends in ((1e-4, False), (600_000.0, True)):  # 1,024,000 overflows; halved it is under 600,000
+    for minimum, ends in (
+        (1e-4, False),
+        (600_000.0, True),
+    ):  # 1,024,000 overflows; halved it is under 600,000
         seen: list[bool] = []
 
         def fairseq_next(overflow, minimum=minimum):
@@ -145,6 +175,14 @@ def test_the_trainer_moves_the_scale_by_megatrons_and_fairseqs_rules():
             return None if ended_at is not None else out[-1]
 
         scales, skipped, ended = plain_rule_run(problem, 1000.0 * 2**14, fairseq_next, 30)
-        ours = train(problem, ScalerConfig(1.0, 2.0, 0.5, 1), steps=30,
-                     scale_rule=FairseqScale(1000.0 * 2**14, 6, 0.0, minimum))
-        assert ours.scale_curve == scales and ours.skipped == skipped and ended == ends == bool(ours.ended_by_rule)
+        ours = train(
+            problem,
+            ScalerConfig(1.0, 2.0, 0.5, 1),
+            steps=30,
+            scale_rule=FairseqScale(1000.0 * 2**14, 6, 0.0, minimum),
+        )
+        assert (
+            ours.scale_curve == scales
+            and ours.skipped == skipped
+            and ended == ends == bool(ours.ended_by_rule)
+        )

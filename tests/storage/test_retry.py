@@ -119,11 +119,14 @@ def test_an_outage_longer_than_the_budget_is_raised():
         with_retry(call, what="writing a trial", budget=0.0, sleep=sleeps.append)
     assert sleeps == [] and raised.value.__cause__ is error
     # One line that says what happened and what to do, not the driver's or Optuna's generic words.
-    assert str(raised.value) == (
-        "the storage stayed unreachable for 0 s (--storage-retry) while writing a trial; "
+    assert (
+        str(raised.value)
+        == "the storage stayed unreachable for 0 s (--storage-retry) while writing a trial; "
         "run the same command again to resume"
     )
-    assert isinstance(raised.value, optuna.exceptions.StorageInternalError)  # handled where storage errors are
+    assert isinstance(
+        raised.value, optuna.exceptions.StorageInternalError
+    )  # handled where storage errors are
 
 
 def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
@@ -165,9 +168,13 @@ def test_processes_that_share_the_flag_announce_an_outage_once_between_them():
             down.set()
             ready.wait()
             ready.wait()
-            # Both workers are retrying: each met this outage twice (its warning, if any, came after the first).
+            # Both workers are retrying: each met this outage twice (its warning, if any, came after the
+            # first).
             deadline = time.monotonic() + 30
-            while not all(now >= then + 2 for now, then in zip(failed[:], before)) and time.monotonic() < deadline:
+            while (
+                not all(now >= then + 2 for now, then in zip(failed[:], before))
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.01)
             assert all(now >= then + 2 for now, then in zip(failed[:], before)), (outage, before, failed[:])
             down.clear()
@@ -237,9 +244,15 @@ def test_an_error_raised_while_handling_a_dropped_connection_is_transient():
 
 
 def test_the_warning_gives_the_drivers_words_not_a_follow_ups(warnings_logged):
-    errors = [wrapped(raised_while_handling_a_dropped_connection(
-        sqlalchemy.exc.PendingRollbackError("Can't reconnect until invalid transaction is rolled back")
-    ))]
+    errors = [
+        wrapped(
+            raised_while_handling_a_dropped_connection(
+                sqlalchemy.exc.PendingRollbackError(
+                    "Can't reconnect until invalid transaction is rolled back"
+                )
+            )
+        )
+    ]
 
     def call() -> None:
         if errors:
@@ -247,7 +260,9 @@ def test_the_warning_gives_the_drivers_words_not_a_follow_ups(warnings_logged):
 
     with_retry(call, what="reading trials", budget=60, sleep=lambda s: None)
     records = warnings_logged
-    assert len(records) == 1 and "Connection refused" in records[0] and "rolled back" not in records[0], records
+    assert (
+        len(records) == 1 and "Connection refused" in records[0] and "rolled back" not in records[0]
+    ), records
 
 
 def test_a_recorded_interrupt_ends_the_wait_for_the_storage():

@@ -18,13 +18,15 @@ def test_mask_url_hides_passwords():
     assert mask_url("sqlite:///study.db") == "sqlite:///study.db"
     assert "s3cret" not in redact("could not log in as me with s3cret", "mysql+pymysql://me:s3cret@h/x")
     # libpq and the MySQL drivers take a password in the query string too.
-    assert mask_url("postgresql+psycopg://me@db/x?password=hunter99&sslmode=require") == (
-        "postgresql+psycopg://me@db/x?password=***&sslmode=require"
+    assert (
+        mask_url("postgresql+psycopg://me@db/x?password=hunter99&sslmode=require")
+        == "postgresql+psycopg://me@db/x?password=***&sslmode=require"
     )
     assert "abc" not in mask_url("mysql+pymysql://me@h/x?passwd=abc&charset=utf8")
     query = "postgresql+psycopg://me@db/x?password=hunter99"
-    assert redact(f"cannot open {query}: hunter99 refused", query) == (
-        "cannot open postgresql+psycopg://me@db/x?password=***: *** refused"
+    assert (
+        redact(f"cannot open {query}: hunter99 refused", query)
+        == "cannot open postgresql+psycopg://me@db/x?password=***: *** refused"
     )
 
 
@@ -89,10 +91,14 @@ def test_password_never_appears_in_output(postgres_url, tmp_path):
     assert "postgres:***@" in bad.stderr
     # The same password in the query string (libpq reads it there): masked in output and in the report.
     query = postgres_url + "?password=hunter3"
-    ok = run_cli(["--trials", "5", "--storage", query], tmp_path)  # Finished already: the summary, no training.
+    ok = run_cli(
+        ["--trials", "5", "--storage", query], tmp_path
+    )  # Finished already: the summary, no training.
     bad = run_cli(["--trials", "5", "--storage", query.replace(":5432", ":1")], tmp_path)
     report = run_cli(["--storage", query, "--out", "r.html"], tmp_path, module="search.report")
-    assert ok.returncode == 0 and bad.returncode == 2 and report.returncode == 0, ok.stderr + bad.stderr + report.stderr
+    assert ok.returncode == 0 and bad.returncode == 2 and report.returncode == 0, (
+        ok.stderr + bad.stderr + report.stderr
+    )
     for proc in (ok, bad, report):
         assert "hunter3" not in proc.stdout + proc.stderr
     assert "?password=***" in bad.stderr and "hunter3" not in (tmp_path / "r.html").read_text()
@@ -133,7 +139,10 @@ def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path)
     ours.commit()
     ours.execute("SELECT * FROM t").fetchall()  # Holds its shared lock on the WAL index.
     open_storage(f"sqlite:///{path}").engine.dispose()
-    writer = f"import sqlite3; c = sqlite3.connect({str(path)!r}); c.execute('INSERT INTO t VALUES (1)'); c.commit(); c.close()"
+    writer = (
+        f"import sqlite3; c = sqlite3.connect({str(path)!r}); c.execute('INSERT INTO t VALUES (1)');"
+        " c.commit(); c.close()"
+    )
     subprocess.run([sys.executable, "-c", writer], check=True, timeout=60)
     assert (tmp_path / "s.db-wal").exists(), "the other process saw no lock of ours and removed the WAL"
     assert ours.execute("SELECT count(*) FROM t").fetchone() == (1,)

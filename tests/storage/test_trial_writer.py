@@ -144,7 +144,9 @@ def _enqueue_the_baselines(url: str, go, counts, index: int) -> None:
 
     writer = TrialWriter(optuna.load_study(storage=open_storage(url), study_name="q"))
     go.wait()
-    counts[index] = len(writer.enqueue_once([waiting_baseline(f"seed-{i}", {"x": i}) for i in range(1, 6)], "baseline"))
+    counts[index] = len(
+        writer.enqueue_once([waiting_baseline(f"seed-{i}", {"x": i}) for i in range(1, 6)], "baseline")
+    )
 
 
 def _check_enqueue_once_from_many_processes(url: str) -> None:

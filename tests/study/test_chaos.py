@@ -92,7 +92,10 @@ def silent_running_sampled(url: str, seconds: float) -> int:  # Of the slow task
         with sqlalchemy.orm.Session(engine) as session:
             beat = models.TrialHeartbeatModel
             now = session.query(sqlalchemy.func.now()).scalar().replace(tzinfo=None)
-            ages = {tid: (now - when).total_seconds() for tid, when in session.query(beat.trial_id, beat.heartbeat)}
+            ages = {
+                tid: (now - when).total_seconds()
+                for tid, when in session.query(beat.trial_id, beat.heartbeat)
+            }
     finally:
         engine.dispose()
     return sum(
@@ -108,9 +111,13 @@ def test_hard_restart_mid_run_under_two_workers(own_postgres: OwnPostgres, tmp_p
     # trial while the server is down), at little CPU. With seed-mlp's 0.1-s trials, the run could finish
     # between the poll that saw 6 trials and the stop, under a full suite's load (it did once).
     url, n = own_postgres.url.replace("postgres@", "postgres:hunter2@"), 12  # Trust: any password works.
-    proc = start_cli(["--trials", str(n), "--task", SLOW, "--workers", "2", "--storage", url, *FAST], tmp_path)
+    proc = start_cli(
+        ["--trials", str(n), "--task", SLOW, "--workers", "2", "--storage", url, *FAST], tmp_path
+    )
     try:
-        wait_until(lambda: len(completed(url, SLOW_STUDY)) >= len(TAGS) + 1, what="6 trials before the restart")
+        wait_until(
+            lambda: len(completed(url, SLOW_STUDY)) >= len(TAGS) + 1, what="6 trials before the restart"
+        )
         kept = completed(url, SLOW_STUDY)
         assert proc.poll() is None, "the run ended before the restart"
         own_postgres.stop("immediate")
@@ -141,7 +148,9 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
     args = ["--trials", str(n), "--task", SLOW, "--workers", "2", "--storage", url, "--storage-retry", "2"]
     proc = start_cli([*args, "--heartbeat-interval", "1", *FAST], tmp_path)
     try:
-        wait_until(lambda: len(completed(url, SLOW_STUDY)) >= len(TAGS) + 1, what="6 trials before the outage")
+        wait_until(
+            lambda: len(completed(url, SLOW_STUDY)) >= len(TAGS) + 1, what="6 trials before the outage"
+        )
         kept = completed(url, SLOW_STUDY)
         assert proc.poll() is None, "the run ended before the outage"
         own_postgres.stop("immediate")
@@ -164,7 +173,12 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
     command = shlex.split(printed.removesuffix(" (with your password in place of ***)"))
     assert command[:3] == ["python", "-m", "search.optimize"]
     resume = subprocess.run(
-        [sys.executable, *command[1:]], cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=240
+        [sys.executable, *command[1:]],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert resume.returncode == 0, resume.stderr
     # A re-queued baseline runs past N: up to 5 more than the workers' usual one.
@@ -208,19 +222,27 @@ def test_kill_9_of_a_worker_mid_sampled_trial_then_resume(own_postgres: OwnPostg
     assert proc.returncode == 0, err
     assert "died (SIGKILL); the others finished the study" in err and "Traceback" not in err
     trials = trials_of(url, SLOW_STUDY)
-    assert_sound(trials, n, n + 1 + sum(t.state == TrialState.FAIL for t in trials))  # Retries may run past N.
+    assert_sound(
+        trials, n, n + 1 + sum(t.state == TrialState.FAIL for t in trials)
+    )  # Retries may run past N.
     # The victim's trial failed, and every failed trial was run again with its params. (Under heavy
     # load a live trial's 1-s heartbeat can lag 2 s: a peer fails it too, and it is retried the same way.)
     failed = [t for t in trials if t.state == TrialState.FAIL]
     assert any(t.datetime_start.timestamp() < signal_time for t in failed), failed
     for t in failed:
         (retry,) = [r for r in trials if r.system_attrs.get("failed_trial") == t.number]
-        assert BASELINE not in t.user_attrs and retry.state == TrialState.COMPLETE and retry.params == t.params
+        assert (
+            BASELINE not in t.user_attrs and retry.state == TrialState.COMPLETE and retry.params == t.params
+        )
     # The headline counts them as the storage does, apart from the trials that failed themselves.
     plural = "trial" if len(failed) == 1 else "trials"
-    assert f"0 failed, {len(failed)} {plural} of a stopped worker failed and queued again in" in out.splitlines()[0], out
+    assert (
+        f"0 failed, {len(failed)} {plural} of a stopped worker failed and queued again in"
+        in out.splitlines()[0]
+    ), out
 
-    # The resume goes on from the study the fault left: in this process, one worker (the workers' own paths ran above).
+    # The resume goes on from the study the fault left: in this process, one worker (the workers' own paths
+    # ran above).
     assert args[:2] == ["--workers", "2"]
     resume = run_cli(["--trials", str(n + 3), *args[2:]], tmp_path)
     assert resume.returncode == 0, resume.stderr

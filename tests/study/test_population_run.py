@@ -32,7 +32,11 @@ SHORT = ["--epochs", "3"]
 
 
 def _baselines(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
-    return sorted(t.user_attrs["baseline"] for t in trials if t.state == TrialState.COMPLETE and "baseline" in t.user_attrs)
+    return sorted(
+        t.user_attrs["baseline"]
+        for t in trials
+        if t.state == TrialState.COMPLETE and "baseline" in t.user_attrs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +68,12 @@ def test_each_member_stores_what_an_ordinary_trial_of_its_params_stores(populati
     sampled = [t for t in load(population_study).get_trials() if "baseline" not in t.user_attrs]
     for t in sampled:
         ordinary = run_trial(
-            problem, scaler_config(t.params, DEFAULTS.space), steps=run_steps(problem, 0, 0), amp_dtype=torch.float16,
-            penalty=PenaltyConfig(), device_label=t.user_attrs[record.DEVICE],
+            problem,
+            scaler_config(t.params, DEFAULTS.space),
+            steps=run_steps(problem, 0, 0),
+            amp_dtype=torch.float16,
+            penalty=PenaltyConfig(),
+            device_label=t.user_attrs[record.DEVICE],
         )
         mine, theirs = dict(t.user_attrs), dict(ordinary.user_attrs)
         assert set(mine) == set(record.RUN_ATTRS) | {record.WORKER, record.POPULATION}
@@ -93,12 +101,17 @@ def test_each_member_stores_what_an_ordinary_trial_of_its_params_stores(populati
     "args, message",
     [
         # A user task whose model is not a Sequential of Linear layers and activations (LayerNorm blocks).
-        (["--task", "examples.noisy_regression:build"], "cannot be trained as a population: model layer 1 is Block"),
+        (
+            ["--task", "examples.noisy_regression:build"],
+            "cannot be trained as a population: model layer 1 is Block",
+        ),
         (["--population", "0"], "population must be between 1 and 4096, got 0"),
         (["--population", "5000"], "population must be between 1 and 4096, got 5000"),
     ],
 )
-def test_bad_population_input_is_one_line_exit_2_and_creates_no_file(tmp_path, monkeypatch, capsys, args, message):
+def test_bad_population_input_is_one_line_exit_2_and_creates_no_file(
+    tmp_path, monkeypatch, capsys, args, message
+):
     monkeypatch.chdir(tmp_path)
     argv = args if "--population" in args else args + ["--population", "4"]
     assert main(argv + ["--quiet"]) == 2
@@ -107,13 +120,18 @@ def test_bad_population_input_is_one_line_exit_2_and_creates_no_file(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_unsupported_task_leaves_an_existing_study_untouched(population_study, tmp_path, monkeypatch, capsys):
+def test_an_unsupported_task_leaves_an_existing_study_untouched(
+    population_study, tmp_path, monkeypatch, capsys
+):
     shutil.copy(population_study / "study.db", tmp_path / "study.db")
     before = (tmp_path / "study.db").read_bytes()
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "30", "--population", "4", "--task", "examples.noisy_regression:build"]) == 2
     assert "cannot be trained as a population" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["study.db"] and (tmp_path / "study.db").read_bytes() == before
+    assert (
+        sorted(p.name for p in tmp_path.iterdir()) == ["study.db"]
+        and (tmp_path / "study.db").read_bytes() == before
+    )
 
 
 def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_path, monkeypatch, capsys):
@@ -124,11 +142,15 @@ def test_ctrl_c_mid_population_fails_all_its_trials_and_leaves_none_running(tmp_
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "21", "--population", "8", *SHORT, "--quiet"]) == 130
     err = capsys.readouterr().err
-    assert "interrupted by SIGINT; trials 5-12 (a population of 8), in flight, were recorded as FAIL" in err, err
+    assert (
+        "interrupted by SIGINT; trials 5-12 (a population of 8), in flight, were recorded as FAIL" in err
+    ), err
     trials = load(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 8
-    assert all(t.user_attrs[record.FAIL_REASON] == "interrupted (SIGINT), with the 8 trials of its population"
-               for t in trials[5:])
+    assert all(
+        t.user_attrs[record.FAIL_REASON] == "interrupted (SIGINT), with the 8 trials of its population"
+        for t in trials[5:]
+    )
     # Resuming after the interrupt completes the study: the failed trials are replaced, not counted.
     monkeypatch.setattr(search.study._trial_training, "run_population", original)
     assert main(["--trials", "13", "--population", "8", *SHORT, "--quiet"]) == 0
@@ -151,7 +173,9 @@ def test_a_failing_population_fails_its_trials_with_the_reason_and_the_study_goe
     monkeypatch.chdir(tmp_path)
     assert main(["--trials", "9", "--population", "4", *SHORT, "--quiet"]) == 0
     trials = load(tmp_path).get_trials()
-    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 4 + [TrialState.COMPLETE] * 4
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 5 + [TrialState.FAIL] * 4 + [
+        TrialState.COMPLETE
+    ] * 4
     assert {t.user_attrs[record.FAIL_REASON] for t in trials[5:9]} == {"RuntimeError: the device fell over"}
 
 
@@ -159,8 +183,21 @@ def test_the_trial_timeout_applies_to_the_whole_population(tmp_path, monkeypatch
     # One trial of 4 slow steps sleeps 0.2 s (the first 0.4 s, with its fp32 reference run) and fits in
     # 1 s; eight together sleep 1.6 s and do not: 0.6 s to spare on both sides, more than ten steps of
     # four against 1.5 s left (0.5 s), with baselines 2.5x shorter.
-    args = ["--trials", "13", "--population", "8", "--task", "tasks_for_tests:slow", "--epochs", "4",
-            "--trial-timeout", "1.0", "--max-failed-trials", "8", "--quiet"]
+    args = [
+        "--trials",
+        "13",
+        "--population",
+        "8",
+        "--task",
+        "tasks_for_tests:slow",
+        "--epochs",
+        "4",
+        "--trial-timeout",
+        "1.0",
+        "--max-failed-trials",
+        "8",
+        "--quiet",
+    ]
     monkeypatch.chdir(tmp_path)
     assert main(args) == 1
     assert "8 trials failed in this run" in capsys.readouterr().err
@@ -173,8 +210,12 @@ def test_the_trial_timeout_applies_to_the_whole_population(tmp_path, monkeypatch
 def test_resume_of_a_population_study(population_study, tmp_path, monkeypatch):
     shutil.copy(population_study / "study.db", tmp_path / "study.db")
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "16", "--population", "4", "--quiet"]) == 0  # the last population: the 3 still needed
-    assert main(["--trials", "17", "--quiet"]) == 0  # population is no recorded setting: ordinary trials resume it
+    assert (
+        main(["--trials", "16", "--population", "4", "--quiet"]) == 0
+    )  # the last population: the 3 still needed
+    assert (
+        main(["--trials", "17", "--quiet"]) == 0
+    )  # population is no recorded setting: ordinary trials resume it
     trials = load(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 17 and _baselines(trials) == BASELINES
     assert [t.user_attrs.get(record.POPULATION) for t in trials[5:]] == [4] * 8 + [3] * 3 + [None]
@@ -195,7 +236,9 @@ def test_two_workers_with_populations_reach_n_to_n_plus_k(tmp_path):
     assert all(record.POPULATION in t.user_attrs for t in sampled)
 
 
-def test_a_shared_population_is_registered_running_and_finished_in_one_transaction_each(postgres_url, monkeypatch):
+def test_a_shared_population_is_registered_running_and_finished_in_one_transaction_each(
+    postgres_url, monkeypatch
+):
     """On a database server (shared): K RUNNING with first heartbeats in one write, K finished in one more."""
     import search.study._trial_training
     from search.storage import TrialRecorder
@@ -231,8 +274,21 @@ def test_a_shared_population_is_registered_running_and_finished_in_one_transacti
 
 def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path):
     """kill -9 during a shared population: its K RUNNING trials go stale, are failed and run again."""
-    args = ["--storage", postgres_url, "--trials", "9", "--population", "4", "--task", "tasks_for_tests:slow",
-            "--epochs", "4", "--heartbeat-interval", "1", "--quiet"]
+    args = [
+        "--storage",
+        postgres_url,
+        "--trials",
+        "9",
+        "--population",
+        "4",
+        "--task",
+        "tasks_for_tests:slow",
+        "--epochs",
+        "4",
+        "--heartbeat-interval",
+        "1",
+        "--quiet",
+    ]
     proc = start_cli(args, tmp_path)
     deadline = time.time() + 120
     running: list[optuna.trial.FrozenTrial] = []
@@ -242,7 +298,9 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
             study = optuna.load_study(storage=postgres_url, study_name="tasks_for_tests-slow")
         except KeyError:
             continue
-        running = [t for t in study.get_trials(states=(TrialState.RUNNING,)) if "baseline" not in t.user_attrs]
+        running = [
+            t for t in study.get_trials(states=(TrialState.RUNNING,)) if "baseline" not in t.user_attrs
+        ]
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert len(running) == 4
@@ -272,10 +330,19 @@ def test_batched_heartbeats_and_finishes_respect_a_peers_fail(tmp_path):
     with pytest.warns(optuna.exceptions.ExperimentalWarning):
         optuna.storages.fail_stale_trials(study)
     states = [t.state for t in study.get_trials()]
-    assert states == [TrialState.RUNNING, TrialState.RUNNING, TrialState.FAIL, TrialState.WAITING]  # + its retry
+    assert states == [
+        TrialState.RUNNING,
+        TrialState.RUNNING,
+        TrialState.FAIL,
+        TrialState.WAITING,
+    ]  # + its retry
     trials = [optuna.Trial(study, i) for i in ids]
     done = writer.finish_many([Finish(t, TrialState.COMPLETE, 0.5, {"k": 1}, {0: 1.0}) for t in trials])
     assert done == [True, True, False]  # the peer's FAIL stands
     stored = study.get_trials()
     assert [t.state for t in stored[:3]] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.FAIL]
-    assert stored[0].value == 0.5 and stored[0].user_attrs == {"k": 1} and stored[0].intermediate_values == {0: 1.0}
+    assert (
+        stored[0].value == 0.5
+        and stored[0].user_attrs == {"k": 1}
+        and stored[0].intermediate_values == {0: 1.0}
+    )

@@ -24,8 +24,19 @@ def _runner(tmp_path, trials: int) -> Runner:
 
 
 def _as_read(t: optuna.trial.FrozenTrial) -> tuple:
-    return (t._trial_id, t.number, t.state, t.values, t.params, t.distributions, t.user_attrs, t.system_attrs,
-            t.intermediate_values, t.datetime_start, t.datetime_complete)
+    return (
+        t._trial_id,
+        t.number,
+        t.state,
+        t.values,
+        t.params,
+        t.distributions,
+        t.user_attrs,
+        t.system_attrs,
+        t.intermediate_values,
+        t.datetime_start,
+        t.datetime_complete,
+    )
 
 
 def test_the_study_it_does_not_read_back_equals_what_a_read_returns(tmp_path, monkeypatch):
@@ -43,8 +54,12 @@ def test_the_study_it_does_not_read_back_equals_what_a_read_returns(tmp_path, mo
 
     monkeypatch.setattr(Runner, "_study_after_own_write", spy)
     runner.run()
-    stored = {t.number: t for t in optuna.load_study(storage=runner.study._storage._backend,
-                                                   study_name=runner.study.study_name).get_trials()}
+    stored = {
+        t.number: t
+        for t in optuna.load_study(
+            storage=runner.study._storage._backend, study_name=runner.study.study_name
+        ).get_trials()
+    }
     assert len(views) >= 8, "every sampled trial after the baselines should be known without a read"
     for view in views:
         assert [t.number for t in view] == list(range(len(view)))
@@ -62,15 +77,23 @@ def test_a_trial_another_process_wrote_before_ours_is_read(tmp_path, monkeypatch
     def write_after_another(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:  # The second sampled trial: another process's trial goes first.
-            other.add_trial(optuna.trial.create_trial(
-                params={"foreign": 0.5}, distributions={"foreign": FloatDistribution(0, 1)}, value=9.0
-            ))
+            other.add_trial(
+                optuna.trial.create_trial(
+                    params={"foreign": 0.5}, distributions={"foreign": FloatDistribution(0, 1)}, value=9.0
+                )
+            )
         return write(*args, **kwargs)
 
     known: list[object] = []
     original = Runner._study_after_own_write
     monkeypatch.setattr(runner.recorder, "write", write_after_another)
-    monkeypatch.setattr(Runner, "_study_after_own_write", lambda self, before: known.append(original(self, before)) or known[-1])
+    monkeypatch.setattr(
+        Runner,
+        "_study_after_own_write",
+        lambda self, before: known.append(original(self, before)) or known[-1],
+    )
     runner.run()
     assert known[0] is not None and known[1] is None and known[2] is not None
-    assert any(t.params.get("foreign") == 0.5 for t in runner.replica.study.get_trials(states=(TrialState.COMPLETE,)))
+    assert any(
+        t.params.get("foreign") == 0.5 for t in runner.replica.study.get_trials(states=(TrialState.COMPLETE,))
+    )

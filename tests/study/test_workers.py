@@ -138,7 +138,18 @@ def test_two_workers_on_mariadb_under_megatrons_rule(mysql_url, tmp_path):
     (GradScaler studies with workers: on PostgreSQL, test_chaos.test_hard_restart_mid_run_under_two_workers,
     through a restart too; on SQLite, test_four_sqlite_workers_never_hit_database_is_locked.)"""
     url = mysql_url
-    args = ["--trials", "16", "--workers", "2", "--storage", url, "--scaler", "megatron", "--best-out", "best.json"]
+    args = [
+        "--trials",
+        "16",
+        "--workers",
+        "2",
+        "--storage",
+        url,
+        "--scaler",
+        "megatron",
+        "--best-out",
+        "best.json",
+    ]
     proc = run_process(args, tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "2 workers on cpu" in proc.stdout and "Traceback" not in proc.stderr
@@ -178,17 +189,24 @@ def test_a_ctrl_c_while_the_fork_server_starts_does_not_kill_it(tmp_path):
     terminal's signals blocked (the resource tracker's own start had unblocked them in the parent)."""
     script = tmp_path / "ctrl_c.py"
     script.write_text(_SIGNAL_AS_THE_SERVER_STARTS)
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=cli_env(), capture_output=True,
-                          text=True, timeout=120, start_new_session=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
     assert proc.returncode == 0 and proc.stdout.split() == ["2", "(130,", "130)"], proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGHUP, 143)])
 def test_ctrl_c_or_a_hang_up_stops_every_worker_and_leaves_nothing_running(tmp_path, signum, code):
-    """To the whole process group, as a terminal sends Ctrl-C, or SIGHUP when it closes (forwarded as SIGTERM).
-    Only the parent hears it: the workers and the fork server are out of the group, and multiprocessing's
-    resource tracker ignores it (a hang-up killed it, with warnings and a traceback)."""
+    """To the whole process group, as a terminal sends Ctrl-C, or SIGHUP when it closes (forwarded as
+    SIGTERM). Only the parent hears it: the workers and the fork server are out of the group, and
+    multiprocessing's resource tracker ignores it (a hang-up killed it, with warnings and a traceback)."""
     proc = start_cli(["--trials", "40", "--task", SLOW, "--workers", "2"], tmp_path, new_session=True)
     wait_for_mid_trial_pid(tmp_path)
     os.killpg(proc.pid, signum)
@@ -199,7 +217,9 @@ def test_ctrl_c_or_a_hang_up_stops_every_worker_and_leaves_nothing_running(tmp_p
     trials = trials_of(f"sqlite:///{tmp_path / 'study.db'}", SLOW_STUDY)
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
-    assert 1 <= len(failed) <= 2 and all(t.user_attrs["fail_reason"].startswith("interrupted") for t in failed)
+    assert 1 <= len(failed) <= 2 and all(
+        t.user_attrs["fail_reason"].startswith("interrupted") for t in failed
+    )
     # The message names the trials read back as cut short, not a guess (issue 15).
     assert f"recorded as FAIL: {', '.join(f'#{t.number}' for t in failed)}" in err, err
 
@@ -215,7 +235,9 @@ def test_a_dead_fork_server_leaves_the_parent_waiting_for_its_workers(tmp_path):
     os.kill(server, signal.SIGKILL)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err
-    assert "fork server that started the workers died; workers 0, 1 ended; their exit codes are unknown" in err
+    assert (
+        "fork server that started the workers died; workers 0, 1 ended; their exit codes are unknown" in err
+    )
     assert "Traceback" not in err and "run the same command again" not in err
     for pid in workers:  # Ended (a zombie until init reaps it) before the parent summarised.
         status = pathlib.Path(f"/proc/{pid}/status")
@@ -257,7 +279,9 @@ def test_killed_host_trial_is_failed_and_retried_by_a_live_peer(postgres_url, tm
     killed_at = time.time()
     procs[victim].kill()  # SIGKILL: no handler runs; its claimed trial stays RUNNING.
     procs[victim].communicate(timeout=60)
-    completed_before = {t.number for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE}
+    completed_before = {
+        t.number for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE
+    }
     (survivor,) = [p for pid, p in procs.items() if pid != victim]
     _, err = survivor.communicate(timeout=300)
     assert survivor.returncode == 0, err

@@ -19,6 +19,8 @@ from torch import nn
 def build(seed: int) -> LoaderProblem:
     """The example's build (conftest.example_build: imported when a test runs)."""
     return example_build("digits_convnet", "scikit-learn")(seed)
+
+
 from search.scalers import ScalerConfig
 from search.tasks import LoaderProblem
 from search.training import TrainResult, train
@@ -108,8 +110,8 @@ def odd(problem: LoaderProblem) -> tuple[PlainRun, TrainResult]:
 
 def test_a_plain_loop_reproduces_the_steps_of_a_skipping_setting(odd: tuple[PlainRun, TrainResult]) -> None:
     """The independent plain loop (tests/plain_loader_loop.py: its own batches from the same DataLoader,
-    per-step seeds, its own skip detection) gives the service's skipped steps, scale curve, loss curve and zero fraction, on a
-    setting with no power of two that skips, grows and backs off."""
+    per-step seeds, its own skip detection) gives the service's skipped steps, scale curve, loss curve and
+    zero fraction, on a setting with no power of two that skips, grows and backs off."""
     plain, service = odd
     assert plain.skipped >= 1
     assert service.skipped_steps == plain.skipped
@@ -123,7 +125,9 @@ def test_a_plain_loop_reproduces_the_steps_of_a_skipping_setting(odd: tuple[Plai
 def test_the_command_runs_the_example(tmp_path: pathlib.Path) -> None:
     """search.optimize builds the example by its import path, probes it and runs a 5-trial study
     (the seed baselines, 8 steps each) named after the module; search.confirm confirms it."""
-    proc = run_cli(["--task", "examples.digits_convnet:build", "--trials", "5", "--steps", "8", "--quiet"], tmp_path)
+    proc = run_cli(
+        ["--task", "examples.digits_convnet:build", "--trials", "5", "--steps", "8", "--quiet"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Study 'digits_convnet'" in proc.stdout
     confirm = run_cli(

@@ -17,7 +17,9 @@ from conftest import ROOT, load, run_cli
 def test_the_example_uses_only_the_public_interface():
     tree = ast.parse((ROOT / "examples" / "noisy_regression.py").read_text())
     imported = [
-        (node.module, [a.name for a in node.names]) for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        (node.module, [a.name for a in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
     ]
     ours = [(module, names) for module, names in imported if module and module.startswith("search")]
     assert ours == [("search", ["Problem"])]

@@ -24,6 +24,7 @@ def build(seed: int):
     """The example's build (conftest.example_build: imported when a test runs)."""
     return example_build("hf_causal_lm", "transformers")(seed)
 
+
 STEPS = 12
 
 
@@ -41,7 +42,9 @@ def test_every_measurement_matches_the_plain_loop(problem):
         problem, config, steps=STEPS, amp_dtype=torch.float16, penalty=PenaltyConfig(), device_label="cpu"
     )
     attrs = outcome.user_attrs
-    plain = plain_loader_run(problem, *config.__dict__.values(), STEPS, fp32_zeros=attrs["fp32_zero_fraction"])
+    plain = plain_loader_run(
+        problem, *config.__dict__.values(), STEPS, fp32_zeros=attrs["fp32_zero_fraction"]
+    )
     assert attrs["skipped_steps"] == plain.skipped > 0
     assert attrs[SCALE_CURVE] == plain.scales
     assert attrs["loss_curve"] == pytest.approx(plain.losses, rel=1e-6)
@@ -84,7 +87,9 @@ def _no_labels(seed: int):
     loader = problem.train_batches
     collate = loader.collate_fn
     unlabelled = torch.utils.data.DataLoader(
-        loader.dataset, batch_size=32, collate_fn=lambda s: {k: v for k, v in collate(s).items() if k != "labels"}
+        loader.dataset,
+        batch_size=32,
+        collate_fn=lambda s: {k: v for k, v in collate(s).items() if k != "labels"},
     )
     return replace(problem, train_batches=unlabelled)
 
@@ -103,8 +108,8 @@ def test_a_batch_the_model_cannot_compute_a_loss_for_fails_at_build_in_one_line(
 
 
 def test_a_diagnosis_reads_the_hf_model_step_by_step_as_the_plain_loop_trains_it(problem):
-    """search.diagnose on dict batches and a ModelOutput: the fp16 run's scales and skips are the plain loop's on a
-    setting that overflows at first, each skip names the parameters whose gradients overflowed, and every
+    """search.diagnose on dict batches and a ModelOutput: the fp16 run's scales and skips are the plain loop's
+    on a setting that overflows at first, each skip names the parameters whose gradients overflowed, and every
     leaf module's forward output (embeddings, attention, LayerNorm) is read."""
     from search.diagnosis import diagnosis_runs, judge
 
@@ -114,10 +119,14 @@ def test_a_diagnosis_reads_the_hf_model_step_by_step_as_the_plain_loop_trains_it
     fp16 = runs.fp16
     assert fp16.skipped_steps == plain.skipped > 0
     assert [*fp16.scales[1:], plain.scales[-1]] == plain.scales  # the scale each backward used, then after
-    assert all(any(step in p.overflow_steps for p in fp16.parameters) for step, s in enumerate(fp16.skipped) if s)
+    assert all(
+        any(step in p.overflow_steps for p in fp16.parameters) for step, s in enumerate(fp16.skipped) if s
+    )
     names = {layer.name for layer in runs.fp32.layers}
     assert "transformer.wte" in names and "transformer.h.0.ln_1" in names
     unread = {layer.name for layer in runs.fp32.layers if not math.isfinite(layer.largest)}
-    assert unread == {f"transformer.h.{i}.attn.attn_dropout" for i in (0, 1)}  # SDPA attention never calls them
+    assert unread == {
+        f"transformer.h.{i}.attn.attn_dropout" for i in (0, 1)
+    }  # SDPA attention never calls them
     verdict = judge(fp16, runs.fp32, runs.bf16, config)
     assert verdict.verdict in ("healthy", "chronic-skipping") and verdict.forward_layer is None

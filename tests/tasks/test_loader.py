@@ -65,7 +65,9 @@ def test_a_factory_and_nested_batches_with_a_loss_of_their_own():
 
 def test_a_generator_runs_once_and_says_so():
     generator = iter(DataLoader(_data(0), batch_size=16))
-    with pytest.raises(BatchError, match=r"only 6 batches of the 10 that 10 steps need: give a DataLoader or a callable"):
+    with pytest.raises(
+        BatchError, match=r"only 6 batches of the 10 that 10 steps need: give a DataLoader or a callable"
+    ):
         _problem(train_batches=generator).planned(10)
 
 
@@ -77,16 +79,23 @@ def test_a_batch_without_a_loss_names_what_to_give():
 def test_population_mode_and_epochs_are_refused_in_one_line(tmp_path):
     with pytest.raises(PopulationError, match="LoaderProblem"):
         check_population(_problem())
-    for flags, said in ((["--population", "2"], "population mode stacks a Problem of two tensors only"),
-                        (["--epochs", "3"], "runs --steps, not --epochs")):
+    for flags, said in (
+        (["--population", "2"], "population mode stacks a Problem of two tensors only"),
+        (["--epochs", "3"], "runs --steps, not --epochs"),
+    ):
         proc = run_cli(["--task", "examples.hf_causal_lm:build", "--trials", "3", *flags], tmp_path)
         assert proc.returncode == 2 and said in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
         assert not (tmp_path / "study.db").exists()
 
 
 def test_batches_over_the_memory_limit_are_refused_before_anything_is_written(tmp_path):
-    """40 steps of the HF example's batches take about 0.3 MiB: under --batch-memory 0.1 that is refused in one line."""
-    proc = run_cli(["--task", "examples.hf_causal_lm:build", "--trials", "3", "--batch-memory", "0.1"], tmp_path)
+    """40 steps of the HF example's batches take about 0.3 MiB: under --batch-memory 0.1 that is refused in
+    one line."""
+    proc = run_cli(
+        ["--task", "examples.hf_causal_lm:build", "--trials", "3", "--batch-memory", "0.1"], tmp_path
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
-    assert "MiB, held once per process, over --batch-memory 0.1: raise it, or run fewer --steps" in proc.stderr
+    assert (
+        "MiB, held once per process, over --batch-memory 0.1: raise it, or run fewer --steps" in proc.stderr
+    )
     assert not (tmp_path / "study.db").exists()

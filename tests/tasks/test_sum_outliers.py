@@ -1,6 +1,6 @@
-"""sum-outliers: DeepSpeed's default rule ends the run at its minimum scale and consecutive_hysteresis trains it,
-checked with a plain AMP loop (tests/plain_loop.py) moved by DeepSpeed 0.19.8's own DynamicLossScaler, and the
-trainer under each rule measures what that loop measures."""
+"""sum-outliers: DeepSpeed's default rule ends the run at its minimum scale and consecutive_hysteresis trains
+it, checked with a plain AMP loop (tests/plain_loop.py) moved by DeepSpeed 0.19.8's own DynamicLossScaler, and
+the trainer under each rule measures what that loop measures."""
 
 from __future__ import annotations
 
@@ -24,7 +24,10 @@ DEFAULT = dict(RULES["deepspeed"].default)
     [
         (DEFAULT, True),  # DeepSpeed's defaults
         ({**DEFAULT, "initial_scale_power": 32, "hysteresis": 1}, True),  # ZeRO given no fp16 keys
-        ({**DEFAULT, "consecutive_hysteresis": 1}, False),  # a lone corrupted batch only spends the hysteresis
+        (
+            {**DEFAULT, "consecutive_hysteresis": 1},
+            False,
+        ),  # a lone corrupted batch only spends the hysteresis
     ],
 )
 def test_deepspeeds_default_ends_the_run_and_consecutive_hysteresis_trains(values, ends):

@@ -74,7 +74,9 @@ def seed_loader(seed: int) -> LoaderProblem:
     )
 
 
-THREADS_SEEN: list[int] = []  # torch's intra-op threads at each call of thread_counting's loss, in this process
+THREADS_SEEN: list[int] = (
+    []
+)  # torch's intra-op threads at each call of thread_counting's loss, in this process
 
 
 def _thread_counting_loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -131,7 +133,8 @@ def _mean_absolute_error(model: nn.Module, inputs: torch.Tensor, targets: torch.
 
 
 def sensor_validation(seed: int) -> Problem:
-    """``sensor_outliers`` judged on 512 clean held-out records with an eval function (mean absolute error)."""
+    """``sensor_outliers`` judged on 512 clean held-out records with an eval function (mean absolute error).
+    """
     x, y = _sensor_data(seed, 512, 2)
     return replace(sensor_outliers(seed), eval_inputs=x, eval_targets=y, eval_fn=_mean_absolute_error)
 
@@ -205,9 +208,11 @@ def raises_in_training(seed: int) -> Problem:
 
 
 def activation_overflow(seed: int) -> Problem:
-    """The seed task with a first layer whose outputs reach ~10^5 (weights x30000), then a LayerNorm: fp32 and bf16
-    normalise them and learn; fp16 autocast's Linear output is inf above 65504, the LayerNorm makes it NaN, and
-    every step is skipped whatever the loss scale (a forward overflow, as T5's feed-forward layers have in fp16)."""
+    """The seed task with a first layer whose outputs reach ~10^5 (weights x30000), then a LayerNorm: fp32 and
+    bf16 normalise them and learn; fp16 autocast's Linear output is inf above 65504, the LayerNorm makes it
+    NaN, and every step is skipped whatever the loss scale (a forward overflow, as T5's feed-forward layers
+    have in fp16).
+    """
     problem = build_seed(seed)
     first = nn.Linear(16, 64)
     with torch.no_grad():

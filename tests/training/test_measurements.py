@@ -2,10 +2,10 @@
 
 Every number a trial records (skipped steps, the scale curve, the zero-gradient fraction, the
 evaluation loss, ``learned``, the failure code and the objective) is recomputed by a plain loop
-written from the definitions in docs/internals.md and docs/objective.md, never by calling the trainer twice. Settings are sampled and
-not powers of two (float32 rounds ``init_scale`` both up and down), and the tasks include ones
-where PyTorch's default is not the best (deep-mlp, and deep-mlp-spikes and deep-mlp-sum, whose good
-windows are closed on both sides) and a user task with clipping and outliers.
+written from the definitions in docs/internals.md and docs/objective.md, never by calling the trainer twice.
+Settings are sampled and not powers of two (float32 rounds ``init_scale`` both up and down), and the tasks
+include ones where PyTorch's default is not the best (deep-mlp, and deep-mlp-spikes and deep-mlp-sum, whose
+good windows are closed on both sides) and a user task with clipping and outliers.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ from tasks_for_tests import exploding, sensor_outliers, sensor_validation, still
 
 def _service(problem, cfg: ScalerConfig, steps: int) -> tuple[float, dict]:
     outcome = run_trial(
-        problem, cfg, steps=steps, amp_dtype=torch.float16,
-        penalty=PenaltyConfig(), device_label="cpu",
+        problem,
+        cfg,
+        steps=steps,
+        amp_dtype=torch.float16,
+        penalty=PenaltyConfig(),
+        device_label="cpu",
     )
     return outcome.value, outcome.user_attrs
 
@@ -102,7 +106,11 @@ def test_skip_counts_are_exact_for_sampled_non_power_of_two_scales():
 def test_deep_mlp_mini_batches_match_the_plain_loop(cfg, failure, skips):
     problem = build_deep(42)
     attrs, plain = _compare(problem, cfg, 48, plain_fp32_zero_fraction(problem, 48))
-    assert (attrs["failure"], attrs["skipped_steps"] > 0) == (plain.failure, plain.skipped > 0) == (failure, skips)
+    assert (
+        (attrs["failure"], attrs["skipped_steps"] > 0)
+        == (plain.failure, plain.skipped > 0)
+        == (failure, skips)
+    )
 
 
 def test_deep_mlp_default_underflows_and_a_larger_scale_learns():
@@ -117,7 +125,9 @@ def test_deep_mlp_default_underflows_and_a_larger_scale_learns():
 @pytest.mark.parametrize("init_scale", [3.3e-7, 2.9e2, 6.1e4, 1.9e9, 5.5e13])
 def test_example_user_task_with_accumulation_and_clipping(init_scale):
     problem = examples.noisy_regression.build(42)
-    attrs, plain = _compare(problem, ScalerConfig(init_scale, 2.7, 0.3, 5), 32, plain_fp32_zero_fraction(problem, 32))
+    attrs, plain = _compare(
+        problem, ScalerConfig(init_scale, 2.7, 0.3, 5), 32, plain_fp32_zero_fraction(problem, 32)
+    )
     assert attrs["evaluation"] == "final_weights" and len(attrs["scale_curve"]) == len(plain.scales) == 32
     assert attrs["skipped_steps"] == plain.skipped and attrs["failure"] == plain.failure
 
@@ -153,8 +163,12 @@ def test_the_median_evaluation_is_the_plain_loops_median_chunk_loss():
     fp32 = plain_fp32_zero_fraction(problem, 320)
     for cfg in (ScalerConfig(2.0**16, 2.0, 0.5, 2000), ScalerConfig(1.37 * 2.0**-11, 2.3, 0.4, 8)):
         outcome = run_trial(
-            problem, cfg, steps=320, amp_dtype=torch.float16,
-            penalty=PenaltyConfig(evaluation="median"), device_label="cpu",
+            problem,
+            cfg,
+            steps=320,
+            amp_dtype=torch.float16,
+            penalty=PenaltyConfig(evaluation="median"),
+            device_label="cpu",
         )
         plain = plain_run(problem, *cfg.__dict__.values(), 320, fp32_zeros=fp32, evaluation="median")
         assert outcome.user_attrs["eval_median"] == pytest.approx(plain.eval_median, rel=1e-5)

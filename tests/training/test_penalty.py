@@ -108,10 +108,22 @@ def test_learned_compares_the_median_chunk_not_an_outlier_dominated_mean():
 
 
 def test_a_run_a_framework_ended_is_valued_as_a_divergence_there_and_pinned_is_silent():
-    """ended_at_minimum: the user's run died at step 6 of 10, valued nonfinite x (2 - 6/10); pinned_at_minimum:
-    half the steps taken at Megatron's minimum overflowed (below half, the run is judged as any other)."""
-    ended = assess(result(steps=6, planned_steps=10, ended_by_rule="loss scale already at its minimum 1 at step 6"), PENALTY)
-    assert ended.failure == "ended_at_minimum" and math.isclose(ended.value, PENALTY.nonfinite * 1.4) and not ended.nonfinite
+    """ended_at_minimum: the user's run died at step 6 of 10, valued nonfinite x (2 - 6/10);
+    pinned_at_minimum: half the steps taken at Megatron's minimum overflowed (below half, the run is judged as
+        any other)."""
+    ended = assess(
+        result(steps=6, planned_steps=10, ended_by_rule="loss scale already at its minimum 1 at step 6"),
+        PENALTY,
+    )
+    assert (
+        ended.failure == "ended_at_minimum"
+        and math.isclose(ended.value, PENALTY.nonfinite * 1.4)
+        and not ended.nonfinite
+    )
     pinned = assess(result(steps_at_minimum=6, overflows_at_minimum=3, skipped_steps=3), PENALTY)
-    assert pinned.failure == "pinned_at_minimum" and math.isclose(pinned.value, 0.4 + 0.1 * 0.3 + PENALTY.silent)
-    assert assess(result(steps_at_minimum=6, overflows_at_minimum=2, skipped_steps=2), PENALTY).failure == "none"
+    assert pinned.failure == "pinned_at_minimum" and math.isclose(
+        pinned.value, 0.4 + 0.1 * 0.3 + PENALTY.silent
+    )
+    assert (
+        assess(result(steps_at_minimum=6, overflows_at_minimum=2, skipped_steps=2), PENALTY).failure == "none"
+    )

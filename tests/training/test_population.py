@@ -57,7 +57,9 @@ def _sampled(n: int, seed: int, low: float, high: float) -> list[ScalerConfig]:
     ]
 
 
-def _assert_member_equals_trainer(member: TrainResult, ordinary: TrainResult, where: str, *, exact_losses: bool) -> str:
+def _assert_member_equals_trainer(
+    member: TrainResult, ordinary: TrainResult, where: str, *, exact_losses: bool
+) -> str:
     penalty = PenaltyConfig()
     mine, theirs = assess(member, penalty), assess(ordinary, penalty)
     assert member.skipped == ordinary.skipped, where
@@ -65,8 +67,16 @@ def _assert_member_equals_trainer(member: TrainResult, ordinary: TrainResult, wh
     assert member.scale_curve == ordinary.scale_curve, where  # float32 values, exactly
     assert member.zero_grad_fraction == ordinary.zero_grad_fraction, where
     assert member.fp32_zero_fraction == ordinary.fp32_zero_fraction, where
-    assert (member.steps, member.evaluation, member.weights_finite) == (ordinary.steps, ordinary.evaluation, ordinary.weights_finite), where
-    assert (mine.failure, mine.nonfinite, mine.learned) == (theirs.failure, theirs.nonfinite, theirs.learned), where
+    assert (member.steps, member.evaluation, member.weights_finite) == (
+        ordinary.steps,
+        ordinary.evaluation,
+        ordinary.weights_finite,
+    ), where
+    assert (mine.failure, mine.nonfinite, mine.learned) == (
+        theirs.failure,
+        theirs.nonfinite,
+        theirs.learned,
+    ), where
     assert member.final_loss_fp32 == ordinary.final_loss_fp32 or math.isnan(ordinary.final_loss_fp32), where
     if exact_losses:
         assert member.loss_curve == ordinary.loss_curve, where
@@ -80,14 +90,22 @@ def _assert_member_equals_trainer(member: TrainResult, ordinary: TrainResult, wh
     return theirs.failure
 
 
-def _compare(problem, configs: list[ScalerConfig], steps: int, *, exact_losses: bool,
-             amp_dtype: torch.dtype = torch.float16) -> list[tuple[str, int]]:
+def _compare(
+    problem,
+    configs: list[ScalerConfig],
+    steps: int,
+    *,
+    exact_losses: bool,
+    amp_dtype: torch.dtype = torch.float16,
+) -> list[tuple[str, int]]:
     population = train_population(problem, configs, epochs=problem.epochs, steps=steps, amp_dtype=amp_dtype)
     assert len(population) == len(configs)
     seen = []
     for cfg, member in zip(configs, population):
         ordinary = train(problem, cfg, epochs=problem.epochs, steps=steps, amp_dtype=amp_dtype)
-        failure = _assert_member_equals_trainer(member, ordinary, f"{cfg} on {steps} steps", exact_losses=exact_losses)
+        failure = _assert_member_equals_trainer(
+            member, ordinary, f"{cfg} on {steps} steps", exact_losses=exact_losses
+        )
         seen.append((failure, ordinary.skipped_steps))
     return seen
 
@@ -96,13 +114,17 @@ def test_scale_update_is_amp_update_scale_for_every_member():
     """Float64 products rounded once to float32, growth held back where float32 would overflow to inf."""
     rng = np.random.default_rng(5)
     n = 400
-    scales = np.concatenate([2.0 ** rng.uniform(-130, 128, n - 6), [3.4e38, 2.0**127, 1.7e38, 1e-45, 3e-39, 65504.0]])
+    scales = np.concatenate(
+        [2.0 ** rng.uniform(-130, 128, n - 6), [3.4e38, 2.0**127, 1.7e38, 1e-45, 3e-39, 65504.0]]
+    )
     scale = torch.tensor(scales, dtype=torch.float32)
     found_inf = torch.tensor(rng.random(n) < 0.4)
     found_inf[-6:] = False
     interval = torch.tensor(rng.integers(1, 9, n), dtype=torch.int32)
     # Half of them reach their growth interval now (the last six among them: three would pass float32's max).
-    tracker = torch.where(torch.tensor(rng.random(n) < 0.5), interval - 1, torch.tensor(rng.integers(0, 9, n)) % interval)
+    tracker = torch.where(
+        torch.tensor(rng.random(n) < 0.5), interval - 1, torch.tensor(rng.integers(0, 9, n)) % interval
+    )
     tracker[-6:] = interval[-6:] - 1
     tracker = tracker.to(torch.int32)
     growth = torch.tensor(rng.uniform(1.01, 5.0, n), dtype=torch.float64)
@@ -111,10 +133,14 @@ def test_scale_update_is_amp_update_scale_for_every_member():
     grew = held = 0
     for i in range(n):
         s, t = scale[i].clone(), tracker[i].clone()
-        torch._amp_update_scale_(s, t, found_inf[i].float(), float(growth[i]), float(backoff[i]), int(interval[i]))
+        torch._amp_update_scale_(
+            s, t, found_inf[i].float(), float(growth[i]), float(backoff[i]), int(interval[i])
+        )
         assert (new_scale[i].item(), new_tracker[i].item()) == (s.item(), t.item()), i
         grew += bool(not found_inf[i] and new_scale[i] != scale[i])
-        held += bool(not found_inf[i] and int(tracker[i]) + 1 == int(interval[i]) and new_scale[i] == scale[i])
+        held += bool(
+            not found_inf[i] and int(tracker[i]) + 1 == int(interval[i]) and new_scale[i] == scale[i]
+        )
     assert grew > 50 and held >= 1  # both branches of the growth were exercised
     # float32 multiplication would differ: the kernel multiplies in float64 and rounds once.
     in_float32 = (scale * backoff.float())[found_inf]
@@ -173,42 +199,80 @@ def test_optimizer_and_model_variants_equal_ordinary_trials(variant):
     seed, deep = build_seed(42), build_deep(42)
     problem, exact = {
         "sgd-nesterov-decay": (
-            replace(seed, make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3)),
+            replace(
+                seed,
+                make_optimizer=lambda p: torch.optim.SGD(
+                    p, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=1e-3
+                ),
+            ),
             False,
         ),
         "adamw-amsgrad": (
-            replace(deep, make_optimizer=lambda p: torch.optim.AdamW(p, lr=0.01, weight_decay=0.1, amsgrad=True, eps=1e-20)),
+            replace(
+                deep,
+                make_optimizer=lambda p: torch.optim.AdamW(
+                    p, lr=0.01, weight_decay=0.1, amsgrad=True, eps=1e-20
+                ),
+            ),
             True,
         ),
         # A loss the population cannot vectorise is called per member; clipping is per member.
         "accumulation-clip-own-loss": (
-            replace(deep, accumulation_steps=2, grad_clip=0.05, loss_fn=lambda out, y: nn.functional.l1_loss(out, y)),
+            replace(
+                deep,
+                accumulation_steps=2,
+                grad_clip=0.05,
+                loss_fn=lambda out, y: nn.functional.l1_loss(out, y),
+            ),
             True,
         ),
         "activations": (
-            replace(deep, model=nn.Sequential(
-                deep.model[0], nn.GELU(), deep.model[2], nn.SiLU(), deep.model[4], nn.Sigmoid(),
-                deep.model[6], nn.LeakyReLU(0.1), deep.model[8], nn.ReLU(), deep.model[10],
-            )),
+            replace(
+                deep,
+                model=nn.Sequential(
+                    deep.model[0],
+                    nn.GELU(),
+                    deep.model[2],
+                    nn.SiLU(),
+                    deep.model[4],
+                    nn.Sigmoid(),
+                    deep.model[6],
+                    nn.LeakyReLU(0.1),
+                    deep.model[8],
+                    nn.ReLU(),
+                    deep.model[10],
+                ),
+            ),
             True,
         ),
     }[variant]
-    configs = [ScalerConfig(7.3e7, 2.3, 0.61, 3), ScalerConfig(1.37 * 2.0**19, 1.9, 0.45, 4), ScalerConfig(3.3e2, 1.7, 0.3, 2)]
+    configs = [
+        ScalerConfig(7.3e7, 2.3, 0.61, 3),
+        ScalerConfig(1.37 * 2.0**19, 1.9, 0.45, 4),
+        ScalerConfig(3.3e2, 1.7, 0.3, 2),
+    ]
     seen = _compare(problem, configs, 16, exact_losses=exact)
     assert any(skips > 0 for _, skips in seen)
 
 
 def test_bfloat16_members_equal_ordinary_trials():
-    # The same kernels in bfloat16 (measured bitwise on deep-mlp; seed-mlp's cross-entropy values within 2e-7).
-    seen = _compare(build_deep(42), [ScalerConfig(3.1e5, 1.7, 0.37, 3), ScalerConfig(7.3e7, 2.3, 0.61, 2)], 12,
-                    exact_losses=True, amp_dtype=torch.bfloat16)
+    # The same kernels in bfloat16 (measured bitwise on deep-mlp; seed-mlp's cross-entropy values within
+    # 2e-7).
+    seen = _compare(
+        build_deep(42),
+        [ScalerConfig(3.1e5, 1.7, 0.37, 3), ScalerConfig(7.3e7, 2.3, 0.61, 2)],
+        12,
+        exact_losses=True,
+        amp_dtype=torch.bfloat16,
+    )
     # Both members compared (each equal to its ordinary trial, asserted inside _compare); bfloat16 has
     # float32's exponent range, so neither scale overflows here.
     assert len(seen) == 2 and all(skips == 0 for _, skips in seen)
 
 
 def test_one_members_overflow_does_not_touch_another():
-    """Member k's skip skips member k's step only: a member's run is the same alone and beside a churning one."""
+    """Member k's skip skips member k's step only: a member's run is the same alone and beside a churning one.
+    """
     problem = build_sum(42)
     good = ScalerConfig(5.7e2, 1.6, 0.4, 3)
     churning = ScalerConfig(3.0e38, 1.5, 0.99, 1)
@@ -231,8 +295,17 @@ def test_a_stopped_member_ends_like_a_pruned_trial():
         asked.append((member, step))
         return member == 0 and step == 7
 
-    population = train_population(problem, configs, epochs=problem.epochs, steps=16, checkpoints=(4, 8, 12), should_stop=stop_first_at_8)
-    pruned = train(problem, configs[0], epochs=problem.epochs, steps=16, checkpoints=(4, 8, 12), should_stop=lambda step, loss: step == 7)
+    population = train_population(
+        problem, configs, epochs=problem.epochs, steps=16, checkpoints=(4, 8, 12), should_stop=stop_first_at_8
+    )
+    pruned = train(
+        problem,
+        configs[0],
+        epochs=problem.epochs,
+        steps=16,
+        checkpoints=(4, 8, 12),
+        should_stop=lambda step, loss: step == 7,
+    )
     full = train(problem, configs[1], epochs=problem.epochs, steps=16)
     assert asked == [(0, 3), (1, 3), (0, 7), (1, 7), (1, 11)]
     assert population[0].stopped_early and population[0].steps == 8
@@ -246,10 +319,21 @@ def test_what_cannot_be_vectorised_gets_one_clear_line():
     cases = [
         ("Block", examples.noisy_regression.build(42), torch.float16),  # residual blocks with LayerNorm
         ("RMSprop", replace(seed, make_optimizer=lambda p: torch.optim.RMSprop(p, lr=0.01)), torch.float16),
-        ("buffers", replace(seed, model=nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))), torch.float16),
-        ("2 parameter groups", replace(
-            seed, make_optimizer=lambda p: torch.optim.SGD([{"params": list(p)[:2]}, {"params": list(seed.model.parameters())[2:]}], lr=0.1)
-        ), torch.float16),
+        (
+            "buffers",
+            replace(seed, model=nn.Sequential(nn.Linear(16, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))),
+            torch.float16,
+        ),
+        (
+            "2 parameter groups",
+            replace(
+                seed,
+                make_optimizer=lambda p: torch.optim.SGD(
+                    [{"params": list(p)[:2]}, {"params": list(seed.model.parameters())[2:]}], lr=0.1
+                ),
+            ),
+            torch.float16,
+        ),
         ("not None", seed, None),  # fp32 trials are the ordinary trainer's
     ]
     for expected, problem, amp_dtype in cases:
@@ -265,7 +349,8 @@ def test_what_cannot_be_vectorised_gets_one_clear_line():
 
 
 def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatch):
-    """As for ordinary trials: the first population of a process does not carry the once-per-problem references."""
+    """As for ordinary trials: the first population of a process does not carry the once-per-problem
+    references."""
     import time
 
     import search.training._population
@@ -273,14 +358,22 @@ def test_train_seconds_leave_out_the_references_shared_by_every_trial(monkeypatc
     from conftest import slowed
 
     problem = build_deep(7)
-    zeros, initial = search.training._population.fp32_zero_fraction, search.training._population.initial_evaluation
+    zeros, initial = (
+        search.training._population.fp32_zero_fraction,
+        search.training._population.initial_evaluation,
+    )
 
     # 0.5 s each: either one inside train_seconds would be 7x the ~0.07 s the population's 8 steps take.
     monkeypatch.setattr(search.training._population, "fp32_zero_fraction", slowed(zeros, 0.5))
     monkeypatch.setattr(search.training._population, "initial_evaluation", slowed(initial, 0.5))
     begin = time.perf_counter()
-    results = train_population(problem, [ScalerConfig(3.1e4, 1.7, 0.3, 9), ScalerConfig(97.0, 2.3, 0.61, 3)],
-                               epochs=problem.epochs, steps=8, amp_dtype=torch.float16)
+    results = train_population(
+        problem,
+        [ScalerConfig(3.1e4, 1.7, 0.3, 9), ScalerConfig(97.0, 2.3, 0.61, 3)],
+        epochs=problem.epochs,
+        steps=8,
+        amp_dtype=torch.float16,
+    )
     assert time.perf_counter() - begin > 1.0
     assert all(r.train_seconds < 0.5 for r in results)
     assert all(r.fp32_zero_fraction == zeros(problem, problem.epochs, 8) for r in results)

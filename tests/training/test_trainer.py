@@ -120,8 +120,9 @@ def test_should_stop_is_asked_only_at_checkpoints(problem):
 
 
 def test_gradscaler_line():
-    assert DEFAULT.as_code("cpu") == (
-        'torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_factor=2, backoff_factor=0.5, '
+    assert (
+        DEFAULT.as_code("cpu")
+        == 'torch.amp.GradScaler("cpu", init_scale=2.0**16, growth_factor=2, backoff_factor=0.5, '
         "growth_interval=2000)"
     )
 
@@ -140,7 +141,9 @@ def test_gradscaler_line_reproduces_the_setting(cfg):
     scaler = eval(line, {"torch": torch})
     held = scaler.scale(torch.ones((), dtype=torch.float32)).item()  # the float32 scale it multiplies by
     assert held == torch.tensor(cfg.init_scale, dtype=torch.float32).item()
-    assert scaler.get_growth_factor() == cfg.growth_factor and scaler.get_backoff_factor() == cfg.backoff_factor
+    assert (
+        scaler.get_growth_factor() == cfg.growth_factor and scaler.get_backoff_factor() == cfg.backoff_factor
+    )
     assert scaler.get_growth_interval() == cfg.growth_interval
     assert len(line) < 150, line  # still short where short values reproduce it
 

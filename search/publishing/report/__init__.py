@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from search._lazy import lazy_face
 from search.publishing.report._writing import write_report
 
-if TYPE_CHECKING:  # Loaded on first use: _reading imports optuna, the others plotly (_build and _page scikit-learn too).
+# Loaded on first use: _reading imports optuna, the others plotly.
+if TYPE_CHECKING:
     from search.publishing.report._build import Report, build_report, report_json
     from search.publishing.report._page import render_html
     from search.publishing.report._reading import ReportError, ReportSnapshot, load_snapshot
@@ -28,7 +29,19 @@ if TYPE_CHECKING:  # Loaded on first use: _reading imports optuna, the others pl
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "MIN_CONTOUR_TRIALS", "MIN_IMPORTANCE_TRIALS", "PARALLEL_MAX_LABELS", "PARALLEL_MIN_GAP", "Report",
-    "ReportError", "ReportSnapshot", "SECTION_TITLES", "Section", "build_report", "load_snapshot",
-    "render_html", "report_json", "tidy_parallel_ticks", "write_report",
+    "MIN_CONTOUR_TRIALS",
+    "MIN_IMPORTANCE_TRIALS",
+    "PARALLEL_MAX_LABELS",
+    "PARALLEL_MIN_GAP",
+    "Report",
+    "ReportError",
+    "ReportSnapshot",
+    "SECTION_TITLES",
+    "Section",
+    "build_report",
+    "load_snapshot",
+    "render_html",
+    "report_json",
+    "tidy_parallel_ticks",
+    "write_report",
 ]

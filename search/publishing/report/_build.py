@@ -100,7 +100,9 @@ def build_report(
             snapshot.study_name, done, space, scaler, snapshot.confirmation, evaluation
         )
     else:
-        recommendation, rec_data = _recommendation_section(done, space, tolerance, snapshot.confirmation, evaluation)
+        recommendation, rec_data = _recommendation_section(
+            done, space, tolerance, snapshot.confirmation, evaluation
+        )
     answer = next((t for t in done if rec_data and t.number == rec_data["source_trial"]), None)
     if rec_data and rec_data["verdict"] != "change":
         answer = None  # keep-default: the default's own curves are the answer's; none-safe: no answer
@@ -135,7 +137,9 @@ def build_report(
             "task": snapshot.settings.run.task,
             "epochs": snapshot.settings.run.epochs,
             "steps": snapshot.settings.run.steps,
-            "steps_per_trial": counted_steps(snapshot.settings.run.epochs, snapshot.settings.run.steps, trials),
+            "steps_per_trial": counted_steps(
+                snapshot.settings.run.epochs, snapshot.settings.run.steps, trials
+            ),
             "seed": snapshot.settings.run.seed,
             "amp_dtype": snapshot.settings.run.amp_dtype,
             "scaler": scaler,
@@ -179,7 +183,9 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def _suggested_trial(done: list[optuna.trial.FrozenTrial], started: dict[str, Any] | None) -> optuna.trial.FrozenTrial | None:
+def _suggested_trial(
+    done: list[optuna.trial.FrozenTrial], started: dict[str, Any] | None
+) -> optuna.trial.FrozenTrial | None:
     """The complete trial of the setting the starting diagnosis suggested: baseline ``diagnosis``, or the
     baseline (``seed-1`` ...) whose setting it is (then not trained twice)."""
     own = next((t for t in done if baseline_of(t) == DIAGNOSIS_BASELINE), None)

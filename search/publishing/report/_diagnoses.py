@@ -1,8 +1,9 @@
 """The report's diagnosis section: the diagnosis the search started from, and the one recorded in the study.
 
-A study keeps two (:mod:`search.core._record`): ``diagnosis``, what ``search.optimize --from-diagnosis`` took from
-a diagnosis when it created the study, and ``recorded_diagnosis``, the last ``search.diagnose --storage`` of the
-study's run. The section says each in the words the commands printed, and whether they are one diagnosis.
+A study keeps two (:mod:`search.core._record`): ``diagnosis``, what ``search.optimize --from-diagnosis`` took
+from a diagnosis when it created the study, and ``recorded_diagnosis``, the last ``search.diagnose --storage``
+of the study's run. The section says each in the words the commands printed, and whether they are one
+diagnosis.
 """
 
 from __future__ import annotations
@@ -25,17 +26,24 @@ def _diagnosis_section(
     suggested: FrozenTrial | None = None,
 ) -> tuple[Section, dict[str, Any]]:
     """The section and its JSON: ``started_from`` and ``recorded`` (each None when the study holds none).
-    ``suggested``: the complete trial of the setting the starting diagnosis suggested (baseline ``diagnosis``)."""
-    data = {"started_from": dict(started) if started else None, "recorded": dict(recorded) if recorded else None}
+    ``suggested``: the complete trial of the setting the starting diagnosis suggested (baseline
+    ``diagnosis``).
+    """
+    data = {
+        "started_from": dict(started) if started else None,
+        "recorded": dict(recorded) if recorded else None,
+    }
     section = Section(
         "diagnosis",
         SECTION_TITLES["diagnosis"],
-        "The diagnosis this study's search started from (--from-diagnosis) and the last one search.diagnose --storage "
-        "recorded in the study, as the study holds them (docs/diagnose.md).",
+        "The diagnosis this study's search started from (--from-diagnosis) and the last one search.diagnose"
+        " --storage recorded in the study, as the study holds them (docs/diagnose.md).",
     )
     if not started and not recorded:
-        section.message = (f"This study holds no diagnosis: search.diagnose --storage URL --study-name {study_name} "
-                           "(with this study's task, seed, scaler and steps) records one here.")  # fmt: skip
+        section.message = (
+            f"This study holds no diagnosis: search.diagnose --storage URL --study-name {study_name} "
+            "(with this study's task, seed, scaler and steps) records one here."
+        )
         return section, data
     lines = []
     if started:
@@ -50,12 +58,17 @@ def _diagnosis_section(
             + _suggested_text(started.get("suggested_setting"), suggested)
         )
     if recorded:
-        same = bool(started) and started.get("file") is None and _recorded_at(started) == recorded.get("recorded_at")
+        same = (
+            bool(started)
+            and started.get("file") is None
+            and _recorded_at(started) == recorded.get("recorded_at")
+        )
         settings = ", ".join(_setting(k, v) for k, v in recorded.get("settings", {}).items())
         lines.append(
-            f"{'That diagnosis' if same else 'The diagnosis recorded in the study'} ({recorded.get('recorded_at')}, "
-            f"search.diagnose on {recorded.get('device')}, {recorded.get('steps')} steps): {settings}: "
-            f"{recorded['verdict']}, because {recorded.get('reason')}. Next: {recorded.get('advice')}."
+            f"{'That diagnosis' if same else 'The diagnosis recorded in the study'}"
+            f" ({recorded.get('recorded_at')}, search.diagnose on {recorded.get('device')},"
+            f" {recorded.get('steps')} steps): {settings}: {recorded['verdict']}, because"
+            f" {recorded.get('reason')}. Next: {recorded.get('advice')}."
         )
     section.body = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
     return section, data
@@ -72,8 +85,8 @@ def _suggested_text(setting: Mapping[str, float] | None, trial: FrozenTrial | No
 
 
 def _recorded_at(started: dict[str, Any]) -> str | None:
-    """When the diagnosis a search started from was recorded: its ``recorded_at``, or for a study searched before
-    the key existed, read back from its ``source`` ("study 'NAME', recorded WHEN")."""
+    """When the diagnosis a search started from was recorded: its ``recorded_at``, or for a study searched
+    before the key existed, read back from its ``source`` ("study 'NAME', recorded WHEN")."""
     if "recorded_at" in started:
         return started["recorded_at"]
     _, sep, when = str(started.get("source", "")).rpartition(", recorded ")

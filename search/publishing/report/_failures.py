@@ -1,4 +1,5 @@
-"""Where runs fail along the start scale: every complete trial by its start scale and objective, coloured by failure.
+"""Where runs fail along the start scale: every complete trial by its start scale and objective, coloured by
+failure.
 
 Evidence for the verdict: how far the answer's start scale (GradScaler's init_scale, a framework's own start
 knob) sits from the scales that underflow (too low), churn (too high) or diverge, with the answer and the
@@ -38,10 +39,10 @@ def _failures_section(
     section = Section(
         "failures",
         SECTION_TITLES["failures"],
-        f"Every complete trial at its {axis} (log axis, powers of two marked) and objective (log axis when it "
-        "spans more than 10x), coloured by failure code; the answer's trial and "
-        f"{rule.maker}'s default ({rule.default_tag}, where the study has it) are marked. Other settings vary between "
-        "the points, so a failure at one start scale may come from them.",
+        f"Every complete trial at its {axis} (log axis, powers of two marked) and objective (log axis when it"
+        f" spans more than 10x), coloured by failure code; the answer's trial and {rule.maker}'s default"
+        f" ({rule.default_tag}, where the study has it) are marked. Other settings vary between the points,"
+        " so a failure at one start scale may come from them.",
     )
 
     def start(trial: FrozenTrial) -> float:

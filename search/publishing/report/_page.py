@@ -72,9 +72,17 @@ def render_html(report: Report) -> str:
         lines.append(
             f'<p class="verdict"><b>Verdict: {esc(what)}</b>'
             + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
-            + (f": <code>{esc(rec['code'])}</code>" if rec.get("code") and rec["verdict"] != "none-safe" else "")
+            + (
+                f": <code>{esc(rec['code'])}</code>"
+                if rec.get("code") and rec["verdict"] != "none-safe"
+                else ""
+            )
             + ' · <a href="#recommendation">'
-            + (f"why, and {esc(rule.title)}'s block to paste" if rule.replays else "why, and the line for other frameworks")
+            + (
+                f"why, and {esc(rule.title)}'s block to paste"
+                if rule.replays
+                else "why, and the line for other frameworks"
+            )
             + "</a></p>"
         )
     if data.get("best"):
@@ -109,16 +117,17 @@ def render_html(report: Report) -> str:
         lines.append("</section>")
     lines.append("</main>")
     lines.append(
-        "<footer>Numbers: search.results (safe ranges, recommendation); plots: optuna.visualization and "
-        "search.publishing._figures. The same numbers as JSON: python -m search.report --format json.</footer>"
+        "<footer>Numbers: search.results (safe ranges, recommendation); plots: optuna.visualization and"
+        " search.publishing._figures. The same numbers as JSON: python -m search.report --format"
+        " json.</footer>"
     )
     lines.append("</body></html>")
     return "\n".join(lines) + "\n"
 
 
 def _length(settings: dict) -> str:
-    """How long each trial trained: its steps when the study counts steps (``--steps``, or a loader task's own), else
-    its epochs."""
+    """How long each trial trained: its steps when the study counts steps (``--steps``, or a loader task's
+    own), else its epochs."""
     if settings.get("steps_per_trial"):
         return f"{settings['steps_per_trial']} steps a trial"
     return f"{settings['epochs']} epochs" if settings["epochs"] else "the task's own steps a trial"

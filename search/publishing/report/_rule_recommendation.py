@@ -44,17 +44,21 @@ def _rule_recommendation_section(
     section = Section(
         "recommendation",
         SECTION_TITLES["recommendation"],
-        f"The verdict, {rule.title}'s block to paste and why, as search.optimize's summary states it. Not the argmin, "
-        f"which among near-equal trials is noise: the deepest good trial (no failure, within the tolerance of the "
-        f"best) with at least {MIN_SUPPORT} good trials within its distance to the nearest trial that is not good "
-        f"(octaves on log knobs), or {rule.maker}'s default when it is good and at least {DEFAULT_MARGIN:g} deep; a "
-        "change keeps only the knobs that acted in its run; confirmation runs on new seeds, when there are any, "
-        "decide (docs/report.md).",
+        f"The verdict, {rule.title}'s block to paste and why, as search.optimize's summary states it. Not the"
+        " argmin, which among near-equal trials is noise: the deepest good trial (no failure, within the"
+        f" tolerance of the best) with at least {MIN_SUPPORT} good trials within its distance to the nearest"
+        f" trial that is not good (octaves on log knobs), or {rule.maker}'s default when it is good and at"
+        f" least {DEFAULT_MARGIN:g} deep; a change keeps only the knobs that acted in its run; confirmation"
+        " runs on new seeds, when there are any, decide (docs/report.md).",
     )
     best = best_trial(done)
-    notes = [n for n in (dominance_note(best, evaluation), horizon_note(trial_steps(best), space, scaler)) if n]
+    notes = [
+        n for n in (dominance_note(best, evaluation), horizon_note(trial_steps(best), space, scaler)) if n
+    ]
     if notes:
-        section.message = " ".join(("" if n.startswith("horizon:") else "Note: ") + f"{n[0].upper()}{n[1:]}." for n in notes)
+        section.message = " ".join(
+            ("" if n.startswith("horizon:") else "Note: ") + f"{n[0].upper()}{n[1:]}." for n in notes
+        )
     data = summarize_rule_study(study_name, done, space, scaler, confirmation=confirmation)
     rec = data["recommended"]
     if not rec:
@@ -77,13 +81,22 @@ def _rule_recommendation_section(
         ]
         for knob in rule.knobs
     ]
-    header = ["knob", "answer", f"trial #{rec['source_trial']}" if source else "trial", f"{rule.maker}'s default",
-              "changed?"]  # fmt: skip
+    header = [
+        "knob",
+        "answer",
+        f"trial #{rec['source_trial']}" if source else "trial",
+        f"{rule.maker}'s default",
+        "changed?",
+    ]
     block = rule.block(rec["values"]) if rec["verdict"] != "none-safe" else None  # as the summary prints it
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
-        + (f'<p class="paste-label">{html.escape(rule.title)}</p><pre class="code">{html.escape(block)}</pre>'
-           if block else "")  # fmt: skip
+        + (
+            f'<p class="paste-label">{html.escape(rule.title)}</p><pre'
+            f' class="code">{html.escape(block)}</pre>'
+            if block
+            else ""
+        )
         + "".join(f'<p class="text">{html.escape(note)}</p>' for note in rec["notes"])
         + "".join(f'<p class="text">{html.escape(line)}</p>' for line in _reasons(data, rule.title))
         + _table(header, rows, "numbers")
@@ -94,4 +107,8 @@ def _rule_recommendation_section(
 def _reasons(data: dict[str, Any], title: str) -> list[str]:
     """The summary's verdict lines without its block and the block's own notes (the page shows them above)."""
     shown = {f"    for {title}:", *(f"    note: {note}" for note in data["recommended"].get("notes", []))}
-    return [line.strip() for line in format_rule_verdict(data) if line not in shown and not line.startswith("      ")]
+    return [
+        line.strip()
+        for line in format_rule_verdict(data)
+        if line not in shown and not line.startswith("      ")
+    ]

@@ -45,9 +45,9 @@ def _curves_section(
     section = Section(
         "curves",
         SECTION_TITLES["curves"],
-        f"Loss per optimizer step (top) and {rule.title}'s loss scale after each update (bottom, log axis) of the "
-        f"answer's trial (when the verdict is a change; else the best trial), {rule.maker}'s default ({tag}) and "
-        "the worst trial that stayed finite; x marks a skipped step (inf/NaN gradients).",
+        f"Loss per optimizer step (top) and {rule.title}'s loss scale after each update (bottom, log axis) of"
+        f" the answer's trial (when the verdict is a change; else the best trial), {rule.maker}'s default"
+        f" ({tag}) and the worst trial that stayed finite; x marks a skipped step (inf/NaN gradients).",
     )
     shown = showcase(done)
     default = shown.default
@@ -89,12 +89,10 @@ def _skipped_section(done: list[FrozenTrial], scaler: str = TORCH) -> tuple[Sect
     section = Section(
         "skipped",
         SECTION_TITLES["skipped"],
-        f"How many complete trials skipped how many optimizer steps ({RULES[scaler].title} skips a step whose "
-        "gradients hold inf/NaN and backs the scale off as its rule says).",
+        f"How many complete trials skipped how many optimizer steps ({RULES[scaler].title} skips a step whose"
+        " gradients hold inf/NaN and backs the scale off as its rule says).",
     )
-    counts = Counter(
-        int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if SKIPPED_STEPS in t.user_attrs
-    )
+    counts = Counter(int(t.user_attrs.get(SKIPPED_STEPS) or 0) for t in done if SKIPPED_STEPS in t.user_attrs)
     data = {str(k): counts[k] for k in sorted(counts)}
     if not counts:
         section.message = "Not enough trials for this plot: no complete trial records skipped steps yet."

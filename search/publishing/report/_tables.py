@@ -57,18 +57,23 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], classes: str = 
 
 
 def _baselines_section(
-    done: list[FrozenTrial], space: SpaceConfig, best: FrozenTrial | None, evaluation: str = "mean", scaler: str = TORCH
+    done: list[FrozenTrial],
+    space: SpaceConfig,
+    best: FrozenTrial | None,
+    evaluation: str = "mean",
+    scaler: str = TORCH,
 ) -> tuple[Section, dict[str, Any]]:
     rule = RULES[scaler]
     section = Section(
         "baselines",
         SECTION_TITLES["baselines"],
-        f"{rule.title}'s baselines ({rule.baselines_about + '; ' if rule.baselines_about else ''}{rule.default_tag} "
-        f"is {rule.maker}'s default), re-measured inside the study (those inside its space), and in a study "
-        "searched from a diagnosis the setting it suggested (diagnosis), next to the best trial. The evaluation is "
-        "the one the objective reads (the final weights' loss over the evaluation set, or its median chunk loss "
-        "with [penalty] evaluation = \"median\"), not a last mini-batch's loss. Δ best: how much worse than the best "
-        "objective.",
+        f"{rule.title}'s baselines"
+        f" ({rule.baselines_about + '; ' if rule.baselines_about else ''}{rule.default_tag} is {rule.maker}'s"
+        " default), re-measured inside the study (those inside its space), and in a study searched from a"
+        " diagnosis the setting it suggested (diagnosis), next to the best trial. The evaluation is the one"
+        " the objective reads (the final weights' loss over the evaluation set, or its median chunk loss"
+        ' with [penalty] evaluation = "median"), not a last mini-batch\'s loss. Δ best: how much worse than'
+        " the best objective.",
     )
     judged = "eval_median" if evaluation == "median" else "eval_loss"
     baselines: dict[str, dict[str, Any]] = {}
@@ -106,8 +111,10 @@ def _baselines_section(
     waiting = [tag for tag in missing if tag in in_space]
     said = []
     if outside:
-        said.append(f"{', '.join(outside)} {'lies' if len(outside) == 1 else 'lie'} outside this study's search space "
-                    "(not run)")
+        said.append(
+            f"{', '.join(outside)} {'lies' if len(outside) == 1 else 'lie'} outside this study's search space"
+            " (not run)"
+        )
     if waiting:
         said.append(f"no complete trial yet for {', '.join(waiting)} (still queued or running)")
     if said:
@@ -125,16 +132,16 @@ def _safe_section(
     section = Section(
         "safe_ranges",
         SECTION_TITLES["safe_ranges"],
-        f"A trial is good when its objective is within x = {pct} of the best objective "
-        f"(objective ≤ best + {pct} · |best|; --tolerance), and it had no non-finite value and no silent "
-        "failure (failure code none). A setting's good range runs from its smallest to its largest value "
-        "among the good trials, one setting at a time: a combination of values each inside its range can "
-        "still fail (the recommendation below gives ranges that are safe together). Bad trials inside that range are listed: when every other setting of such "
-        "a trial is inside its own good range too, or idle in its run (its scale curve shows that it could not "
-        f"have acted: {', '.join(rule.skips_with)} when no step was skipped; {grows} when the scale never grew, "
-        f"for {rule.window_knob} only where a longer one in range would not have grown it either), "
-        "the good set is not an interval (not a box), and the stretch around the best trial without such a "
-        "trial is given.",
+        f"A trial is good when its objective is within x = {pct} of the best objective (objective ≤ best +"
+        f" {pct} · |best|; --tolerance), and it had no non-finite value and no silent failure (failure code"
+        " none). A setting's good range runs from its smallest to its largest value among the good trials,"
+        " one setting at a time: a combination of values each inside its range can still fail (the"
+        " recommendation below gives ranges that are safe together). Bad trials inside that range are"
+        " listed: when every other setting of such a trial is inside its own good range too, or idle in its"
+        f" run (its scale curve shows that it could not have acted: {', '.join(rule.skips_with)} when no step"
+        f" was skipped; {grows} when the scale never grew, for {rule.window_knob} only where a longer one in"
+        " range would not have grown it either), the good set is not an interval (not a box), and the"
+        " stretch around the best trial without such a trial is given.",
     )
     ranges = safe_ranges(done, space, tolerance, scaler)
     data = [r.to_dict() for r in ranges]
@@ -173,18 +180,27 @@ def _recommendation_section(
     section = Section(
         "recommendation",
         SECTION_TITLES["recommendation"],
-        f"The verdict, the line to paste and why. Not the argmin, which among near-equal trials is noise: the "
-        f"deepest good trial (within {pct} of the best, no failure) with at least {MIN_SUPPORT} good trials within "
-        "its distance to the nearest trial that is not good (octaves, the four settings' log2 combined), or "
-        f"PyTorch's default when it is good and at least {DEFAULT_MARGIN:g} octaves deep; a change keeps only the "
-        "settings that acted in its run; confirmation runs on new seeds, when there are any, decide "
-        "(docs/report.md). The last column: ranges safe together, in any combination, stated only once "
-        "search.confirm has trained every corner without failure.",
+        "The verdict, the line to paste and why. Not the argmin, which among near-equal trials is noise: the"
+        f" deepest good trial (within {pct} of the best, no failure) with at least {MIN_SUPPORT} good trials"
+        " within its distance to the nearest trial that is not good (octaves, the four settings' log2"
+        f" combined), or PyTorch's default when it is good and at least {DEFAULT_MARGIN:g} octaves deep; a"
+        " change keeps only the settings that acted in its run; confirmation runs on new seeds, when there"
+        " are any, decide (docs/report.md). The last column: ranges safe together, in any combination,"
+        " stated only once search.confirm has trained every corner without failure.",
     )
     rec = recommend(done, space, tolerance, confirmation=confirmation)
-    notes = [n for n in (dominance_note(best_trial(done), evaluation), horizon_note(trial_steps(best_trial(done)), space)) if n]
+    notes = [
+        n
+        for n in (
+            dominance_note(best_trial(done), evaluation),
+            horizon_note(trial_steps(best_trial(done)), space),
+        )
+        if n
+    ]
     if notes:
-        section.message = " ".join(("" if n.startswith("horizon:") else "Note: ") + f"{n[0].upper()}{n[1:]}." for n in notes)
+        section.message = " ".join(
+            ("" if n.startswith("horizon:") else "Note: ") + f"{n[0].upper()}{n[1:]}." for n in notes
+        )
     if rec is None:
         section.message = "No complete trial yet: nothing to recommend."
         return section, None
@@ -216,7 +232,8 @@ def _recommendation_section(
                 "answer",
                 f"trial #{rec.source_trial}"
                 + (f" ({rec.confirmed} on new seeds)" if rec.keep_default and rec.confirmed else ""),
-                "nearest trial that is not good" + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
+                "nearest trial that is not good"
+                + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
                 "octaves to it",
                 {
                     "checked": "safe together (corners trained)",
@@ -308,17 +325,29 @@ def _confirmation_section(snapshot: ReportSnapshot) -> Section:
             if part
         )
         if better:
-            verdict = f"{comparison.get('best_label')} is better than {comparison.get('default_label')} beyond noise"
+            verdict = (
+                f"{comparison.get('best_label')} is better than {comparison.get('default_label')} beyond"
+                " noise"
+            )
         elif comparison.get("worse_beyond_noise"):
-            verdict = f"{comparison.get('default_label')} is better than {comparison.get('best_label')} beyond noise"
+            verdict = (
+                f"{comparison.get('default_label')} is better than {comparison.get('best_label')} beyond"
+                " noise"
+            )
         else:
-            verdict = f"{comparison.get('best_label')} and {comparison.get('default_label')} are not distinguishable"
+            verdict = (
+                f"{comparison.get('best_label')} and {comparison.get('default_label')} are not"
+                " distinguishable"
+            )
         body += (
             f'<p class="verdict"><b>Paired test:</b> {html.escape(verdict)} ({html.escape(stats)}; '
             f"{html.escape(str(comparison.get('test', '')))}).</p>"
         )
     else:
-        body += '<p class="verdict"><b>Paired test:</b> nothing to compare yet (the best or the default has no runs).</p>'
+        body += (
+            '<p class="verdict"><b>Paired test:</b> nothing to compare yet (the best or the default has no'
+            " runs).</p>"
+        )
     corners = data.get("corners", [])
     if corners:
         failed = Counter(c["failure"] for c in corners if c["failure"] != "none")
@@ -334,5 +363,6 @@ def _confirmation_section(snapshot: ReportSnapshot) -> Section:
 
 
 def _octaves(difference: float) -> str:
-    """``+0.42``: two decimals of octaves, and 0 as ``+0.00`` (a difference that rounds to it is none: not ``-0.00``)."""
+    """``+0.42``: two decimals of octaves, and 0 as ``+0.00`` (a difference that rounds to it is none: not
+    ``-0.00``)."""
     return f"{difference if round(difference, 2) != 0 else 0.0:+.2f}"

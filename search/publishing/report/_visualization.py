@@ -2,7 +2,8 @@
 
 Optuna's plots want a study, so they run on an in-memory copy of the snapshot
 (:func:`_in_memory_study`) and never touch the storage. Axes of the rule's start scale (GradScaler's
-init_scale, DeepSpeed's initial_scale_power) get powers of two as ticks (:func:`_pow2_axis`). A plot that needs more trials than the study has becomes a message box.
+init_scale, DeepSpeed's initial_scale_power) get powers of two as ticks (:func:`_pow2_axis`). A plot that
+needs more trials than the study has becomes a message box.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def _importance_without_sklearn() -> Any:
     """``optuna.importance``, imported without scikit-learn when nothing has loaded it yet.
 
     Optuna 5.1's ``optuna/importance/__init__.py`` imports its fANOVA and mean-decrease-impurity evaluators,
-    whose modules import ``sklearn.ensemble`` inside ``optuna._imports.try_import`` (about 2 s of a report's 3);
-    the report uses PED-ANOVA, which needs none of it. With ``sys.modules["sklearn"]`` set to None for the
+    whose modules import ``sklearn.ensemble`` inside ``optuna._imports.try_import`` (about 2 s of a report's
+    3); the report uses PED-ANOVA, which needs none of it. With ``sys.modules["sklearn"]`` set to None for the
     import, that import fails at once and ``try_import`` records it (those two evaluators then say that
     scikit-learn is missing); the entry is removed afterwards, so a later ``import sklearn`` works as usual.
     """
@@ -70,7 +71,8 @@ def _init_param(space: SpaceConfig, scaler: str = TORCH) -> str:
 
 
 def _exponent_axis(space: SpaceConfig, scaler: str) -> bool:
-    """Whether the start knob's param is already a power of two's exponent (a log2 param, DeepSpeed's power)."""
+    """Whether the start knob's param is already a power of two's exponent (a log2 param, DeepSpeed's power).
+    """
     rule = RULES[scaler]
     return space.ranges(scaler)[rule.start_knob].powers_of_two or rule.knob(rule.start_knob).octaves
 
@@ -92,7 +94,11 @@ def _pow2_axis(
     exponents = list(range(lo - lo % step, hi + 1, step))
     text = [f"2<sup>{k}</sup>" for k in exponents]
     if _exponent_axis(space, scaler) and not scale_values:
-        axis.update(tickvals=exponents, ticktext=text, title_text=f"{RULES[scaler].start_knob} (log2 exponent searched)")
+        axis.update(
+            tickvals=exponents,
+            ticktext=text,
+            title_text=f"{RULES[scaler].start_knob} (log2 exponent searched)",
+        )
     else:
         axis.update(type="log", tickvals=[2.0**k for k in exponents], ticktext=text)
 
@@ -108,9 +114,10 @@ def _history_section(
     section = Section(
         "history",
         SECTION_TITLES["history"],
-        "Objective of every complete trial (dots) and the best objective so far (line), by trial number. "
-        f"Lower is better; a run that went non-finite scores {penalty.nonfinite:g}-{2 * penalty.nonfinite:g}, "
-        f"a silent failure gets {penalty.silent:g} on top of its loss.",
+        "Objective of every complete trial (dots) and the best objective so far (line), by trial number."
+        " Lower is better; a run that went non-finite scores"
+        f" {penalty.nonfinite:g}-{2 * penalty.nonfinite:g}, a silent failure gets {penalty.silent:g} on top"
+        " of its loss.",
     )
     rows, best = [], math.inf
     for t in done:
@@ -143,7 +150,10 @@ def _importance_section(
     elif len({t.value for t in done}) < 2:
         reason = "importances need trials with different objectives; every complete trial has the same."
     importance = _importance_without_sklearn()
-    PedAnovaImportanceEvaluator, get_param_importances = importance.PedAnovaImportanceEvaluator, importance.get_param_importances
+    PedAnovaImportanceEvaluator, get_param_importances = (
+        importance.PedAnovaImportanceEvaluator,
+        importance.get_param_importances,
+    )
 
     # optuna-dashboard's own evaluator (PED-ANOVA, Optuna's default quantile, every searched
     # setting): the report and the dashboard then show the same bars for the same study.
@@ -162,7 +172,9 @@ def _importance_section(
         warnings.simplefilter("ignore")
         importances = get_param_importances(study, evaluator=evaluator)
         figure = optuna.visualization.plot_param_importances(study, evaluator=evaluator)
-    figure.update_layout(title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA, as in optuna-dashboard)")
+    figure.update_layout(
+        title=f"Importance for reaching the best {quantile:.0%} (PED-ANOVA, as in optuna-dashboard)"
+    )
     section.figure = figure
     notes = []
     if len(done) < 20:
@@ -170,27 +182,35 @@ def _importance_section(
             f"Only {len(done)} complete trials: importances from so few trials are rough; "
             "PED-ANOVA wants at least 5 trials in the top group."
         )
-    never = _never_acted(done, space, [p for p in params if p in importances], scaler)  # In the space's order.
+    never = _never_acted(
+        done, space, [p for p in params if p in importances], scaler
+    )  # In the space's order.
     if never:
         skips = set(never) & set(RULES[scaler].skips_with)
         notes.append(
-            f"{', '.join(never[:-1]) + ' and ' if len(never) > 1 else ''}{never[-1]} acted in no complete trial's "
-            f"run (read from each scale curve: the scale never grew{', nor was a step skipped' if skips else ''}), so "
-            f"{'its bar measures' if len(never) == 1 else 'their bars measure'} only how the sampled values happened "
-            "to fall, not the setting."
+            f"{', '.join(never[:-1]) + ' and ' if len(never) > 1 else ''}{never[-1]} acted in no complete"
+            " trial's run (read from each scale curve: the scale never"
+            f" grew{', nor was a step skipped' if skips else ''}), so"
+            f" {'its bar measures' if len(never) == 1 else 'their bars measure'} only how the sampled values"
+            " happened to fall, not the setting."
         )
     section.message = " ".join(notes) or None
     return section, {k: float(v) for k, v in importances.items()}, quantile
 
 
-def _never_acted(done: list[FrozenTrial], space: SpaceConfig, settings: list[str], scaler: str = TORCH) -> list[str]:
-    """The settings among ``settings`` idle in every complete trial's run (:func:`search.results.idle_settings`,
-    with no range to reach: growth_interval is idle wherever the scale never grew)."""
+def _never_acted(
+    done: list[FrozenTrial], space: SpaceConfig, settings: list[str], scaler: str = TORCH
+) -> list[str]:
+    """The settings among ``settings`` idle in every complete trial's run
+    (:func:`search.results.idle_settings`, with no range to reach: growth_interval is idle wherever the scale
+    never grew)."""
     idle = [idle_settings(t, param_values(t, space, scaler), {}, scaler) for t in done]
     return [s for s in settings if idle and all(s in i for i in idle)]
 
 
-def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
+def _slice_section(
+    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH
+) -> Section:
     section = Section(
         "slices",
         SECTION_TITLES["slices"],
@@ -221,7 +241,9 @@ def _slice_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceCon
     return section
 
 
-def _contour_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
+def _contour_section(
+    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH
+) -> Section:
     rule = RULES[scaler]
     other = rule.contour_with
     section = Section(
@@ -255,7 +277,9 @@ def _contour_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceC
     return section
 
 
-def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH) -> Section:
+def _parallel_section(
+    study: optuna.Study, done: list[FrozenTrial], space: SpaceConfig, scaler: str = TORCH
+) -> Section:
     section = Section(
         "parallel",
         SECTION_TITLES["parallel"],
@@ -265,7 +289,7 @@ def _parallel_section(study: optuna.Study, done: list[FrozenTrial], space: Space
     params = list(distributions(space, scaler))
     if len(done) < 2 or not params:
         section.message = (
-            f"Not enough trials for this plot: parallel coordinates need at least 2 complete trials; "
+            "Not enough trials for this plot: parallel coordinates need at least 2 complete trials; "
             f"the study has {len(done)}."
             if params
             else "Every setting is fixed in this study: nothing to draw."
@@ -290,7 +314,11 @@ def tidy_parallel_ticks(figure: Any) -> Any:
     draws them as annotations at x = the axis, y in [0, 1]): both ends stay, then every k-th label
     between them, none nearer than :data:`PARALLEL_MIN_GAP` to another; taller, with room for the
     colour bar's title."""
-    labels = [a for a in figure.layout.annotations if isinstance(a.x, (int, float)) and isinstance(a.y, (int, float))]
+    labels = [
+        a
+        for a in figure.layout.annotations
+        if isinstance(a.x, (int, float)) and isinstance(a.y, (int, float))
+    ]
     others = [a for a in figure.layout.annotations if a not in labels]
     kept = []
     for x in sorted({a.x for a in labels}):
