@@ -4,6 +4,7 @@ their length cannot show about the growth settings (horizon_note)."""
 from __future__ import annotations
 
 import optuna
+import pytest
 
 from search.core import DEFAULTS
 from search.results import DOMINANCE_RATIO, dominance_note, format_summary, summarize
@@ -67,3 +68,37 @@ def test_the_horizon_note_says_what_short_trials_cannot_show_of_the_growth_setti
     assert horizon_note(3, short) is not None  # 4 is above 3 steps: it could not act
     trial = optuna.trial.create_trial(value=0.4, user_attrs={"loss_curve": [0.7] * 64})
     assert trial_steps(trial) == 64 and trial_steps(None) is None
+
+
+@pytest.mark.parametrize("scaler", ["deepspeed", "megatron", "fairseq"])
+def test_each_frameworks_horizon_note_names_the_window_its_own_rule_waits(scaler):
+    """The note says a framework grows the scale only after its window of unskipped steps: the framework's own
+    class (DeepSpeed 0.19.8) or its transcription (Megatron-LM, fairseq) holds the scale over the first window
+    - 1 clean steps and has grown it by step window + 1 (DeepSpeed counts from an overflow at step -1), on a
+      window
+    and a start that are not powers of two."""
+    from dataclasses import replace
+
+    from test_optimize_scalers import REFERENCES
+
+    from search.core import DEFAULTS, ParamRange
+    from search.results import horizon_note
+    from search.scalers import RULES
+
+    rule = RULES[scaler]
+    window = 7
+    values = {**rule.default, rule.window_knob: window}
+    values[rule.start_knob] = 13 if rule.knob(rule.start_knob).octaves else 3000.0
+    start, step = REFERENCES[scaler](values)
+    scales = [step(False) for _ in range(window + 1)]
+    assert scales[: window - 1] == [start] * (window - 1) and scales[-1] > start
+    note = horizon_note(window - 1, None, scaler)
+    assert f"{rule.title} grows the scale only after {rule.window_knob} unskipped steps in a row" in note
+    assert f"({rule.maker}'s default is {rule.cycle(rule.default).window})" in note
+    ranges = {
+        **DEFAULTS.space.ranges(scaler),
+        rule.window_knob: ParamRange(window, window, False, fixed=window),
+    }
+    space = replace(DEFAULTS.space, **{rule.space_table: ranges})
+    assert horizon_note(window + 1, space, scaler) is None  # every window it searched acted within the trials
+    assert horizon_note(window - 1, space, scaler) is not None
