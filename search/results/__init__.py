@@ -5,7 +5,9 @@
 * ``_format``: settings as people read them (a value, a range, a point, a list of trials);
 * ``_safe_ranges``: per setting, the good trials' range, the bad trials inside it, idle settings;
 * ``_landscape``: the trials in the space of octaves: coordinates, distance, depth, support;
-* ``_minimal``: the minimal change: settings that did not act in a run put back to PyTorch's defaults;
+* ``_choice``: every rule's choice: the default when it is deep enough, else the deepest supported good trial;
+* ``_minimal``: the minimal change, every rule's: knobs that did not act in a run (by replay) put back to the
+  rule's defaults;
 * ``_recommendation``: the verdict and its setting: the deepest good trial or PyTorch's default, step by step;
 * ``_answer_rounding``: the answer's line rounded, coarse to fine, each rounding taken once a trial measured
   it;
@@ -41,6 +43,7 @@ from search.results._format import (
 )
 from search.results._paste import FRAMEWORKS, paste_lines, scaler_line
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE, DEFAULT_TOLERANCE
+from search.results._verdict import comparison_verdict, confirmation_verdict
 
 if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or through core's trial record).
     from search.results._candidates import (
@@ -51,6 +54,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
         rule_recommended_candidate,
         select_candidates,
     )
+    from search.results._choice import DEFAULT_MARGIN, Choice, choose
     from search.results._confirmation_table import format_confirmation
     from search.results._confirmations import (
         ALPHA,
@@ -69,7 +73,13 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
     from search.results._dominance import DOMINANCE_RATIO, dominance_note
     from search.results._horizon import counted_steps, horizon_note, trial_steps
     from search.results._landscape import MIN_SUPPORT, Landscape, coordinates, depth_of, octave_distance
-    from search.results._minimal import PYTORCH_DEFAULT, changed_settings, minimal_change
+    from search.results._minimal import (
+        PYTORCH_DEFAULT,
+        changed_settings,
+        minimal_change,
+        minimal_values,
+        replay,
+    )
     from search.results._reasons import (
         deepest_reasons,
         keep_default_reason,
@@ -78,7 +88,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
         nothing_safe_reason,
         reset_sentence,
     )
-    from search.results._recommendation import DEFAULT_MARGIN, VERDICTS, Recommendation, recommend
+    from search.results._recommendation import VERDICTS, Recommendation, recommend
     from search.results._rule_answer import RuleAnswer, answer_rule_study
     from search.results._rule_summary import (
         format_rule_summary,
@@ -108,7 +118,6 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
         searched_params,
         trial_row,
     )
-    from search.results._verdict import comparison_verdict, confirmation_verdict
 
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
@@ -116,6 +125,7 @@ __all__ = [
     "ALPHA",
     "CHECK_ROUNDS",
     "Candidate",
+    "Choice",
     "DEFAULT_LABEL",
     "DEFAULT_MARGIN",
     "DEFAULT_TIE_TOLERANCE",
@@ -137,6 +147,7 @@ __all__ = [
     "candidate_box",
     "changed_settings",
     "check_boxes",
+    "choose",
     "collect_runs",
     "comparison_verdict",
     "completed",
@@ -170,6 +181,7 @@ __all__ = [
     "keep_default_reason",
     "limit_sentences",
     "minimal_change",
+    "minimal_values",
     "nearest_reason",
     "nothing_safe_reason",
     "octave_distance",
@@ -180,6 +192,7 @@ __all__ = [
     "paste_lines",
     "recommend",
     "recommended_candidate",
+    "replay",
     "reset_sentence",
     "rule_default_candidate",
     "rule_recommended_candidate",

@@ -1,8 +1,10 @@
 """The trials in the space of octaves: where each one lies, how deep each good one sits.
 
-Every trial is placed in a space of octaves: log2 of each searched setting (all four act
-multiplicatively on the scale: init_scale sets it, growth and backoff multiply it, growth_interval
-divides the rate of growth). A good trial's *depth* is its distance in that space to the nearest
+Every trial is placed in a space of octaves, one axis per searched knob of its rule
+(:meth:`~search.scalers.Knob.coordinate`): log2 of a knob that acts multiplicatively on the scale
+(GradScaler's four: init_scale sets it, growth and backoff multiply it, growth_interval divides the rate of
+growth; a framework's starting scale and window), the value itself for an exponent, a share or a flag. A good
+trial's *depth* is its distance in that space to the nearest
 trial that is not good (failed, churned, underflowed, diverged, or more than ``tolerance`` from the
 best): how far one can move from it, in any combination of the four settings, before the study saw
 something go wrong. Its *support* is the good trials within its depth: a trial is judged on the
@@ -18,13 +20,15 @@ from optuna.trial import FrozenTrial
 
 from search.core import SpaceConfig
 from search.results._trials import good_trials, param_values, searched_params
+from search.scalers import RULES, TORCH
 
 MIN_SUPPORT = 3  # A recommendation needs this many good trials (itself included) within its depth.
 
 
-def coordinates(values: dict[str, float], space: SpaceConfig) -> dict[str, float]:
-    """A setting's place in the space of the module docstring: log2 of each searched setting (octaves)."""
-    return {name: math.log2(values[name]) for name in searched_params(space)}
+def coordinates(values: dict[str, float], space: SpaceConfig, scaler: str = TORCH) -> dict[str, float]:
+    """A setting's place in the space of the module docstring: each searched knob on its axis."""
+    rule = RULES[scaler]
+    return {name: rule.knob(name).coordinate(values[name]) for name in searched_params(space, scaler)}
 
 
 def octave_distance(a: dict[str, float], b: dict[str, float]) -> float:
@@ -54,7 +58,7 @@ class Landscape:
         done: The COMPLETE trials, by number (:func:`~search.results._trials.completed`).
         good: The good ones among them.
         good_ids: Their numbers.
-        values: Trial number -> its four settings.
+        values: Trial number -> every knob of its setting.
         where: Trial number -> its place (:func:`coordinates`).
         bad: ``(number, place)`` of every trial that is not good.
         depths: Good trial number -> its depth and the number of its nearest bad trial.
@@ -69,12 +73,15 @@ class Landscape:
     depths: dict[int, tuple[float, int | None]]
 
     @classmethod
-    def of(cls, done: list[FrozenTrial], space: SpaceConfig, tolerance: float) -> Landscape:
-        """The landscape of ``done`` (COMPLETE trials, by number), good meaning within ``tolerance``."""
+    def of(
+        cls, done: list[FrozenTrial], space: SpaceConfig, tolerance: float, scaler: str = TORCH
+    ) -> Landscape:
+        """The landscape of ``done`` (COMPLETE trials of a ``scaler`` study, by number), good meaning within
+        ``tolerance``."""
         good = good_trials(done, tolerance)
         good_ids = frozenset(t.number for t in good)
-        values = {t.number: param_values(t, space) for t in done}
-        where = {n: coordinates(v, space) for n, v in values.items()}
+        values = {t.number: param_values(t, space, scaler) for t in done}
+        where = {n: coordinates(v, space, scaler) for n, v in values.items()}
         bad = [(t.number, where[t.number]) for t in done if t.number not in good_ids]
         depths = {t.number: depth_of(where[t.number], bad) for t in good}
         return cls(done, good, good_ids, values, where, bad, depths)

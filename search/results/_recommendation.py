@@ -1,21 +1,19 @@
 """The recommendation: one robust GradScaler setting from a study, and why.
 
-Not the argmin, which among many near-equal trials is noise, and not the middle of a box of ties,
-which can sit next to a failure edge. The recommendation is the deepest good trial in the space of
-octaves (:mod:`search.results._landscape`) among those with at least :data:`MIN_SUPPORT` good
-trials within their depth (so it is judged on the trials around it, not on one lucky point). Its
-line is rounded only where a trial of the study ran the rounding and measured it the same
+Not the argmin, which among many near-equal trials is noise, and not the middle of a box of ties, which can
+sit next to a failure edge. The choice is every rule's (:mod:`search.results._choice`): the deepest good trial
+in the space of octaves (:mod:`search.results._landscape`) among those with enough good trials within their
+depth (so it is judged on the trials around it, not on one lucky point), or PyTorch's default (baseline
+``seed-1``) when it is good, supported and at least :data:`DEFAULT_MARGIN` octaves deep. Its line is rounded
+only where a trial of the study ran the rounding and measured it the same
 (:mod:`search.results._answer_rounding`; on a rough objective such as deep-mlp's an unmeasured rounding can
-land well outside the tolerance); the answer is then that trial. When PyTorch's default
-(baseline ``seed-1``) is good and at least :data:`DEFAULT_MARGIN` octaves deep, the answer is "keep
-the default". When confirmation runs on new seeds exist (``search.confirm``), they decide
-(:mod:`search.results._verdict`): a default that is significantly better than the recommended
-setting overturns it, and a recommended setting that is not significantly better than a good
-default is not worth a change. The setting is the *minimal change* (:mod:`search.results._minimal`):
-the trial's settings that did not act in its run are PyTorch's defaults, which run it step for
-step the same; a trial that differs from the default only in such settings means "keep the default".
-The verdict is one of :data:`VERDICTS`. Last come the ranges safe together around the answer
-(:mod:`search.results._together`).
+land well outside the tolerance); the answer is then that trial. When confirmation runs on new seeds exist
+(``search.confirm``), they decide (:mod:`search.results._verdict`): a default that is significantly better
+than the recommended setting overturns it, and a recommended setting that is not significantly better than a
+good default is not worth a change. The setting is the *minimal change* (:mod:`search.results._minimal`): the
+trial's settings that did not act in its run are PyTorch's defaults, which run it step for step the same; a
+trial that differs from the default only in such settings means "keep the default". The verdict is one of
+:data:`VERDICTS`. Last come the ranges safe together around the answer (:mod:`search.results._together`).
 """
 
 from __future__ import annotations
@@ -29,7 +27,8 @@ from optuna.trial import FrozenTrial
 
 from search.core import SEED_BASELINES, SpaceConfig, default_trial, device_kind, scaler_config
 from search.results._answer_rounding import Rounding, measured_rounding
-from search.results._landscape import MIN_SUPPORT, Landscape
+from search.results._choice import DEFAULT_MARGIN, choose
+from search.results._landscape import Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
 from search.results._reasons import (
@@ -44,12 +43,11 @@ from search.results._reasons import (
 )
 from search.results._together import box_limits, safe_together
 from search.results._tolerance import DEFAULT_TOLERANCE
-from search.results._trials import as_config, best_trial, completed, searched_params
+from search.results._trials import as_config, best_trial, completed, param_values_of, searched_params
 from search.results._verdict import weigh_confirmation
 from search.scalers import PARAM_NAMES, ScalerConfig
 
 VERDICTS = ("keep-default", "change", "none-safe")  # The answer's one word, in every output.
-DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this many octaves from the nearest bad trial.
 _SEED_DEFAULT = SEED_BASELINES[0][1]  # PyTorch's default GradScaler settings (baseline seed-1).
 
 
@@ -192,16 +190,6 @@ class Recommendation:
         }
 
 
-@dataclass(frozen=True)
-class _Choice:
-    """The search's own answer, before confirmation runs: the deepest good trial, or the default."""
-
-    deepest: FrozenTrial  # The deepest supported good trial (any good one when none is supported).
-    source: FrozenTrial  # The default's trial when keeping it, else ``deepest``.
-    default_depth: float | None  # None when the default is not good or has not run.
-    keep_default: bool
-
-
 def recommend(
     trials: Iterable[FrozenTrial],
     space: SpaceConfig,
@@ -253,7 +241,7 @@ def recommend(
             safe=False,
         )
 
-    choice = _choose(landscape, default)
+    choice = choose(landscape, default)
     reset: dict[str, str] = {}
     rounding: Rounding | None = None
     if choice.keep_default:
@@ -288,7 +276,9 @@ def recommend(
 
     keep_default, confirmed = choice.keep_default, None
     if confirmation is not None and not keep_default:
-        confirmed, to_default, sentences = weigh_confirmation(confirmation, config, space)
+        confirmed, to_default, sentences = weigh_confirmation(
+            confirmation, lambda params: as_config(param_values_of(params, space)) == config
+        )
         reasons += sentences
         if to_default:
             keep_default, config = True, _SEED_DEFAULT
@@ -331,28 +321,6 @@ def recommend(
         together_idle=idle,
         default_outside=outside,
     )
-
-
-def _choose(landscape: Landscape, default: FrozenTrial | None) -> _Choice:
-    """The deepest supported good trial, or the default when it is good, deep and supported enough."""
-    good = landscape.good
-    supported = [t for t in good if len(landscape.support(t.number)) >= MIN_SUPPORT]
-    pool = supported or good
-    deepest = max(pool, key=lambda t: (landscape.depth(t.number), -t.value, -t.number))
-    default_depth = (
-        landscape.depth(default.number)
-        if default is not None and default.number in landscape.good_ids
-        else None
-    )
-    # Deep enough, and judged on the trials around it (as any recommendation), not on itself alone.
-    keep_default = (
-        default_depth is not None
-        and default_depth >= DEFAULT_MARGIN
-        and len(landscape.support(default.number)) >= MIN_SUPPORT
-    )
-    source = default if keep_default else deepest
-    assert source is not None
-    return _Choice(deepest=deepest, source=source, default_depth=default_depth, keep_default=keep_default)
 
 
 def _measured_config(values: dict[str, float], space: SpaceConfig) -> ScalerConfig:

@@ -3,19 +3,17 @@
 The verdicts are GradScaler's (:data:`~search.results._recommendation.VERDICTS`), judged the same way,
 with the framework's knobs in place of GradScaler's four settings:
 
-* each trial is placed on the knobs' axes (:meth:`~search.scalers.Knob.coordinate`: octaves for a scale,
-  a window or a count searched on a log scale, the value for an exponent, a share or a flag); a good
+* each trial is placed on the knobs' axes (:class:`~search.results._landscape.Landscape`: octaves for a
+  scale, a window or a count searched on a log scale, the value for an exponent, a share or a flag); a good
   trial's *depth* is its distance to the nearest trial that is not good;
-* ``keep-default``: the framework's default (its first baseline) is good and at least
-  :data:`~search.results._recommendation.DEFAULT_MARGIN` deep; ``change``: else the deepest good trial
-  among those with :data:`~search.results._landscape.MIN_SUPPORT` good trials within their depth;
-  ``none-safe``: no trial is good.
+* the choice is every rule's (:func:`~search.results._choice.choose`): the framework's default (its first
+  baseline) when it is good, supported and deep enough, else the deepest supported good trial; ``none-safe``:
+  no trial is good.
 
-**The minimal change, by replay.** A knob of the chosen trial is put back to the framework's default
-when the rule, run again on the trial's own overflow sequence with that knob at its default, gives the
-same scale before every step and ends (or not) at the same step: the same scales make the same
-gradients, so the run is the same step for step (induction over the steps). The answer then carries only
-the knobs that made a difference, and what it prints is what was measured.
+**The minimal change, by replay** (every rule's, :mod:`search.results._minimal`): a knob of the chosen trial
+is put back to the framework's default when the rule, run again on the trial's own overflow sequence with that
+knob at its default, gives the same scale before every step and ends (or not) at the same step. The answer
+then carries only the knobs that made a difference, and what it prints is what was measured.
 
 **Rounding, by the same replay.** A float knob that stays is rounded, coarse to fine (a power of two for a
 knob searched on a log scale, then 2 and 3 significant digits), to the coarsest value whose replay is the
@@ -27,21 +25,20 @@ keeps the digits that give back the number the framework holds (:func:`~search.s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 from optuna.trial import FrozenTrial
 
-from search.core import OVERFLOW_STEPS, SCALE_CURVE, SpaceConfig, baseline_of, setting_of
-from search.results._landscape import MIN_SUPPORT, depth_of, octave_distance
+from search.core import SpaceConfig, baseline_of
+from search.results._choice import choose
+from search.results._landscape import Landscape
+from search.results._minimal import minimal_values, replays_the_same
 from search.results._tolerance import DEFAULT_TOLERANCE
-from search.results._trials import completed, good_trials
-from search.results._verdict import comparison_verdict
-from search.scalers import FLOAT, RULES, RuleSetting, ScaleAtMinimum, ScalerRule
-
-DEFAULT_MARGIN = 2.0  # As GradScaler's answer: keep the default when it is good and this deep.
+from search.results._trials import completed, param_values_of
+from search.results._verdict import weigh_confirmation
+from search.scalers import FLOAT, RULES, ScalerRule
 
 
 @dataclass(frozen=True)
@@ -110,13 +107,6 @@ class RuleAnswer:
         }
 
 
-def rule_values(trial: FrozenTrial, space: SpaceConfig, scaler: str) -> dict[str, Any]:
-    """Every knob's value a trial of a framework study ran (fixed knobs included)."""
-    setting = setting_of(trial.params, space, scaler)
-    assert isinstance(setting, RuleSetting)
-    return dict(setting.values)
-
-
 def answer_rule_study(
     trials: list[FrozenTrial],
     space: SpaceConfig,
@@ -134,37 +124,17 @@ def answer_rule_study(
     done = completed(trials)
     if not done:
         return None
-    searched = [k for k in rule.knobs if space.ranges(scaler)[k.name].fixed is None]
-    values = {t.number: rule_values(t, space, scaler) for t in done}
-    where = {n: {k.name: k.coordinate(v[k.name]) for k in searched} for n, v in values.items()}
-    good = good_trials(done, tolerance)
-    good_ids = {t.number for t in good}
-    bad = [(t.number, where[t.number]) for t in done if t.number not in good_ids]
     default = next((t for t in done if baseline_of(t) == rule.default_tag), None)
     default_number = None if default is None else default.number
-    if not good:
+    landscape = Landscape.of(done, space, tolerance, scaler)
+    if not landscape.good:
         return RuleAnswer(rule, "none-safe", rule.default, None, default_trial=default_number)
 
-    depths = {t.number: depth_of(where[t.number], bad) for t in good}
-
-    def support(number: int) -> tuple[int, ...]:
-        radius = depths[number][0]
-        return tuple(
-            n for n in sorted(good_ids) if not bad or octave_distance(where[n], where[number]) <= radius
-        )
-
-    if default is not None and default.number in good_ids and depths[default.number][0] >= DEFAULT_MARGIN:
-        chosen = default
-    else:
-        supported = [t for t in good if len(support(t.number)) >= MIN_SUPPORT] or good
-        chosen = max(supported, key=lambda t: (depths[t.number][0], -t.value, -t.number))
-    minimal, reset = minimal_values(chosen, values[chosen.number], rule)
+    chosen = choose(landscape, default).source
+    minimal, reset = minimal_values(chosen, landscape.values[chosen.number], rule)
     minimal, rounded = rounded_values(chosen, minimal, rule)
     changed = tuple(k.name for k in rule.knobs if minimal[k.name] != rule.default[k.name])
-    nearest = depths[chosen.number][1]
-    offsets = (
-        {} if nearest is None else {k: where[nearest][k] - where[chosen.number][k] for k in where[nearest]}
-    )
+    depth, nearest = landscape.depths[chosen.number]
     answer = RuleAnswer(
         rule,
         "change" if changed else "keep-default",
@@ -172,12 +142,12 @@ def answer_rule_study(
         chosen.number,
         changed,
         reset,
-        depths[chosen.number][0],
-        depths[chosen.number][1],
-        support(chosen.number),
+        depth,
+        nearest,
+        landscape.support(chosen.number),
         default_number,
-        len(good),
-        {k: v for k, v in offsets.items() if v},
+        len(landscape.good),
+        {k: v for k, v in landscape.offsets(chosen.number).items() if v},
         rounded,
     )
     return answer if confirmation is None or not changed else _weighed(answer, confirmation, space)
@@ -186,21 +156,13 @@ def answer_rule_study(
 def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfig) -> RuleAnswer:
     """``answer`` as the confirmation runs of its values leave it (unchanged when they did not run them)."""
     rule = answer.rule
-    entry = next(
-        (
-            c
-            for c in confirmation.get("comparisons", [])
-            if dict(setting_of(c["params"], space, rule.name).values) == answer.values  # type: ignore[union-attr]
-        ),
-        None,
+    confirmed, to_default, sentences = weigh_confirmation(
+        confirmation, lambda params: param_values_of(params, space, rule.name) == answer.values
     )
-    verdict = comparison_verdict(entry)
-    if verdict is None:
+    if confirmed is None:
         return answer
-    confirmed, sentence = verdict
-    if confirmed == "confirmed":
-        return replace(answer, confirmed=confirmed, confirmation=(sentence,))
-    sentences = (sentence,) if confirmed == "overturned" else (sentence, "Keep the default.")
+    if not to_default:
+        return replace(answer, confirmed=confirmed, confirmation=tuple(sentences))
     return replace(
         answer,
         verdict="keep-default",
@@ -209,45 +171,8 @@ def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfi
         reset={},
         rounded={},
         confirmed=confirmed,
-        confirmation=sentences,
+        confirmation=tuple(sentences),
     )
-
-
-def minimal_values(
-    trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """``values`` with every knob put back to the framework's default where replay shows it did not act."""
-    current = dict(values)
-    same = _replays_the_same(trial, current, rule)
-    if same is None:
-        return current, {}
-    reset: dict[str, str] = {}
-    for knob in rule.knobs:
-        if current[knob.name] == knob.default:
-            continue
-        trying = {**current, knob.name: knob.default}
-        if same(trying):
-            current = trying
-            reset[knob.name] = (
-                f"at the default {knob.default:g} the rule gives the same scale at every one of the"
-                f" {len(trial.user_attrs[SCALE_CURVE])} steps on this run's"
-                f" {len(trial.user_attrs[OVERFLOW_STEPS])} overflows"
-            )
-    return current, reset
-
-
-def _replays_the_same(
-    trial: FrozenTrial, values: Mapping[str, Any], rule: ScalerRule
-) -> Callable[[Mapping[str, Any]], bool] | None:
-    """Whether other values replay ``trial``'s recorded run (its overflow steps) as ``values`` do; None when
-    the trial recorded no whole run to replay."""
-    overflows = trial.user_attrs.get(OVERFLOW_STEPS)
-    curve = trial.user_attrs.get(SCALE_CURVE)
-    if overflows is None or not curve or any(v is None for v in curve):
-        return None
-    steps, overflowed = len(curve), set(overflows)
-    measured = replay(rule, values, overflowed, steps)
-    return lambda other: replay(rule, other, overflowed, steps) == measured
 
 
 def rounded_values(
@@ -256,7 +181,7 @@ def rounded_values(
     """``values`` with each float knob rounded to the coarsest candidate whose replay is the same (module
     docstring)."""
     current = dict(values)
-    same = _replays_the_same(trial, current, rule)
+    same = replays_the_same(trial, current, rule)
     if same is None:
         return current, {}
     rounded: dict[str, tuple[float, float]] = {}
@@ -282,17 +207,3 @@ def _roundings(value: float, log: bool) -> list[float]:
         if c != value and c not in out:
             out.append(c)
     return out
-
-
-def replay(rule: ScalerRule, values: Mapping[str, Any], overflows: set[int], steps: int) -> tuple[Any, ...]:
-    """The scale before each step (float32, as GradScaler holds it) and the step the rule ends the run at,
-    running ``rule`` with ``values`` on a recorded overflow sequence."""
-    machine = rule.build(values)
-    scales = []
-    for step in range(steps):
-        scales.append(float(np.float32(machine.scale)))
-        try:
-            machine.update(step in overflows)
-        except ScaleAtMinimum:
-            return (*scales, "ended", step)
-    return (*scales, float(np.float32(machine.scale)))

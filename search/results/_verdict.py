@@ -1,4 +1,4 @@
-"""What confirmation runs on new seeds say of a setting against PyTorch's default.
+"""What confirmation runs on new seeds say of a setting against the default (PyTorch's, or a framework's).
 
 A search ranks settings on the seeds it trained; ``search.confirm`` re-runs a setting and the
 default on new seeds and pairs them (:mod:`search.results._confirmations`). Its verdict decides
@@ -8,30 +8,24 @@ better than a good default is not worth a change.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
-
-from search.core import SpaceConfig
-from search.results._trials import as_config, param_values_of
-from search.scalers import ScalerConfig
 
 
 def confirmation_verdict(
-    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig
+    confirmation: dict[str, Any], matches: Callable[[dict[str, Any]], bool]
 ) -> tuple[str, str] | None:
-    """What confirmation runs say of ``config`` against the default, or None if they did not run it.
+    """What confirmation runs say of a setting against the default, or None if they did not run it.
+
+    Args:
+        confirmation: :func:`search.results._confirmations.summarize_confirmation` data.
+        matches: Whether a comparison's ``params`` are the setting (under any rule).
 
     Returns:
         ``(verdict, sentence)``: ``"confirmed"`` (significantly better than the default on new
         seeds), ``"overturned"`` (the default significantly better) or ``"not better"``.
     """
-    entry = next(
-        (
-            c
-            for c in confirmation.get("comparisons", [])
-            if as_config(param_values_of(c["params"], space)) == config
-        ),
-        None,
-    )
+    entry = next((c for c in confirmation.get("comparisons", []) if matches(c["params"])), None)
     return comparison_verdict(entry)
 
 
@@ -66,14 +60,15 @@ def comparison_verdict(entry: dict[str, Any] | None) -> tuple[str, str] | None:
 
 
 def weigh_confirmation(
-    confirmation: dict[str, Any], config: ScalerConfig, space: SpaceConfig
+    confirmation: dict[str, Any], matches: Callable[[dict[str, Any]], bool]
 ) -> tuple[str | None, bool, list[str]]:
-    """(verdict, whether to turn to the default, sentences) from confirmation runs of ``config``.
+    """(verdict, whether to turn to the default, sentences) from confirmation runs of the setting ``matches``
+    picks among their comparisons (:func:`confirmation_verdict`), under any rule.
 
     An overturned setting gives way to the default, and so does one that new seeds do not find
     better beyond noise: a change is worth making only when it measurably helps.
     """
-    verdict = confirmation_verdict(confirmation, config, space)
+    verdict = confirmation_verdict(confirmation, matches)
     if verdict is None:
         return None, False, []
     confirmed, sentence = verdict

@@ -4,7 +4,8 @@ own.
 * ``_knob``: one setting of a rule: its own name, default, search range and what it accepts;
 * ``_rule``: a rule as the service uses it (:class:`ScalerRule`), how its scale cycles (:class:`Cycle`) and
   one trial's setting of a framework's rule (:class:`RuleSetting`);
-* ``_gradscaler``: GradScaler's rule, its four settings (:class:`ScalerConfig`) and PyTorch's defaults;
+* ``_gradscaler``: GradScaler's rule, its four settings (:class:`ScalerConfig`), PyTorch's defaults and its
+  arithmetic in plain Python (:class:`GradScalerScale`);
 * ``_deepspeed``, ``_megatron``, ``_fairseq``: each framework's rule step for step, its knobs, its
   baselines and its config form, with the source it was read from;
 * ``_catalogue``: the ``--scaler`` choices.
@@ -16,7 +17,7 @@ Pure Python: imports neither torch, optuna nor numpy, so every layer and every c
 from search.scalers._catalogue import FRAMEWORKS, RULES, SCALERS
 from search.scalers._deepspeed import DEEPSPEED, DeepSpeedScale, ScaleAtMinimum
 from search.scalers._fairseq import FAIRSEQ, FairseqScale
-from search.scalers._gradscaler import GRADSCALER, PARAM_NAMES, TORCH, ScalerConfig
+from search.scalers._gradscaler import GRADSCALER, PARAM_NAMES, TORCH, GradScalerScale, ScalerConfig
 from search.scalers._knob import BOOL, FLOAT, INT, Knob, format_scale, shortest
 from search.scalers._megatron import MEGATRON, MegatronScale
 from search.scalers._rule import Cycle, RuleSetting, ScalerRule, ScaleRule
@@ -37,6 +38,7 @@ __all__ = [
     "Cycle",
     "DeepSpeedScale",
     "FairseqScale",
+    "GradScalerScale",
     "Knob",
     "format_scale",
     "MegatronScale",

@@ -9,15 +9,18 @@
   ``growth_factor`` and starts counting again.
 
 The defaults (``GradScaler.__init__``): ``init_scale`` 2^16, ``growth_factor`` 2.0, ``backoff_factor`` 0.5,
-``growth_interval`` 2000. They are defined here once, as the knobs' defaults (:data:`GRADSCALER`); the
-trainer lets GradScaler itself move the scale, so this rule builds no state machine of its own.
+``growth_interval`` 2000. They are defined here once, as the knobs' defaults (:data:`GRADSCALER`). The
+trainer lets GradScaler itself move the scale, so this rule builds no state machine for training; the
+answer replays its runs with :class:`GradScalerScale`, the same arithmetic in plain Python, to tell which
+settings acted.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from search.scalers._knob import FLOAT, INT, Knob, format_scale, shortest, whole_at_least
@@ -82,6 +85,59 @@ class ScalerConfig:
 PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32 as C's cast does (inf where it rounds past float32's largest)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+@dataclass
+class GradScalerScale:
+    """The loss scale of one run under GradScaler's rule, as ``torch._amp_update_scale_`` moves it.
+
+    A transcription of ``_amp_update_scale_cpu_kernel``
+    (``aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp``, torch 2.13; the CUDA kernel in
+    ``aten/src/ATen/native/cuda/AmpKernels.cu`` is the same arithmetic): the scale is a float32, each factor a
+    double, each product cast back to float32; a growth that would make the scale infinite is not taken.
+    GradScaler has no floor: it never ends a run.
+
+    Args:
+        init_scale: The scale at the start (held as float32).
+        growth_factor: The factor after ``growth_interval`` clean steps in a row.
+        backoff_factor: The factor on an overflow.
+        growth_interval: Clean steps in a row before a growth.
+    """
+
+    init_scale: float = 2.0**16
+    growth_factor: float = 2.0
+    backoff_factor: float = 0.5
+    growth_interval: int = 2000
+    min_loss_scale: float = 0.0
+    scale: float = field(init=False)
+    _tracker: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.scale = _float32(float(self.init_scale))
+
+    def update(self, overflow: bool) -> str:
+        """Moves the scale after one step: ``"backed off"``, ``"grew"`` or ``"kept"``."""
+        if overflow:
+            self.scale = _float32(self.scale * self.backoff_factor)
+            self._tracker = 0
+            return "backed off"
+        self._tracker += 1
+        if self._tracker < self.growth_interval:
+            return "kept"
+        self._tracker = 0
+        grown = _float32(self.scale * self.growth_factor)
+        if not math.isfinite(grown):
+            return "kept"
+        self.scale = grown
+        return "grew"
+
+
 def _pretty_scale(value: float) -> str:
     exponent = math.log2(value)
     if exponent == round(exponent):
@@ -97,7 +153,7 @@ KNOBS = (
          text=lambda v: f"{v:.3g}"),
     Knob("backoff_factor", FLOAT, 0.5, 0.05, 0.95, False, (lambda v: 0 < v < 1), "in (0, 1)",
          "the scale's factor on an overflow; PyTorch's default 0.5", label="backoff",
-         text=lambda v: f"{v:.3g}"),
+         text=lambda v: f"{v:.3g}", factor=True),
     Knob("growth_interval", INT, 2000, 1, 2000, True, *whole_at_least(1),
          "clean steps in a row before a growth; PyTorch's default 2000", label="interval", text=str),
 )  # fmt: skip
@@ -149,6 +205,7 @@ GRADSCALER = ScalerRule(
         ),
     ),
     build=lambda values: None,
+    replay=lambda values: GradScalerScale(**_setting(values).values),
     block=lambda values: _setting(values).as_code(),
     source="torch 2.13 torch/amp/grad_scaler.py (GradScaler.update, GradScaler.__init__)",
     setting=_setting,

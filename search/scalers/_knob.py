@@ -39,6 +39,8 @@ class Knob:
         powers_of_two: Whether a config may search it as powers of two only (an integer exponent).
         label: Its column's name in a table (its name unless given).
         text: How a table writes a value (None: every digit the rule is given, :func:`shortest`).
+        factor: Whether the value multiplies the scale (a back-off factor): the answer then measures it in
+            octaves, as a knob searched on a log scale, though it is sampled evenly.
     """
 
     name: str
@@ -55,12 +57,13 @@ class Knob:
     powers_of_two: bool = False
     label: str = ""
     text: Callable[[float], str] | None = None
+    factor: bool = False
 
     def coordinate(self, value: float) -> float:
         """The value's place on the axis the answer measures distances on (:mod:`search.results`):
-        octaves for a scale, a window or a count searched on a log scale; the value itself otherwise
-        (an exponent, a share, a flag)."""
-        return math.log2(value) if self.log and value > 0 else float(value)
+        octaves for a scale, a factor, a window or a count searched on a log scale; the value itself
+        otherwise (an exponent, a share, a flag)."""
+        return math.log2(value) if (self.log or self.factor) and value > 0 else float(value)
 
     def cell(self, value: float) -> str:
         """``value`` as a table writes it (:attr:`text`; else a flag as true/false, a number with every

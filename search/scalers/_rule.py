@@ -66,6 +66,8 @@ class ScalerRule:
             default the answer is measured against.
         build: A fresh state machine for one run from a setting's values; None where GradScaler's own
             ``update()`` moves the scale.
+        replay: The same rule in plain Python, for the answer to replay a recorded run with other values
+            (which knobs acted, which roundings run the same); :attr:`build` unless given.
         block: The setting as the user writes it (a GradScaler line, a JSON block, command-line flags).
         config: The block as data, for a rule whose block is a config file's JSON (DeepSpeed's):
             ``--best-out`` writes it as a JSON object, not a string to decode again; None where the block is
@@ -104,6 +106,7 @@ class ScalerRule:
     notes: Callable[[Mapping[str, float]], list[str]] = lambda values: []
     config: Callable[[Mapping[str, float]], dict[str, Any]] | None = None
     setting: Callable[[Mapping[str, Any]], Any] | None = None
+    replay: Callable[[Mapping[str, float]], ScaleRule] | None = None
     amp_dtypes: tuple[str, ...] = ("float16",)
     population: bool = False
     space_table: str | None = None
@@ -112,6 +115,8 @@ class ScalerRule:
     baselines_about: str = ""
 
     def __post_init__(self) -> None:
+        if self.replay is None:
+            object.__setattr__(self, "replay", self.build)
         if self.setting is None:
             object.__setattr__(self, "setting", lambda values: RuleSetting(self.name, dict(values)))
         if self.space_table is None:

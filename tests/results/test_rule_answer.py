@@ -11,7 +11,8 @@ from optuna.trial import TrialState, create_trial
 from test_optimize_scalers import deepspeed_next
 
 from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, load_settings
-from search.results._rule_answer import answer_rule_study, minimal_values, replay, rounded_values
+from search.results._minimal import minimal_values, replay
+from search.results._rule_answer import answer_rule_study, rounded_values
 from search.scalers import RULES
 from search.tasks.seed_mlp import build
 
