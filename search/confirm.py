@@ -53,6 +53,7 @@ from search.core import (
 from search.results import (
     DEFAULT_TOLERANCE,
     FRAMEWORKS,
+    answer_form,
     collect_runs,
     confirmation_data,
     counted_steps,
@@ -184,7 +185,7 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
         device=device,
         tolerance=args.tolerance / 100,
     )
-    if args.paste is not None and RULES[plan.settings.run.scaler].replays:
+    if args.paste is not None and args.paste not in answer_form(plan.settings.run.scaler).paste_forms:
         raise ConfirmError(
             f"--paste {args.paste}: study {plan.study_name!r} searched"
             f" {RULES[plan.settings.run.scaler].title}'s own rule, whose answer is that framework's own"

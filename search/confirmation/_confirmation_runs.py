@@ -54,6 +54,7 @@ from search.core import (
     setting_of,
 )
 from search.results import (
+    answer_form,
     box_corners,
     check_boxes,
     collect_runs,
@@ -61,7 +62,7 @@ from search.results import (
     confirmation_data,
     recommend,
 )
-from search.scalers import RULES, ScalerConfig
+from search.scalers import ScalerConfig
 from search.storage import TrialWriter
 from search.tasks import Problem, TaskError, build_problem, resolve_task
 from search.training import TrialOutcome, run_steps, run_trial
@@ -161,9 +162,7 @@ def run_confirmation(
                     )
                     done += 1
                     bar.update(1)
-            if (
-                corners and not RULES[settings.run.scaler].replays
-            ):  # The ranges safe together are GradScaler's.
+            if corners and answer_form(settings.run.scaler).trains_corners:
                 done += _check_corners(plan, writer, label, amp_dtype, tolerance, quiet)
         finally:
             bar.close()

@@ -96,9 +96,7 @@ def setting_of(
 
 def scaler_config(params: Mapping[str, Any], space: SpaceConfig) -> ScalerConfig:
     """GradScaler's four settings of a trial: its params with the fixed values of ``space``."""
-    setting = setting_of(params, space, TORCH)
-    assert isinstance(setting, ScalerConfig)
-    return setting
+    return ScalerConfig(**setting_of(params, space, TORCH).values)
 
 
 def baseline_trials(

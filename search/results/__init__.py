@@ -21,10 +21,12 @@
 * ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
 * ``_horizon``: what trials of their length cannot show about the growth settings;
 * ``_score``: what confirmation compares: a run's objective without its skipped-step term;
-* ``_summary``: the end-of-run table and its JSON;
+* ``_summary``: a GradScaler study's end-of-run table and its JSON;
 * ``_paste``: the snippet a user pastes to train with given settings, per framework;
 * ``_rule_answer``: the answer of a study under DeepSpeed's, Megatron-LM's or fairseq's rule, in its own form;
-* ``_rule_summary``: that study's end-of-run table and its JSON.
+* ``_rule_summary``: that study's end-of-run table and its JSON;
+* ``_answers``: the form a rule's answer takes (GradScaler's or a framework's own), chosen in one place, and
+  the summary and the confirmation's candidates in that form.
 
 Reads finished trials only and never imports torch (``tests/test_layering.py``).
 """
@@ -46,13 +48,22 @@ from search.results._tolerance import DEFAULT_TIE_TOLERANCE, DEFAULT_TOLERANCE
 from search.results._verdict import comparison_verdict, confirmation_verdict
 
 if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or through core's trial record).
+    from search.results._answers import (
+        FRAMEWORK_FORM,
+        GRADSCALER_FORM,
+        AnswerForm,
+        answer_form,
+        format_summary,
+        format_verdict,
+        select_candidates,
+        summarize,
+    )
     from search.results._candidates import (
         Candidate,
         default_candidate,
         recommended_candidate,
         rule_default_candidate,
         rule_recommended_candidate,
-        select_candidates,
     )
     from search.results._choice import DEFAULT_MARGIN, Choice, choose
     from search.results._confirmation_table import format_confirmation
@@ -98,7 +109,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
     )
     from search.results._safe_ranges import SafeRange, idle_settings, safe_ranges
     from search.results._score import run_score
-    from search.results._summary import format_summary, format_verdict, summarize, write_best_json
+    from search.results._summary import write_best_json
     from search.results._together import (
         CHECK_ROUNDS,
         box_corners,
@@ -123,6 +134,9 @@ __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
     "ALPHA",
+    "AnswerForm",
+    "FRAMEWORK_FORM",
+    "GRADSCALER_FORM",
     "CHECK_ROUNDS",
     "Candidate",
     "Choice",
@@ -140,6 +154,7 @@ __all__ = [
     "SUFFIX",
     "SafeRange",
     "VERDICTS",
+    "answer_form",
     "answer_rule_study",
     "as_config",
     "best_trial",

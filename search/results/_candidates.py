@@ -13,7 +13,7 @@ is :mod:`search.confirmation._confirmation_runs`, reading the runs back :mod:`se
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,13 +60,19 @@ class Candidate:
         return _config_key(self.source_trial, self.params)
 
 
-def select_candidates(
-    trials: Sequence[FrozenTrial], settings: Settings, top: int, tolerance: float = DEFAULT_TOLERANCE
+def top_candidates(
+    trials: Sequence[FrozenTrial],
+    settings: Settings,
+    top: int,
+    tolerance: float,
+    recommended_of: Callable[[Sequence[FrozenTrial], Settings, float], Candidate | None],
+    default_of: Callable[[Settings], tuple[Candidate, str | None]],
 ) -> tuple[list[Candidate], list[str]]:
     """The top-``top`` configurations of a study, its recommendation and the default, with notes for the user.
 
-    Under a framework's rule, the recommendation is that study's answer and the default the framework's
-    own (:func:`rule_recommended_candidate`, :func:`rule_default_candidate`). The top-k are the
+    ``recommended_of`` and ``default_of`` give the answer and the default in the rule's form
+    (:func:`recommended_candidate` and :func:`default_candidate` for GradScaler; under a framework's rule,
+    :func:`rule_recommended_candidate` and :func:`rule_default_candidate`). The top-k are the
     lowest-objective COMPLETE trials (ties: the earlier trial first), one per distinct params; baselines are
     not excluded, so ``best-1`` may be a baseline, even the default's own settings.
     """
@@ -93,13 +99,8 @@ def select_candidates(
     notes = []
     if len(chosen) < top:
         notes.append(f"only {len(chosen)} distinct complete configuration(s) in the study; --top {top} asked")
-    scaler = settings.run.scaler
-    if RULES[scaler].replays:  # A framework's answer and default, in its own knobs.
-        recommended = rule_recommended_candidate(trials, settings, tolerance)
-        default, note = rule_default_candidate(settings)
-    else:
-        recommended = recommended_candidate(trials, settings, tolerance)
-        default, note = default_candidate(settings)
+    recommended = recommended_of(trials, settings, tolerance)
+    default, note = default_of(settings)
     if recommended is not None and all(
         _config_key(None, recommended.params) != _config_key(None, c.params) for c in chosen
     ):

@@ -1,4 +1,8 @@
-"""The end-of-run summary: a table for people and the same numbers as JSON."""
+"""The end-of-run summary of a GradScaler study: a table for people and the same numbers as JSON.
+
+:mod:`search.results._answers` hands a study to it by its answer's form (a framework's study to
+:mod:`search.results._rule_summary`).
+"""
 
 from __future__ import annotations
 
@@ -30,31 +34,26 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
-from search.results._rule_summary import format_rule_summary, format_rule_verdict, summarize_rule_study
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
-from search.scalers import RULES, TORCH, format_scale
+from search.scalers import format_scale
 
 
-def summarize(
+def summarize_gradscaler_study(
     study: optuna.Study,
     space: SpaceConfig,
-    confirmation: dict[str, Any] | None = None,
-    trials: list[FrozenTrial] | None = None,
+    confirmation: dict[str, Any] | None,
+    trials: list[FrozenTrial],
 ) -> dict[str, Any]:
-    """Collects the summary of ``study`` as plain data (what ``--best-out`` writes).
+    """Collects the summary of a GradScaler study as plain data (what ``--best-out`` writes).
 
     Args:
         study: The search study.
         space: Its search space.
         confirmation: :func:`search.results._confirmations.summarize_confirmation` of the study, if any:
             the recommendation then reads its runs (as the report's does).
-        trials: The study's trials, when the caller has read them already (read here otherwise).
+        trials: The study's trials.
     """
-    trials = study.get_trials(deepcopy=False) if trials is None else trials
-    scaler = study.user_attrs.get("scaler", TORCH)
-    if RULES[scaler].replays:  # A framework's rule: its own knobs and its own config form.
-        return summarize_rule_study(study.study_name, trials, space, scaler, confirmation)
     states = Counter(t.state.name for t in trials)
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
     by_device: dict[str, list[FrozenTrial]] = {}
@@ -122,15 +121,13 @@ def _num(value: Any, fmt: str = ".4f") -> str:
     return format(value, fmt)
 
 
-def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
-    """Renders :func:`summarize` output as the text printed at the end of a run.
+def format_gradscaler_summary(data: dict[str, Any], framework: str = "torch") -> str:
+    """Renders :func:`summarize_gradscaler_study` output as the text printed at the end of a run.
 
     Args:
-        data: :func:`summarize` output.
+        data: :func:`summarize_gradscaler_study` output.
         framework: Whose line the verdict shows (a key of :data:`~search.results._paste.FRAMEWORKS`).
     """
-    if RULES[data.get("scaler", TORCH)].replays:
-        return format_rule_summary(data)
     lines = study_heading(f"Study {data['study_name']!r}", data["states"], bool(data["best"]))
     if not data["best"]:
         return "\n".join(lines)
@@ -158,7 +155,7 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
     for tag, row in data["baselines"].items():
         lines.append(line(tag, row))
     lines.append("")
-    lines += format_verdict(data, framework)
+    lines += format_gradscaler_verdict(data, framework)
     default = data["baselines"].get(DEFAULT_BASELINE)
     for kind, row in data["best"].items():
         if default and default["value"] is not None and row["value"] >= default["value"] * (1 - 1e-3):
@@ -183,16 +180,8 @@ def format_summary(data: dict[str, Any], framework: str = "torch") -> str:
     return "\n".join(lines)
 
 
-def format_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
-    """The summary's verdict lines (per device: the verdict, why, the line to paste, ranges safe together).
-
-    ``search.optimize`` prints them inside the summary and ``search.confirm`` after its table, from
-    the same :func:`summarize` data, so the two never disagree.
-    """
-    if RULES[
-        data.get("scaler", TORCH)
-    ].replays:  # The framework's own block: --paste picks among GradScaler's forms.
-        return format_rule_verdict(data)
+def format_gradscaler_verdict(data: dict[str, Any], framework: str = "torch") -> list[str]:
+    """The summary's verdict lines (per device: the verdict, why, the line to paste, ranges safe together)."""
     lines = []
     for kind, rec in data.get("recommended", {}).items():
         where = "" if len(data["best"]) == 1 else f" on {kind}"

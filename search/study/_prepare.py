@@ -21,7 +21,7 @@ from search.core import (
     waiting_baseline,
 )
 from search.diagnosis import DiagnosedRun, diagnosis_conflict, setting_text
-from search.scalers import TORCH
+from search.scalers import RULES, TORCH
 from search.storage import TrialWriter, with_retry
 
 # Study user attrs that define what the trials measure; a resume must match them.
@@ -223,7 +223,9 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     """
     baselines, notes = baseline_trials(settings.space, settings.run.scaler)
     started = study.user_attrs.get(STUDY_DIAGNOSIS)
-    if isinstance(started, dict) and started.get("suggested_setting") and settings.run.scaler == TORCH:
+    suggested_setting = started.get("suggested_setting") if isinstance(started, dict) else None
+    # A diagnosis suggests a GradScaler setting: a study of a rule with other knobs has no place for it.
+    if suggested_setting and set(suggested_setting) == set(RULES[settings.run.scaler].names):
         suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space, baselines)
         baselines, notes = baselines + suggested, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]

@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import ROUNDING_OF, device_kind, waiting_rounding
-from search.results import recommend
-from search.scalers import RULES
+from search.results import answer_form, recommend
 
 if TYPE_CHECKING:
     from search.study._trial_loop import Runner
@@ -29,9 +28,7 @@ MAX_PER_RUN = (
 
 def queue_rounding(runner: Runner, trials: list[FrozenTrial]) -> bool:
     """Enqueues the next unmeasured rounding of the answer's line; True when one was added."""
-    if (
-        runner.roundings_queued >= MAX_PER_RUN or RULES[runner.settings.run.scaler].replays
-    ):  # A framework's answer is rounded by replay.
+    if runner.roundings_queued >= MAX_PER_RUN or not answer_form(runner.settings.run.scaler).rounds_by_trial:
         return False
     kind = runner.training.device_label.split(":")[0].split(" ")[0]
     group = [t for t in trials if t.state == TrialState.COMPLETE and device_kind(t) == kind]

@@ -39,8 +39,29 @@ from search.publishing.report._visualization import (
     _parallel_section,
     _slice_section,
 )
-from search.results import DEFAULT_TOLERANCE, best_trial, completed, counted_steps, good_trials
-from search.scalers import RULES
+from search.results import (
+    DEFAULT_TOLERANCE,
+    FRAMEWORK_FORM,
+    GRADSCALER_FORM,
+    answer_form,
+    best_trial,
+    completed,
+    counted_steps,
+    good_trials,
+)
+
+# The answer's section in its rule's form (chosen once: search.results.answer_form): GradScaler's
+# recommendation, or the framework's own block as its summary states it.
+_RECOMMENDATION_SECTIONS = {
+    GRADSCALER_FORM.name: lambda snapshot, done, space, scaler, tolerance, evaluation: (
+        _recommendation_section(done, space, tolerance, snapshot.confirmation, evaluation)
+    ),
+    FRAMEWORK_FORM.name: lambda snapshot, done, space, scaler, tolerance, evaluation: (
+        _rule_recommendation_section(
+            snapshot.study_name, done, space, scaler, snapshot.confirmation, evaluation
+        )
+    ),
+}
 
 
 @dataclass
@@ -95,14 +116,9 @@ def build_report(
     finally:
         optuna.logging.set_verbosity(previous)
     evaluation = snapshot.settings.penalty.evaluation
-    if RULES[scaler].replays:  # A framework's rule: its own answer, in its own config form.
-        recommendation, rec_data = _rule_recommendation_section(
-            snapshot.study_name, done, space, scaler, snapshot.confirmation, evaluation
-        )
-    else:
-        recommendation, rec_data = _recommendation_section(
-            done, space, tolerance, snapshot.confirmation, evaluation
-        )
+    recommendation, rec_data = _RECOMMENDATION_SECTIONS[answer_form(scaler).name](
+        snapshot, done, space, scaler, tolerance, evaluation
+    )
     answer = next((t for t in done if rec_data and t.number == rec_data["source_trial"]), None)
     if rec_data and rec_data["verdict"] != "change":
         answer = None  # keep-default: the default's own curves are the answer's; none-safe: no answer

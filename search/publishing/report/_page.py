@@ -79,9 +79,9 @@ def render_html(report: Report) -> str:
             )
             + ' · <a href="#recommendation">'
             + (
-                f"why, and {esc(rule.title)}'s block to paste"
-                if rule.replays
-                else "why, and the line for other frameworks"
+                "why, and the line for other frameworks"
+                if len(rec.get("paste") or {}) > 1
+                else f"why, and {esc(rule.title)}'s block to paste"
             )
             + "</a></p>"
         )
