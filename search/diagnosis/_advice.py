@@ -6,23 +6,24 @@ overflow asks for, the flags that write a setting, scales as powers of two.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 from search.diagnosis._evidence import RunEvidence
 from search.scalers import RULES, RuleSetting, ScalerConfig
 
 
-def chronic_advice(setting: ScalerConfig | RuleSetting, whole: ScalerConfig | None) -> str:
+def chronic_advice(setting: ScalerConfig | RuleSetting, whole: ScalerConfig | RuleSetting | None) -> str:
     """Where the scale must move, the growth that regrows one backoff per overflow period (the window bounds
     the interval, so a longer one is no cure); else a longer interval."""
-    if (
-        isinstance(setting, ScalerConfig)
-        and whole is not None
-        and whole.growth_factor != setting.growth_factor
-    ):
-        return start_advice(setting, whole.init_scale, whole)
+    if whole is not None and _regrows(setting, whole):
+        rule = RULES[setting.rule]
+        return start_advice(setting, rule.start_scale(whole.values), whole)
     return "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)"
+
+
+def _regrows(setting: ScalerConfig | RuleSetting, whole: ScalerConfig | RuleSetting) -> bool:
+    """Whether a suggested setting moves the scale: it changes a knob that acts only when the scale grows."""
+    return any(whole.values[k] != setting.values[k] for k in RULES[setting.rule].grows_with)
 
 
 def collapse_reason(fp16: RunEvidence) -> str:
@@ -86,48 +87,44 @@ def first_steps(steps: int) -> str:
     return "the first step" if steps == 1 else f"the first {steps} steps"
 
 
-def start_advice(setting: ScalerConfig | RuleSetting, scale: float, whole: ScalerConfig | None = None) -> str:
-    """ "start at ..." in the setting's own terms: GradScaler's init_scale (with the growth ``whole`` suggests
-    where it changes the user's), or the framework's starting knob."""
-    if isinstance(setting, ScalerConfig):
-        target = dataclasses.replace(whole if whole is not None else setting, init_scale=scale)
-        check = f"rerun this diagnosis with {check_flags(target)} to check it"
-        if (
-            whole is not None and whole.growth_factor != setting.growth_factor
-        ):  # A moving scale (_suggestion).
-            return (
-                f"start at init_scale {scale_text(scale)} and regrow after each backoff: growth_factor "
-                f"{whole.growth_factor:g}, growth_interval {whole.growth_interval} ({check})"
-            )
-        if (
-            whole is not None and whole.growth_interval != setting.growth_interval
-        ):  # Steady: growth need not act.
-            return (
-                f"start at init_scale {scale_text(scale)}, growth_interval {whole.growth_interval} (growth"
-                f" need not act within these steps; {check})"
-            )
-        return f"start at init_scale {scale_text(scale)} ({check})"
+def start_advice(
+    setting: ScalerConfig | RuleSetting, scale: float, whole: ScalerConfig | RuleSetting | None = None
+) -> str:
+    """ "start at ..." in the rule's own terms: its starting knob, with the growth ``whole`` suggests where it
+    changes the user's (:mod:`search.diagnosis._suggestion`), and the flags that rerun the diagnosis so."""
     rule = RULES[setting.rule]
-    knob, value = rule.start_knob, plain_number(rule.start_value(scale))
-    return (
-        f"start at {scale_text(scale)}: {knob} {value} (rerun this diagnosis with --knob {knob}={value} to"
-        " check it)"
-    )
+    start = rule.knob(rule.start_knob)
+    target = {**(whole or setting).values, start.name: start.cast(rule.start_value(scale))}
+    check = f"rerun this diagnosis with {check_flags(rule.setting(target))} to check it"
+    scale_written = scale_text(rule.start_scale(target))
+    at = f"{start.name} {scale_written}"
+    if start.octaves:  # The knob is the scale's exponent (DeepSpeed's initial_scale_power).
+        at = f"{start.name} {plain_number(target[start.name])}, a scale of {scale_written}"
+    if whole is not None and _regrows(setting, whole):  # A moving scale (_suggestion).
+        growth = ", ".join(f"{k} {whole.values[k]:g}" for k in (*rule.grows_with, rule.window_knob))
+        return f"start at {at} and regrow after each backoff: {growth} ({check})"
+    window = rule.window_knob
+    if whole is not None and whole.values[window] != setting.values[window]:  # Steady: growth need not act.
+        return (
+            f"start at {at}, {window} {whole.values[window]:g} (growth need not act within these steps;"
+            f" {check})"
+        )
+    return f"start at {at} ({check})"
 
 
-def check_flags(setting: ScalerConfig) -> str:
-    """The ``search.diagnose`` flags that set ``setting``: those that differ from GradScaler's defaults, which
-    the command's flags default to (--init-scale always). The user adds them to the command of their run (its
-    --task,
-    --steps), which the verdict cannot know."""
-    words = [f"--init-scale {plain_number(setting.init_scale)}"]
-    for flag, value, default in (
-        ("--growth-factor", setting.growth_factor, 2.0),
-        ("--backoff-factor", setting.backoff_factor, 0.5),
-        ("--growth-interval", setting.growth_interval, 2000),
-    ):
-        if value != default:
-            words.append(f"{flag} {value:g}")
+def check_flags(setting: ScalerConfig | RuleSetting) -> str:
+    """The ``search.diagnose`` flags that set ``setting``: the starting knob always, the others where they
+    differ from the rule's defaults, which the command's flags default to (GradScaler's own flags,
+    ``--knob NAME=VALUE`` for a framework's knobs). The user adds them to the command of their run (its
+    --task, --steps), which the verdict cannot know."""
+    rule = RULES[setting.rule]
+    words = []
+    for knob in rule.knobs:
+        value = setting.values[knob.name]
+        if knob.name != rule.start_knob and value == knob.default:
+            continue
+        text = plain_number(value) if knob.name == rule.start_knob else f"{value:g}"
+        words.append(f"{knob.flag} {text}" if knob.flag else f"--knob {knob.name}={text}")
     return " ".join(words)
 
 

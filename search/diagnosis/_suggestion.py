@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from search.scalers import RuleSetting, ScalerConfig
+from search.scalers import RULES, RuleSetting, ScalerConfig
 
 
 def moving_start(needed: float) -> float:
@@ -39,9 +39,10 @@ def suggested_setting(
     window: tuple[int, int | None] | None,
     overflowing: int,
     steps: int,
-) -> ScalerConfig | None:
-    """The GradScaler setting a diagnosis of ``setting`` suggests (module docstring), or None: a framework's
-    rule, no growth window, or no starting scale (``start`` not finite).
+) -> ScalerConfig | RuleSetting | None:
+    """The whole setting a diagnosis of ``setting`` suggests (module docstring), in its rule's knobs, or None:
+    a rule whose growth factor is not a knob (a framework's), no growth window, or no starting scale
+    (``start`` not finite).
 
     Args:
         setting: The diagnosed setting.
@@ -50,20 +51,22 @@ def suggested_setting(
         overflowing: The fp32 control's steps that overflow fp16 at the needed scale.
         steps: The run's optimizer steps.
     """
-    if not isinstance(setting, ScalerConfig) or window is None or not math.isfinite(start) or start <= 0:
+    rule = RULES[setting.rule]
+    if not rule.grows_with or window is None or not math.isfinite(start) or start <= 0:
         return None
+    values = {**setting.values, rule.start_knob: rule.start_value(start)}
     low, high = window
     if high is None:
-        return ScalerConfig(
-            start, setting.growth_factor, setting.backoff_factor, max(setting.growth_interval, low)
-        )
+        values[rule.window_knob] = max(int(setting.values[rule.window_knob]), low)
+        return rule.setting(values)
     period = steps / max(1, overflowing)
     # Rare overflows would ask for a factor barely above 1: grow less often instead, each growth at least
     # MIN_GROWTH (n growths of (1/b)^(n/P) still undo one backoff per period).
-    backoff = math.log(1.0 / setting.backoff_factor)
+    backoff = math.log(1.0 / rule.cycle(setting.values).backoff)
     interval = max(1, math.ceil(period * math.log(MIN_GROWTH) / backoff - 1e-9))
-    growth = round(math.exp(backoff * interval / period), 3)  # Three decimals: what a person pastes.
-    return ScalerConfig(start, growth, setting.backoff_factor, interval)
+    values[rule.grows_with[0]] = round(math.exp(backoff * interval / period), 3)  # What a person pastes.
+    values[rule.window_knob] = interval
+    return rule.setting(values)
 
 
 MIN_GROWTH = 1.01  # The smallest growth_factor the default space samples (search.core._settings).

@@ -109,7 +109,7 @@ def format_training(diagnosis: TrainingDiagnosis) -> list[str]:
     lines += _skip_lines(diagnosis)
     lines += _forward_lines(fp16, fp32)
     lines += _gradient_lines(fp16, fp32, verdict)
-    growth = verdict.growth_sentence(fp32.steps)
+    growth = verdict.growth_sentence(fp32.steps, RULES[diagnosis.scaler].window_knob)
     if growth:
         lines.append(f"  growth: {growth}")
     lines.append(f"  verdict: {verdict.verdict}")

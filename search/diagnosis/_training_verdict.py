@@ -41,7 +41,6 @@ period: the run's steps per such step, rounded up).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -114,8 +113,9 @@ class TrainingVerdict:
     growth_window: tuple[int, int | None] | None = None
     suggested_setting: dict[str, float] | None = None
 
-    def growth_sentence(self, steps: int) -> str:
-        """The growth window in words, with its evidence ("": none)."""
+    def growth_sentence(self, steps: int, window_knob: str = "growth_interval") -> str:
+        """The growth window in words, with its evidence ("": none); ``window_knob`` names the rule's window
+        (:attr:`~search.scalers.ScalerRule.window_knob`)."""
         if self.growth_window is None:
             return ""
         low, high = self.growth_window
@@ -123,21 +123,21 @@ class TrainingVerdict:
         if high is None and self.needed_scale <= self.largest_safe_scale:
             return (
                 f"the first steps need {needed} and the largest gradient allows {safe}: a steady scale"
-                " between them keeps every gradient representable, so growth need not act: growth_interval"
-                f" >= {low}"
+                " between them keeps every gradient representable, so growth need not act:"
+                f" {window_knob} >= {low}"
             )
         if high is None:
             return (
                 f"the first steps need {needed} and the largest gradient allows {safe}, within an octave: one"
                 " steady scale serves this run about as well as any, and growing walks it into overflows"
                 f" ({self.overflow_steps_at_needed} of {steps} steps overflow at {needed}), so growth need"
-                f" not act: growth_interval >= {low}"
+                f" not act: {window_knob} >= {low}"
             )
         return (
             f"{self.overflow_steps_at_needed} of {steps} steps overflow at the {needed} the first steps need"
             f" (the largest gradient allows {safe}): a scale there backs off at each and must regrow before"
             f" the next, one every {steps / max(1, self.overflow_steps_at_needed):.1f} steps on average:"
-            f" growth_interval <= {high}"
+            f" {window_knob} <= {high}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -250,7 +250,7 @@ def judge(
         forward_layer=layer,
         overflow_steps_at_needed=overflowing,
         growth_window=window,
-        suggested_setting=None if whole is None else dataclasses.asdict(whole),
+        suggested_setting=None if whole is None else dict(whole.values),
     )
     bf16_line = bf16_note(bf16)
 

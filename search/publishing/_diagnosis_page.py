@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from search.diagnosis import FP16_MAX, FP16_SMALLEST, TrainingDiagnosis, format_training, scale_text
 from search.diagnosis._evidence import LOWEST_OCTAVE
+from search.scalers import RULES
 
 _W, _LEFT, _RIGHT = 760, 80, 20
 _COLOURS = {"fp16": "#1f77b4", "fp32": "#2ca02c", "bf16": "#9467bd"}
@@ -72,7 +73,9 @@ def diagnosis_page(diagnosis: TrainingDiagnosis) -> str:
 
 
 def _growth(diagnosis: TrainingDiagnosis) -> str:
-    growth = diagnosis.verdict.growth_sentence(diagnosis.runs.fp32.steps)
+    growth = diagnosis.verdict.growth_sentence(
+        diagnosis.runs.fp32.steps, RULES[diagnosis.scaler].window_knob
+    )
     return f"<p>Growth: {html.escape(growth)}.</p>" if growth else ""
 
 

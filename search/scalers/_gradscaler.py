@@ -147,15 +147,17 @@ def _pretty_scale(value: float) -> str:
 
 KNOBS = (
     Knob("init_scale", FLOAT, 2.0**16, 2.0**-20, 2.0**32, True, (lambda v: v > 0), "> 0",
-         "the scale at the start; PyTorch's default 2^16", powers_of_two=True, text=format_scale),
+         "the scale at the start; PyTorch's default 2^16", powers_of_two=True, text=format_scale,
+         flag="--init-scale"),
     Knob("growth_factor", FLOAT, 2.0, 1.01, 8.0, True, (lambda v: v > 1), "> 1",
          "the scale's factor after growth_interval clean steps; PyTorch's default 2", label="growth",
-         text=lambda v: f"{v:.3g}"),
+         text=lambda v: f"{v:.3g}", flag="--growth-factor"),
     Knob("backoff_factor", FLOAT, 0.5, 0.05, 0.95, False, (lambda v: 0 < v < 1), "in (0, 1)",
          "the scale's factor on an overflow; PyTorch's default 0.5", label="backoff",
-         text=lambda v: f"{v:.3g}", factor=True),
+         text=lambda v: f"{v:.3g}", factor=True, flag="--backoff-factor"),
     Knob("growth_interval", INT, 2000, 1, 2000, True, *whole_at_least(1),
-         "clean steps in a row before a growth; PyTorch's default 2000", label="interval", text=str),
+         "clean steps in a row before a growth; PyTorch's default 2000", label="interval", text=str,
+         flag="--growth-interval"),
 )  # fmt: skip
 
 

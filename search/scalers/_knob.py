@@ -39,6 +39,8 @@ class Knob:
         powers_of_two: Whether a config may search it as powers of two only (an integer exponent).
         label: Its column's name in a table (its name unless given).
         text: How a table writes a value (None: every digit the rule is given, :func:`shortest`).
+        flag: The command-line flag of its own (GradScaler's ``--init-scale``); empty where the commands take
+            it as ``--knob NAME=VALUE``.
         factor: Whether the value multiplies the scale (a back-off factor): the answer then measures it in
             octaves, as a knob searched on a log scale, though it is sampled evenly.
     """
@@ -58,6 +60,7 @@ class Knob:
     label: str = ""
     text: Callable[[float], str] | None = None
     factor: bool = False
+    flag: str = ""
 
     def coordinate(self, value: float) -> float:
         """The value's place on the axis the answer measures distances on (:mod:`search.results`):

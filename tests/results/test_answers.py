@@ -28,13 +28,7 @@ def _asks_which_rule(node: ast.AST) -> bool:
     return False
 
 
-# The diagnosis suggests a whole GradScaler setting (a growth that regrows each backoff needs GradScaler's
-# growth_factor): the places that still ask.
-_KNOWN = {
-    "search/diagnosis/_advice.py": 2,
-    "search/diagnosis/_suggestion.py": 1,
-    "search/results/_answers.py": 1,
-}
+_ASKING = {"search/results/_answers.py": 1}  # answer_form, the one place
 
 
 def test_each_rule_has_its_form():
@@ -44,8 +38,7 @@ def test_each_rule_has_its_form():
 
 
 def test_only_the_answer_form_asks_which_rule_a_study_runs():
-    """Outside search/scalers/, the torch-vs-framework choice is made by answer_form alone (and the places
-    listed in _KNOWN, each for the reason given there)."""
+    """Outside search/scalers/, the torch-vs-framework choice is made by answer_form alone."""
     asking = {}
     for path in sorted((ROOT / "search").rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
@@ -54,4 +47,4 @@ def test_only_the_answer_form_asks_which_rule_a_study_runs():
         found = sum(_asks_which_rule(node) for node in ast.walk(ast.parse(path.read_text())))
         if found:
             asking[relative] = found
-    assert asking == _KNOWN
+    assert asking == _ASKING
