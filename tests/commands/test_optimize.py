@@ -37,11 +37,11 @@ REQUIRED_ATTRS = {
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> pathlib.Path:
-    """A study of 12 trials made by the real command, shared by the read-only tests."""
-    cwd = tmp_path_factory.mktemp("finished")
-    proc = run_cli(["--trials", "12", "--best-out", "best.json"], cwd)
-    assert proc.returncode == 0, proc.stderr
-    return cwd
+    """A study of 12 trials made by the real command and its --best-out, shared by the read-only tests: the
+    one test_confirm_runs.seed_mlp_study shares with other files."""
+    from test_confirm_runs import seed_mlp_study
+
+    return seed_mlp_study(tmp_path_factory)
 
 
 def test_run_creates_study_db_with_fair_trials(finished):
