@@ -37,8 +37,7 @@ REQUIRED_ATTRS = {
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> pathlib.Path:
-    """A study of 12 trials made by the real command and its --best-out, shared by the read-only tests: the
-    one test_confirm_runs.seed_mlp_study shares with other files."""
+    """The real 12-trial study and its --best-out that test_confirm_runs.seed_mlp_study shares: read-only."""
     from test_confirm_runs import seed_mlp_study
 
     return seed_mlp_study(tmp_path_factory)

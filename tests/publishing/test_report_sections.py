@@ -39,9 +39,8 @@ def _sqlite(path: pathlib.Path) -> str:
 
 
 def report_study(factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A directory whose study.db holds a real seed-mlp study of TRIALS trials: built once per test session
-    (conftest.built_once) and shared by the test_report_* files, which only read it (a test that writes works
-    on a copy)."""
+    """A directory whose study.db holds a real seed-mlp study of TRIALS trials, built once per test session
+    (conftest.built_once): the test_report_* files only read it (a test that writes works on a copy)."""
 
     def search(directory: pathlib.Path) -> None:
         proc = run_cli(["--trials", str(TRIALS), "--quiet"], directory)
