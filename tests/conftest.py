@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 
+import filelock  # torch's own dependency
 import optuna
 import pytest
 import sqlalchemy
@@ -99,6 +101,31 @@ def real_study(factory: pytest.TempPathFactory, name: str, trials: int) -> pathl
     directory = factory.mktemp(name)
     proc = run_cli(["--trials", str(trials), "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
+    return directory
+
+
+def built_once(
+    factory: pytest.TempPathFactory, name: str, build: Callable[[pathlib.Path], None]
+) -> pathlib.Path:
+    """A directory that ``build(directory)`` fills once per test session, whichever pytest-xdist worker asks
+    first: the others wait for it and share it, rather than train the same study again each. Shared means
+    read-only: a test that writes works on a copy.
+
+    Its SQLite files are checkpointed once built (their whole content in the main file, the WAL empty):
+    readers in other processes write nothing to them, and a copy of ``study.db`` alone holds everything.
+    """
+    base = factory.getbasetemp()
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # the session's folder
+    directory = root / f"built-{name}"
+    with filelock.FileLock(f"{directory}.lock"):
+        if not (directory / ".built").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+            directory.mkdir()
+            build(directory)
+            for db in directory.glob("*.db"):
+                with contextlib.closing(sqlite3.connect(db)) as connection:
+                    connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            (directory / ".built").touch()
     return directory
 
 

@@ -22,7 +22,7 @@ from search.storage import settings_of
 from search.tasks.sum_outliers import build
 from search.training import run_steps
 
-from conftest import load, run_cli
+from conftest import built_once, load, run_cli
 from plain_loop import LAST_RULE_MODEL, plain_evaluation, plain_rule_run
 
 SEARCH = ["--task", "sum-outliers", "--scaler", "deepspeed", "--trials", "14", "--quiet"]
@@ -34,18 +34,23 @@ RULE = RULES["deepspeed"]
 @pytest.fixture(scope="module")
 def confirmed(tmp_path_factory) -> tuple[pathlib.Path, str, str]:
     """A 14-trial DeepSpeed study of sum-outliers (its default ends the run), confirmed on 3 new seeds:
-    (its folder, what search.optimize printed, what search.confirm printed)."""
-    folder = tmp_path_factory.mktemp("deepspeed-confirm")
-    with pytest.MonkeyPatch.context() as patch:
-        # The sampler's seed takes the process's pid (two runs on one study sample apart): one fixed study
-        # here,
-        # whichever test process builds it.
-        patch.setattr("search.study._run_parts.process_token", lambda: "test-host:1")
-        search = run_cli(SEARCH, folder)
-    assert search.returncode == 0, search.stderr
-    confirm = run_cli(CONFIRM, folder, module="search.confirm")
-    assert confirm.returncode == 0, confirm.stderr
-    return folder, search.stdout, confirm.stdout
+    (its folder, what search.optimize printed, what search.confirm printed). Built once per session
+    (conftest.built_once); a test that writes works on a copy."""
+
+    def build(folder: pathlib.Path) -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            # The sampler's seed takes the process's pid (two runs on one study sample apart): one fixed
+            # study here, whichever test process builds it.
+            patch.setattr("search.study._run_parts.process_token", lambda: "test-host:1")
+            search = run_cli(SEARCH, folder)
+        assert search.returncode == 0, search.stderr
+        confirm = run_cli(CONFIRM, folder, module="search.confirm")
+        assert confirm.returncode == 0, confirm.stderr
+        (folder / "search.txt").write_text(search.stdout)
+        (folder / "confirm.txt").write_text(confirm.stdout)
+
+    folder = built_once(tmp_path_factory, "deepspeed-confirm", build)
+    return folder, (folder / "search.txt").read_text(), (folder / "confirm.txt").read_text()
 
 
 def _verdict_block(text: str) -> str:
@@ -122,9 +127,12 @@ def test_the_paired_test_is_scipys_on_the_stored_runs(confirmed):
     )  # Better beyond noise on new seeds: its default ends every run.
 
 
-def test_both_commands_print_the_same_confirmed_verdict(confirmed):
+def test_both_commands_print_the_same_confirmed_verdict(confirmed, tmp_path):
+    import shutil
+
     folder, searched, printed = confirmed
-    again = run_cli(SEARCH, folder)  # Nothing left to run: the summary alone, with the confirmation read.
+    shutil.copy(folder / "study.db", tmp_path / "study.db")  # it may write: a copy of the shared study
+    again = run_cli(SEARCH, tmp_path)  # Nothing left to run: the summary alone, with the confirmation read.
     assert again.returncode == 0, again.stderr
     block = _verdict_block(printed)
     assert block == _verdict_block(again.stdout)

@@ -24,7 +24,7 @@ from scipy import stats
 
 from search.results import DEFAULT_LABEL, summarize_confirmation
 
-from conftest import cli_env, real_study, run_cli
+from conftest import built_once, cli_env, run_cli
 
 SIBLING = "seed-mlp.confirm"
 
@@ -53,27 +53,29 @@ def copy_study_file(src: pathlib.Path, dst: pathlib.Path) -> None:
             shutil.copy(f"{src}{suffix}", f"{dst}{suffix}")
 
 
-_SHARED: dict[str, pathlib.Path] = {}
-
-
 def seed_mlp_study(factory: pytest.TempPathFactory, confirmed: bool = False) -> pathlib.Path:
-    """A directory whose study.db holds a real 12-trial seed-mlp search (5 baselines + 7 TPE trials); with
-    ``confirmed``, a copy of it confirmed by ``search.confirm --top 1 --seeds 2`` (corners included).
+    """A directory whose study.db holds a real 12-trial seed-mlp search (5 baselines + 7 TPE trials) and its
+    best.json (--best-out); with ``confirmed``, a copy of it confirmed by ``search.confirm --top 1 --seeds 2``
+    (corners included).
 
-    Built once per test process, shared by the test files that need such a study (test_confirm_*,
-    test_dashboard, test_transfer_confirm): only read it; a test that writes works on a copy.
+    Built once per test session (conftest.built_once), shared by the test files that need such a study
+    (test_confirm_*, test_optimize, test_dashboard, test_transfer_confirm): only read it; a test that writes
+    works on a copy.
     """
-    key = "confirmed" if confirmed else "searched"
-    if key not in _SHARED:
-        if confirmed:
-            directory = factory.mktemp("confirmed")
+    if confirmed:
+
+        def confirm(directory: pathlib.Path) -> None:
             copy_study_file(seed_mlp_study(factory) / "study.db", directory / "study.db")
             proc = run_confirm(["--top", "1", "--seeds", "2", "--quiet"], directory)
             assert proc.returncode == 0, proc.stderr
-        else:
-            directory = real_study(factory, "searched", 12)
-        _SHARED[key] = directory
-    return _SHARED[key]
+
+        return built_once(factory, "seed-mlp-confirmed", confirm)
+
+    def search(directory: pathlib.Path) -> None:
+        proc = run_cli(["--trials", "12", "--quiet", "--best-out", "best.json"], directory)
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(factory, "seed-mlp-searched", search)
 
 
 @pytest.fixture

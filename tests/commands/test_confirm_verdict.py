@@ -13,7 +13,7 @@ from scipy import stats
 
 from search.results import DEFAULT_LABEL, paired_test, select_candidates, summarize_confirmation
 
-from conftest import real_study, run_cli
+from conftest import built_once, run_cli
 
 # -- the paired test ---------------------------------------------------------------------------
 
@@ -67,11 +67,17 @@ def default_run(tmp_path_factory) -> pathlib.Path:
     """The default run (100 seed-mlp trials, docs/optimize.md), confirmed with search.confirm's defaults.
 
     Not made smaller: the issue's bar is about this run, its trial count and confirmation defaults included.
+    Built once per session (conftest.built_once): the longest set-up of the suite is not repeated by a
+    pytest-xdist worker that takes over some of this file's tests.
     """
-    directory = real_study(tmp_path_factory, "default-run", 100)
-    proc = run_cli(["--quiet"], directory, module="search.confirm")
-    assert proc.returncode == 0, proc.stderr
-    return directory
+
+    def default_run(directory: pathlib.Path) -> None:
+        proc = run_cli(["--trials", "100", "--quiet"], directory)
+        assert proc.returncode == 0, proc.stderr
+        proc = run_cli(["--quiet"], directory, module="search.confirm")
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(tmp_path_factory, "default-run", default_run)
 
 
 def test_default_run_confirmed_is_keep_the_default_or_not_worse(default_run):
@@ -160,12 +166,15 @@ def test_ranges_safe_together_hold_in_the_plain_loop(default_run):
             assert not all(same_across(p, n) for n in rec.together_trials), p
 
 
-def test_after_confirmation_every_output_gives_the_same_verdict(default_run):
+def test_after_confirmation_every_output_gives_the_same_verdict(default_run, tmp_path):
     """search.confirm's verdict, the summary search.optimize prints again, --best-out, the dashboard note
     (rewritten by confirm) and the report all say the same, from the same confirmation runs."""
     import json
+    import shutil
 
     from optuna_dashboard import get_note
+
+    default_run = shutil.copytree(default_run, tmp_path / "run")  # it writes: a copy of the shared run
 
     confirm = run_cli(["--quiet"], default_run, module="search.confirm")  # runs nothing: all stored
     assert confirm.returncode == 0, confirm.stderr

@@ -37,11 +37,10 @@ REQUIRED_ATTRS = {
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> pathlib.Path:
-    """A study of 12 trials made by the real command, shared by the read-only tests."""
-    cwd = tmp_path_factory.mktemp("finished")
-    proc = run_cli(["--trials", "12", "--best-out", "best.json"], cwd)
-    assert proc.returncode == 0, proc.stderr
-    return cwd
+    """The real 12-trial study and its --best-out that test_confirm_runs.seed_mlp_study shares: read-only."""
+    from test_confirm_runs import seed_mlp_study
+
+    return seed_mlp_study(tmp_path_factory)
 
 
 def test_run_creates_study_db_with_fair_trials(finished):
@@ -411,7 +410,8 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
     """``search.optimize | true`` printed "storage sqlite:///study.db failed: [Errno 32] Broken pipe" and
     exited 1. The reader going away is no failure of the run: its trials are stored, --best-out is
     written, and the command ends quietly with 141 (128 + SIGPIPE), as a Unix tool does."""
-    args = ["--trials", "6", "--quiet", "--best-out", "best.json"]
+    # 3 epochs a trial: what is checked is the pipe, not the training.
+    args = ["--trials", "6", "--epochs", "3", "--quiet", "--best-out", "best.json"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "search.optimize", *args],
         cwd=tmp_path,
@@ -433,7 +433,7 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
             "bash",
             "-c",
             (
-                f"{shlex.quote(sys.executable)} -m search.optimize --trials 7 --quiet | head -1; "
+                f"{shlex.quote(sys.executable)} -m search.optimize --trials 7 --epochs 3 --quiet | head -1; "
                 "echo rc=${PIPESTATUS[0]} >&2"
             ),
         ],

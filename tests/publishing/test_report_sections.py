@@ -27,7 +27,7 @@ from search.publishing.report import SECTION_TITLES, build_report, load_snapshot
 from search.report import main
 from search.storage import open_storage
 
-from conftest import real_study, run_cli
+from conftest import built_once, run_cli
 
 NAME = "seed-mlp"
 FIGURES = ("curves", "failures", "skipped", "history", "importances", "slices", "contour", "parallel")
@@ -38,15 +38,15 @@ def _sqlite(path: pathlib.Path) -> str:
     return f"sqlite:///{path}"
 
 
-_BUILT: list[pathlib.Path] = []
-
-
 def report_study(factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A directory whose study.db holds a real seed-mlp study of TRIALS trials: built once per test process
-    and shared by the test_report_* files, which only read it (a test that writes works on a copy)."""
-    if not _BUILT:
-        _BUILT.append(real_study(factory, "report", TRIALS))
-    return _BUILT[0]
+    """A directory whose study.db holds a real seed-mlp study of TRIALS trials, built once per test session
+    (conftest.built_once): the test_report_* files only read it (a test that writes works on a copy)."""
+
+    def search(directory: pathlib.Path) -> None:
+        proc = run_cli(["--trials", str(TRIALS), "--quiet"], directory)
+        assert proc.returncode == 0, proc.stderr
+
+    return built_once(factory, "report", search)
 
 
 @pytest.fixture(scope="module")
