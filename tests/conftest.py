@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
 
-import filelock  # torch's own dependency
+import filelock
 import optuna
 import pytest
 import sqlalchemy
