@@ -22,7 +22,6 @@ from search.scalers import (
     BOOL,
     GRADSCALER,
     INT,
-    PARAM_NAMES,
     RULES,
     TORCH,
     RuleSetting,
@@ -147,15 +146,18 @@ def baseline_trials(
 
 
 def diagnosis_trial(
-    setting: dict[str, float], space: SpaceConfig, seeds: Iterable[tuple[str, dict[str, Any]]] = ()
+    setting: dict[str, float],
+    space: SpaceConfig,
+    seeds: Iterable[tuple[str, dict[str, Any]]] = (),
+    scaler: str = TORCH,
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
-    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the baselines: left out
-    with a note when it lies outside the space, and not added when one of ``seeds`` (the study's baselines)
-    has its params.
+    """The setting a diagnosis suggests (``suggested_setting``, every knob of ``scaler``'s rule by name) as
+    the params of ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the
+    baselines: left out with a note when it lies outside the space, and not added when one of ``seeds`` (the
+    study's baselines) has its params.
     """
-    values = {name: setting[name] for name in PARAM_NAMES}
-    kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, TORCH, "the diagnosis suggests")
+    values = {name: setting[name] for name in RULES[scaler].names}
+    kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, scaler, "the diagnosis suggests")
     same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
     if same:  # A baseline already measures it: not a trial spent twice on one point.
         return [], [
