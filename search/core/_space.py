@@ -22,7 +22,6 @@ from search.scalers import (
     BOOL,
     GRADSCALER,
     INT,
-    PARAM_NAMES,
     RULES,
     TORCH,
     RuleSetting,
@@ -63,10 +62,42 @@ def distributions(space: SpaceConfig, scaler: str = TORCH) -> dict[str, BaseDist
     return out
 
 
-def suggest(trial: optuna.Trial, space: SpaceConfig, scaler: str = TORCH) -> ScalerConfig | RuleSetting:
-    """Asks ``trial`` for every searched parameter and returns the full scaler settings."""
+def holding(
+    params: Mapping[str, Any], dists: Mapping[str, BaseDistribution]
+) -> dict[str, BaseDistribution]:
+    """``dists`` with each one widened to hold its param's value: a baseline trained outside a narrowed range
+    (the rule's default, :func:`baseline_trials`) is stored with a distribution that contains it, as Optuna
+    requires; the others are returned as they are."""
+    out = dict(dists)
+    for name, value in params.items():
+        dist = out.get(name)
+        if not isinstance(dist, (IntDistribution, FloatDistribution)) or dist.low <= value <= dist.high:
+            continue
+        if isinstance(dist, IntDistribution):
+            out[name] = IntDistribution(
+                int(min(dist.low, value)), int(max(dist.high, value)), log=dist.log, step=dist.step
+            )
+        else:
+            out[name] = FloatDistribution(
+                min(dist.low, value), max(dist.high, value), log=dist.log, step=dist.step
+            )
+    return out
+
+
+def suggest(
+    trial: optuna.Trial,
+    space: SpaceConfig,
+    scaler: str = TORCH,
+    fixed: Mapping[str, Any] | None = None,
+) -> ScalerConfig | RuleSetting:
+    """Asks ``trial`` for every searched parameter and returns the full scaler settings.
+
+    ``fixed`` are the params a queued trial was enqueued with: a baseline outside a narrowed range (the rule's
+    default, :func:`baseline_trials`) is asked over a range widened to hold it (:func:`holding`), so it is
+    trained and stored as it is.
+    """
     params: dict[str, Any] = {}
-    for name, dist in distributions(space, scaler).items():
+    for name, dist in holding(fixed or {}, distributions(space, scaler)).items():
         if isinstance(dist, IntDistribution):
             params[name] = trial.suggest_int(name, dist.low, dist.high, log=dist.log)
         else:
@@ -102,25 +133,31 @@ def scaler_config(params: Mapping[str, Any], space: SpaceConfig) -> ScalerConfig
 def baseline_trials(
     space: SpaceConfig, scaler: str = TORCH
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The rule's baselines as params of ``space``, and a note for each one left out.
+    """The rule's baselines as params of ``space``, and a note for each one left out or trained outside.
 
-    A baseline is a setting: it is trained as it is or not at all. One whose value lies outside a searched
-    range, or differs from a value the config fixes, is left out with a note (a row named after the default
-    that trained the config's fixed values would claim a default that never ran).
+    A baseline is a setting: it is trained as it is or not at all. One that differs from a value the config
+    fixes is left out with a note (a row named after the default that trained the config's fixed values would
+    claim a default that never ran). One whose value lies outside a searched range is left out too, except
+    the rule's default: every study trains it, outside a narrowed range if need be (its params then lie
+    outside their distributions), so the answer is always seen beside it.
     """
-    return _points(RULES[scaler].baselines, space, scaler)
+    rule = RULES[scaler]
+    return _points(rule.baselines, space, scaler, keep_outside=rule.default_tag)
 
 
 def diagnosis_trial(
-    setting: dict[str, float], space: SpaceConfig, seeds: Iterable[tuple[str, dict[str, Any]]] = ()
+    setting: dict[str, float],
+    space: SpaceConfig,
+    seeds: Iterable[tuple[str, dict[str, Any]]] = (),
+    scaler: str = TORCH,
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
-    """The setting a diagnosis suggests (``suggested_setting``, GradScaler's four by name) as the params of
-    ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the baselines: left out
-    with a note when it lies outside the space, and not added when one of ``seeds`` (the study's baselines)
-    has its params.
+    """The setting a diagnosis suggests (``suggested_setting``, every knob of ``scaler``'s rule by name) as
+    the params of ``space``, tagged :data:`DIAGNOSIS_BASELINE`, as :func:`baseline_trials` gives the
+    baselines: left out with a note when it lies outside the space, and not added when one of ``seeds`` (the
+    study's baselines) has its params.
     """
-    values = {name: setting[name] for name in PARAM_NAMES}
-    kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, TORCH, "the diagnosis suggests")
+    values = {name: setting[name] for name in RULES[scaler].names}
+    kept, notes = _points(((DIAGNOSIS_BASELINE, values),), space, scaler, "the diagnosis suggests")
     same = [tag for tag, params in seeds for _, wanted in kept if params == wanted]
     if same:  # A baseline already measures it: not a trial spent twice on one point.
         return [], [
@@ -131,11 +168,15 @@ def diagnosis_trial(
 
 
 def _points(
-    points: Iterable[tuple[str, Mapping[str, Any]]], space: SpaceConfig, scaler: str, source: str = ""
+    points: Iterable[tuple[str, Mapping[str, Any]]],
+    space: SpaceConfig,
+    scaler: str,
+    source: str = "",
+    keep_outside: str = "",
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
     """Each ``(tag, values)`` as the params of ``space``, or left out with a note where ``space`` would train
     another setting: a value the config fixes otherwise, a start the config rounds to a power of two, or a
-    value outside a searched range."""
+    value outside a searched range (except for the tag ``keep_outside``, trained there with a note)."""
     rule = RULES[scaler]
     ranges, dists = space.ranges(scaler), distributions(space, scaler)
     kept, notes = [], []
@@ -150,9 +191,14 @@ def _points(
             value = math.log2(values[knob]) if name != knob else values[name]
             params[name] = int(value) if isinstance(dist, IntDistribution) else value
         outside = [n for n, v in params.items() if not dists[n].low <= v <= dists[n].high]
-        if outside:
+        if outside and tag == keep_outside:
+            notes.append(
+                f"baseline {tag} ({rule.maker}'s default): {', '.join(outside)} outside the search space,"
+                " trained there all the same, so the answer is seen beside the default"
+            )
+        elif outside:
             notes.append(f"baseline {tag} left out: {', '.join(outside)} outside the search space")
-        else:
+        if not outside or tag == keep_outside:
             kept.append((tag, params))
     return kept, notes
 

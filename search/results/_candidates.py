@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from search.core import (
@@ -27,6 +27,7 @@ from search.core import (
     Settings,
     baseline_of,
     distributions,
+    holding,
 )
 from search.results._confirmations import DEFAULT_LABEL, default_label
 from search.results._confirmations import config_key as _config_key
@@ -181,23 +182,9 @@ def _in_space(
     """Each searched parameter's value as a param (an int where its distribution is; a flag as 0/1), its
     distribution widened to hold it, and the parameters that lay outside. A fixed one is no param: the runs
     take its fixed value, as the study's trials did."""
-    params: dict[str, Any] = {}
-    widened: dict[str, BaseDistribution] = {}
-    outside = []
-    for name, dist in dists.items():
-        value: Any = int(values[name]) if isinstance(dist, IntDistribution) else float(values[name])
-        params[name] = value
-        if not dist.low <= value <= dist.high:
-            outside.append(name)
-            dist = _widened(dist, value)
-        widened[name] = dist
-    return params, widened, outside
-
-
-def _widened(dist: BaseDistribution, value: float) -> BaseDistribution:
-    if isinstance(dist, IntDistribution):
-        return IntDistribution(
-            int(min(dist.low, value)), int(max(dist.high, value)), log=dist.log, step=dist.step
-        )
-    assert isinstance(dist, FloatDistribution)
-    return FloatDistribution(min(dist.low, value), max(dist.high, value), log=dist.log, step=dist.step)
+    params: dict[str, Any] = {
+        name: int(values[name]) if isinstance(dist, IntDistribution) else float(values[name])
+        for name, dist in dists.items()
+    }
+    outside = [name for name, dist in dists.items() if not dist.low <= params[name] <= dist.high]
+    return params, holding(params, dists), outside

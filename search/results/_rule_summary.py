@@ -79,7 +79,7 @@ def summarize_rule_study(
         "ended_at_minimum": failures.get(RULE_FAILURES[0], 0),
         "fail_reasons": fail_reasons(trials),
         "horizon_note": horizon_note(trial_steps(best), space, scaler),
-        "baselines_left_out": baseline_trials(space, scaler)[1],
+        "baselines_left_out": [n for n in baseline_trials(space, scaler)[1] if " left out: " in n],
     }
 
 

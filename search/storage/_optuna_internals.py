@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 from types import ModuleType
+from typing import Any
 
 import optuna
 import sqlalchemy.orm
@@ -47,6 +48,11 @@ def study_id_of(study: optuna.Study) -> int:
 def trial_id_of(trial: optuna.Trial | FrozenTrial) -> int:
     """The trial's id in its storage (not its number), as the storage API takes it."""
     return trial._trial_id
+
+
+def fixed_params_of(trial: optuna.Trial) -> dict[str, Any]:
+    """The params a queued trial was enqueued with (``study.enqueue_trial``), which its suggestions return."""
+    return dict(trial._fixed_params)
 
 
 def rdb_backend(storage: BaseStorage) -> RDBStorage | None:

@@ -226,7 +226,9 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
     suggested_setting = started.get("suggested_setting") if isinstance(started, dict) else None
     # A diagnosis suggests a GradScaler setting: a study of a rule with other knobs has no place for it.
     if suggested_setting and set(suggested_setting) == set(RULES[settings.run.scaler].names):
-        suggested, left_out = diagnosis_trial(started["suggested_setting"], settings.space, baselines)
+        suggested, left_out = diagnosis_trial(
+            suggested_setting, settings.space, baselines, settings.run.scaler
+        )
         baselines, notes = baselines + suggested, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     added = with_retry(

@@ -23,7 +23,7 @@ from search.core import (
     held_interrupts,
     suggest,
 )
-from search.storage import first_beat, heartbeat, trial_id_of
+from search.storage import first_beat, fixed_params_of, heartbeat, trial_id_of
 from search.study._trial_training import raise_task_exit
 
 if TYPE_CHECKING:
@@ -53,7 +53,10 @@ def run_queued_trial(runner: Runner) -> bool:
                 return True
             # A queued trial's fixed params are written to storage here (idempotent, so retried).
             scaler_config = runner.storage_call(
-                lambda: suggest(trial, runner.settings.space, runner.settings.run.scaler), "setting params"
+                lambda: suggest(
+                    trial, runner.settings.space, runner.settings.run.scaler, fixed_params_of(trial)
+                ),
+                "setting params",
             )
             # A rounding of the answer's line is measured whole: it is the line a user pastes.
             outcome = training.train(trial, scaler_config, prune=ROUNDING_OF not in trial.user_attrs)

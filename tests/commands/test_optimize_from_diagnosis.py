@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import optuna
@@ -116,31 +117,40 @@ def test_the_search_samples_around_the_suggestion_within_the_growth_window_and_r
     assert [t.user_attrs.get("baseline") for t in study.trials].count("diagnosis") == 1
 
 
-def test_a_default_outside_the_narrowed_space_is_left_out_with_a_note(tmp_path, deep_mlp_diagnosis):
-    """A moving window (growth_interval <= 4) leaves PyTorch's 2000 out: its baseline is not run, and said so.
+def test_a_default_outside_the_narrowed_space_is_trained_all_the_same(tmp_path, deep_mlp_diagnosis):
+    """A moving window (growth_interval <= 4) excludes PyTorch's 2000: the default is trained there all the
+    same (outside the narrowed range), so the answer is seen beside it; the other seeds are left out, said so.
     """
     data = {**json.loads(deep_mlp_diagnosis.read_text()), "growth_window": [1, 4]}
     (tmp_path / "d.json").write_text(json.dumps(data))
     proc = run_cli(
-        ["--task", "deep-mlp", "--steps", "32", "--trials", "8", "--quiet", "--from-diagnosis", "d.json"],
+        [
+            "--task", "deep-mlp", "--steps", "32", "--trials", "8", "--quiet", "--from-diagnosis", "d.json",
+            "--best-out", "best.json",
+        ],
         tmp_path,
-    )
+    )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "growth_interval over 1..4 (the diagnosis: <= 4)" in proc.stderr
-    assert "baseline seed-1 left out: growth_interval outside the search space" in proc.stderr
     assert (
-        "baseline diagnosis left out: growth_interval outside the search space" in proc.stderr
-    )  # its 2000 too
+        "baseline seed-1 (PyTorch's default): growth_interval outside the search space, trained there all the"
+        " same" in proc.stderr
+    )
+    assert "baseline seed-4 left out: growth_interval outside the search space" in proc.stderr
+    assert "Fixed parameter" not in proc.stderr  # Optuna's out-of-range warning is expected, not shown
     study = optuna.load_study(study_name="deep-mlp", storage=f"sqlite:///{tmp_path / 'study.db'}")
-    assert all(t.params["growth_interval"] <= 4 for t in study.trials if t.params)
-    assert not [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
-    # The report says they were not run, not that they are still to come.
+    defaults = [t for t in study.trials if t.user_attrs.get("baseline") == "seed-1"]
+    assert len(defaults) == 1 and defaults[0].state.name == "COMPLETE"
+    assert defaults[0].params["growth_interval"] == 2000 and defaults[0].params["init_scale"] == 2.0**16
+    assert all(t.params["growth_interval"] <= 4 for t in study.trials if t.params and t not in defaults)
+    # The summary, its JSON and the report show the default's numbers beside the answer's.
+    assert re.search(r"^  seed-1 +0 +2\^16 +2 +0\.5 +2000 ", proc.stdout, re.M)
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["baselines"]["seed-1"]["growth_interval"] == 2000
     assert run_cli(["--out", "r.html"], tmp_path, module="search.report").returncode == 0
     page = (tmp_path / "r.html").read_text()
-    assert (
-        "Seed-1, seed-2, seed-3, seed-4, seed-5 lie outside this study&#x27;s search space (not run)." in page
-    )
-    assert "PyTorch&#x27;s default (seed-1) lies outside this study&#x27;s search space (not run)" in page
+    assert "Seed-2, seed-3, seed-4, seed-5 lie outside this study&#x27;s search space (not run)." in page
+    assert "PyTorch&#x27;s default (seed-1) lies outside" not in page
     assert "no complete trial yet" not in page
 
 

@@ -9,6 +9,7 @@ from search.core import (
     baseline_trials,
     distributions,
     growth_note,
+    holding,
     scaler_config,
     suggest,
 )
@@ -63,6 +64,21 @@ def test_baselines_outside_a_narrowed_space_are_left_out_with_a_note():
         "baseline seed-2 left out: init_scale outside the search space",
         "baseline seed-3 left out: init_scale outside the search space",
     ]
+
+
+def test_the_default_outside_a_narrowed_space_is_kept_and_stored_within_a_widened_range():
+    space = SpaceConfig(init_scale=ParamRange(2.0**18, 2.0**22, log=True))
+    kept, notes = baseline_trials(space)
+    assert [tag for tag, _ in kept] == ["seed-1"] and kept[0][1]["init_scale"] == 2.0**16
+    assert notes[0] == (
+        "baseline seed-1 (PyTorch's default): init_scale outside the search space, trained there all the"
+        " same, so the answer is seen beside the default"
+    )
+    assert all(" left out: " in n for n in notes[1:]) and len(notes) == 5
+    dists = distributions(space)
+    held = holding(kept[0][1], dists)
+    assert held["init_scale"].low == 2.0**16 and held["init_scale"].high == 2.0**22 and held["init_scale"].log
+    assert held["growth_factor"] is dists["growth_factor"]  # a value inside: the distribution as it was
 
 
 @pytest.mark.parametrize("fixed, low, expect", [(2000, 1, True), (None, 1, False), (None, 40, True)])
