@@ -280,9 +280,15 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
     (tmp_path / "high.toml").write_text("[space.init_scale]\nlow = 1048576.0\nhigh = 1e9\n")
     proc = run_cli(["--trials", "6", "--storage", url, "--config", "high.toml", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "baseline seed-1 (PyTorch's default): init_scale outside the search space" in proc.stderr
+    search_default = [t for t in _trials(url, "seed-mlp") if t.user_attrs.get("baseline") == "seed-1"]
+    assert len(search_default) == 1 and search_default[0].params["init_scale"] == 2.0**16
+    assert search_default[0].distributions["init_scale"].low == 2.0**16  # widened to hold it
     before = _fingerprint(url)
 
-    proc = run_confirm(["--storage", url, "--top", "1", "--seeds", "2", "--json", "c.json"], tmp_path)
+    proc = run_confirm(
+        ["--storage", url, "--top", "1", "--seeds", "2", "--json", "c.json", "--no-corners"], tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     for text in (proc.stdout, proc.stderr, (tmp_path / "c.json").read_text()):
         assert "hunter2" not in text
@@ -291,7 +297,7 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
     assert _fingerprint(url) == before
 
     trials = _trials(url, SIBLING)
-    # best-1, the recommendation (the default has not run in the search, so it is not kept), the default.
+    # best-1, the recommendation when it is not the default, the default.
     configs = {t.user_attrs["config"] for t in trials}
     assert len(trials) == 2 * len(configs) and len(configs) in (2, 3)
     assert len(configs) == 2 or any(c.startswith("recommended (#") for c in configs)
