@@ -24,7 +24,6 @@ import optuna
 import pytest
 import sqlalchemy
 import torch
-from scheduling import scheduled
 
 # One torch thread in each test process, as the service trains (search.study._workers.threads_per_process):
 # pytest-xdist runs two test processes on two cores, and intra-op threads that share cores with
@@ -332,10 +331,3 @@ def example_build(module: str, installs: str):
     except ImportError as missing:
         raise ImportError(f"{missing}: pip install -e '.[dev]' installs {installs}") from missing
 
-
-@pytest.hookimpl(trylast=True)  # After -m has deselected: the shares are of the tests that run.
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under README's ``-n 4 --dist worksteal``: long process tests first, spread (tests/scheduling.py)."""
-    workers = getattr(config.option, "numprocesses", None)
-    if isinstance(workers, int) and workers > 1 and getattr(config.option, "dist", "") == "worksteal":
-        items[:] = scheduled(items, workers)
