@@ -296,10 +296,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
     session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
-    # Ctrl-C: one line, exit 130, nothing recorded or written; kept pending too, for the observer to raise at
-    # the
-    # next step should the first raise land where Python loses it (a __del__ during training).
-    with interrupts_as_exceptions(keep_pending=True):
+    # Ctrl-C: one line, exit 130, nothing recorded or written (a raise lost in a __del__ during training is
+    # raised again by the observer at the next step, or after the runs).
+    with interrupts_as_exceptions():
         runs = diagnosis_runs(
             problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
@@ -86,32 +87,50 @@ def _handling(handler: Callable[[int, Any], object]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def interrupts_as_exceptions(first_only: bool = True, keep_pending: bool = False) -> Iterator[None]:
+def _lost_raises_kept() -> Iterator[None]:
+    """A raise of :class:`Interrupted` that lands in a weakref callback or a ``__del__`` (an import's
+    module lock, a tensor freed) is not printed as "Exception ignored": its signal is recorded for
+    :func:`raise_pending`, which the commands call at their next step and after their block."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, Interrupted):
+            _pending.append(unraisable.exc_value.signum)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+@contextlib.contextmanager
+def interrupts_as_exceptions(first_only: bool = True) -> Iterator[None]:
     """Turns SIGINT and SIGTERM into :class:`Interrupted` while the block runs.
 
     By default only the first signal raises: a second Ctrl-C (or a parent forwarding one) must not
     cut short the write of the trial that the first one interrupted. ``first_only=False`` raises
     on every signal, for a block that leaves nothing half-written when it is cut short
     (``search.confirm`` writes each run finished, in one transaction, after it has trained).
-    ``keep_pending``: each signal is also recorded, for :func:`raise_pending` to raise again, since a
-    raise that lands in a ``__del__`` or a weakref callback is printed and lost (``search.diagnose``'s
-    observer asks at every step).
+    A raise that lands in a ``__del__`` or a weakref callback, where Python would print it and go
+    on, is recorded instead, for :func:`raise_pending` (``search.diagnose``'s observer asks at every
+    step; the commands ask again after the block).
     """
     raise_pending()  # A signal recorded while the command was starting: now is the time to stop.
     if not first_only:
-        with _handling(raise_interrupted):
+        with _lost_raises_kept(), _handling(raise_interrupted):
             yield
         return
     raised: list[int] = []
 
     def handler(signum: int, _frame: Any) -> None:
-        if keep_pending:
-            _pending.append(signum)
         if not raised:
             raised.append(signum)
             raise Interrupted(signum)
 
-    with _handling(handler):
+    with _lost_raises_kept(), _handling(handler):
         yield
 
 
