@@ -294,7 +294,7 @@ def test_trials_zero_on_a_new_sqlite_file_ends_before_the_task_and_writes_nothin
 
 
 def test_a_signal_whose_raise_is_lost_in_a_del_is_kept_silently_and_raised_again(capsys):
-    """A Ctrl-C during search.diagnose's training once ran on for a minute, and once printed "Exception ignored
+    """A Ctrl-C during search.diagnose's training once ran on for a minute, and printed "Exception ignored
     in: <function _get_module_lock...>" above its one line: its Interrupted was raised inside a ``__del__`` or
     an import's weakref callback, where Python prints and drops it. Now such a raise prints nothing and its
     signal is kept, for the diagnosis observer's per-step ``raise_pending`` (and the commands' after the
