@@ -259,7 +259,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     import torch  # From here on the task is trained.
 
     from search.core import device_label, resolve_device
-    from search.diagnosis import TrainingDiagnosis, diagnosis_runs, format_training, judge
+    from search.diagnosis import TrainingDiagnosis, diagnose_training, format_training
     from search.study import threads_per_process
     from search.tasks import build_problem, resolve_task
     from search.training import run_steps
@@ -295,14 +295,16 @@ def _training(session: Session, args: argparse.Namespace) -> int:
             )
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
-    session.note(f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control")
+    session.note(
+        f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control (then the"
+        " setting it suggests, if any, before it is suggested)"
+    )
     # Ctrl-C: one line, exit 130, nothing recorded or written (a raise lost in a __del__ during training is
     # raised again by the observer at the next step, or after the runs).
     with interrupts_as_exceptions():
-        runs = diagnosis_runs(
+        runs, verdict = diagnose_training(
             problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
         )
-    verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, settings.penalty)
     values = dict(setting.values)
     diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
     # Everything written is made before anything is printed: a reader that goes away costs no file.

@@ -12,6 +12,7 @@ From training (the settings in fp16 beside fp32 and bf16 controls):
 * ``_training_runs``: the three runs of a diagnosis, each through :func:`search.training.train` (torch);
 * ``_evidence``: what a diagnosed run measured, as plain numbers (no torch);
 * ``_training_verdict``: the verdict, the scales the gradients need, the suggested start (no torch);
+* ``_suggestion_check``: the suggested setting's own fp16 run keeps or withdraws the suggestion (no torch);
 * ``_training``: a whole diagnosis, its printed lines and its JSON (no torch);
 * ``_narrowing``: a diagnosis's JSON (or the record a study keeps of it) as the start of a search: the
   starting scale around its suggestion, the growth interval within its window.
@@ -56,6 +57,7 @@ from search.diagnosis._narrowing import (
     setting_text,
     why_no_search,
 )
+from search.diagnosis._suggestion_check import SuggestionCheck, checked_suggestion, suggestion_of
 from search.diagnosis._training import SkipCause, TrainingDiagnosis, format_training
 from search.diagnosis._training_verdict import (
     HEALTHY_ADVICE,
@@ -83,12 +85,20 @@ if TYPE_CHECKING:
         recording_conflict,
         study_run,
     )
-    from search.diagnosis._training_runs import bf16_supported, diagnosis_runs, start_steps
+    from search.diagnosis._training_runs import (
+        bf16_supported,
+        diagnose_training,
+        diagnosis_runs,
+        start_steps,
+        suggestion_run,
+    )
 
 __getattr__, __dir__ = lazy_face(__name__, globals())
 
 __all__ = [
-    "CHRONIC_RATE", "LIMITS", "format_reading",
+    "CHRONIC_RATE",
+    "LIMITS",
+    "format_reading",
     "DiagnosedRun",
     "DiagnosisFileError",
     "DiagnosisRuns",
@@ -112,14 +122,18 @@ __all__ = [
     "RunEvidence",
     "RunObserver",
     "SkipCause",
+    "SuggestionCheck",
     "StepReading",
     "TITLES",
     "TrainingDiagnosis",
     "TrainingVerdict",
     "VERDICTS",
     "bf16_supported",
+    "checked_suggestion",
     "diagnosis_conflict",
-    "diagnosis_record", "diagnosis_start",
+    "diagnosis_record",
+    "diagnosis_start",
+    "diagnose_training",
     "diagnosis_runs",
     "expected_skip_rate",
     "format_training",
@@ -141,5 +155,7 @@ __all__ = [
     "settled_step",
     "start_steps",
     "study_run",
+    "suggestion_of",
+    "suggestion_run",
     "why_no_search",
 ]

@@ -12,12 +12,14 @@ from search.diagnosis._evidence import RunEvidence
 from search.scalers import RULES, RuleSetting, ScalerConfig
 
 
-def chronic_advice(setting: ScalerConfig | RuleSetting, whole: ScalerConfig | RuleSetting | None) -> str:
+def chronic_advice(
+    setting: ScalerConfig | RuleSetting, whole: ScalerConfig | RuleSetting | None, safe: float = math.nan
+) -> str:
     """Where the scale must move, the growth that regrows one backoff per overflow period (the window bounds
     the interval, so a longer one is no cure); else a longer interval."""
     if whole is not None and _regrows(setting, whole):
         rule = RULES[setting.rule]
-        return start_advice(setting, rule.start_scale(whole.values), whole)
+        return start_advice(setting, rule.start_scale(whole.values), whole, safe)
     return "lengthen the growth interval (GradScaler's growth_interval, a framework's loss_scale_window)"
 
 
@@ -65,6 +67,21 @@ def bf16_note(bf16: RunEvidence | None) -> str:
     return f" (the bf16 control {outcome}, {bf16.skipped_steps} skipped)"
 
 
+def centre_clause(suggested: float, needed: float, safe: float) -> str:
+    """Where a suggested start lies, in words that agree with the two scales it comes from."""
+    if needed <= suggested <= safe:
+        return (
+            f"between the {scale_text(needed)} the smallest gradients need and the {scale_text(safe)} the"
+            " largest allow"
+        )
+    if needed > safe:
+        return (
+            f"halfway, in octaves, from the {scale_text(safe)} the largest gradients allow to the"
+            f" {scale_text(needed)} the smallest need (no one scale keeps both)"
+        )
+    return f"the nearest power of two to the middle of {scale_text(needed)}..{scale_text(safe)}"
+
+
 def suggested_scale(init: float, needed: float, safe: float) -> float:
     if math.isfinite(needed) and math.isfinite(safe) and needed <= init <= safe:
         return init
@@ -88,28 +105,47 @@ def first_steps(steps: int) -> str:
 
 
 def start_advice(
-    setting: ScalerConfig | RuleSetting, scale: float, whole: ScalerConfig | RuleSetting | None = None
+    setting: ScalerConfig | RuleSetting,
+    scale: float,
+    whole: ScalerConfig | RuleSetting | None = None,
+    safe: float = math.nan,
 ) -> str:
     """ "start at ..." in the rule's own terms: its starting knob, with the growth ``whole`` suggests where it
-    changes the user's (:mod:`search.diagnosis._suggestion`), and the flags that rerun the diagnosis so."""
+    changes the user's (:mod:`search.diagnosis._suggestion`), and the flags that rerun the diagnosis so. A
+    start above ``safe``, the largest safe scale, says so and what it costs."""
     rule = RULES[setting.rule]
     start = rule.knob(rule.start_knob)
     target = {**(whole or setting).values, start.name: start.cast(rule.start_value(scale))}
-    check = f"rerun this diagnosis with {check_flags(rule.setting(target))} to check it"
+    check = f"rerun this diagnosis with {check_flags(rule.setting(target))} for its own diagnosis"
     scale_written = scale_text(rule.start_scale(target))
-    at = f"{start.name} {scale_written}"
-    if start.octaves:  # The knob is the scale's exponent (DeepSpeed's initial_scale_power).
-        at = f"{start.name} {plain_number(target[start.name])}, a scale of {scale_written}"
+    at = start_text(rule.setting(target))
+    above = ""
+    if math.isfinite(safe) and rule.start_scale(target) > safe:
+        above = (
+            f"; {scale_written} is above the {scale_text(safe)} the largest gradient allows: the steps whose"
+            " gradients reach it are skipped and the scale backs off"
+        )
     if whole is not None and _regrows(setting, whole):  # A moving scale (_suggestion).
         growth = ", ".join(f"{k} {whole.values[k]:g}" for k in (*rule.grows_with, rule.window_knob))
-        return f"start at {at} and regrow after each backoff: {growth} ({check})"
+        return f"start at {at} and regrow after each backoff: {growth} ({check}){above}"
     window = rule.window_knob
     if whole is not None and whole.values[window] != setting.values[window]:  # Steady: growth need not act.
         return (
             f"start at {at}, {window} {whole.values[window]:g} (growth need not act within these steps;"
-            f" {check})"
+            f" {check}){above}"
         )
-    return f"start at {at} ({check})"
+    return f"start at {at} ({check}){above}"
+
+
+def start_text(setting: ScalerConfig | RuleSetting) -> str:
+    """Where ``setting`` starts the scale, in its rule's knob: ``init_scale 2^20``, or ``initial_scale_power
+    20, a scale of 2^20`` where the knob is the scale's exponent."""
+    rule = RULES[setting.rule]
+    start = rule.knob(rule.start_knob)
+    written = scale_text(rule.start_scale(dict(setting.values)))
+    if start.octaves:
+        return f"{start.name} {plain_number(setting.values[start.name])}, a scale of {written}"
+    return f"{start.name} {written}"
 
 
 def check_flags(setting: ScalerConfig | RuleSetting) -> str:

@@ -14,6 +14,13 @@ from typing import Any
 FP16_MAX = 65504.0  # The largest finite fp16 number; a scaled gradient or an activation above it is inf.
 FP16_SMALLEST = 2.0**-24  # fp16's smallest subnormal (one significant bit).
 FP16_ROUNDS_TO_ZERO = 2.0**-25  # A magnitude at or below this rounds to exactly 0 in fp16.
+# The share of a parameter's squared gradient norm its smallest entries may carry and still round to 0: at the
+# needed scale no parameter loses more than a tenth of it.
+LOST_SHARE = 0.1
+# A parameter whose gradient carries less than this share of the model's squared gradient norm is zero or
+# rounding noise (its norm under fp32's unit roundoff, 2^-24, of the whole gradient's): the attention key
+# bias, which softmax ignores by construction. No scale is chosen for it.
+NOISE_SHARE = 2.0**-48
 LOWEST_OCTAVE = -64  # The gradient histograms count octaves 2^-64 .. 2^31 (outside: the end bins).
 OCTAVES = 96
 
@@ -31,7 +38,12 @@ class ParameterGradients:
             there (nan: all zero at step 0; None in other runs).
         largest: Its largest finite gradient magnitude over the steps not skipped (nan: always zero).
         first_median: The smallest per-step median of its non-zero magnitudes over the first steps of the
-            run (``start_steps``): what ``init_scale`` alone must keep representable.
+            run (``start_steps``).
+        first_floor: The smallest per-step magnitude below which its entries carry :data:`LOST_SHARE` of its
+            squared gradient norm, over the first steps: what ``init_scale`` alone must keep representable for
+            the step to lose at most a tenth of this gradient's squared norm (nan: no non-zero gradient).
+        update_share: Its share of the model's squared gradient norm over the first steps (under
+            :data:`NOISE_SHARE`: zero or rounding noise, left out of the needed scale and of underflow).
         overflow_steps: The steps at which one of its gradient entries was inf or NaN.
         histogram: Its non-zero finite magnitudes per octave, from ``2^LOWEST_OCTAVE``, counted at about 32
             steps spread over the run (the fp32 control's; empty counts in the other runs).
@@ -43,6 +55,8 @@ class ParameterGradients:
     would_round_share: float | None
     largest: float
     first_median: float
+    first_floor: float
+    update_share: float
     overflow_steps: tuple[int, ...]
     histogram: tuple[int, ...]
 
@@ -81,7 +95,7 @@ class RunEvidence:
         ended_by_rule: Why a framework's rule ended the run at its minimum scale, or "".
         min_scale: The rule's minimum scale, or None (GradScaler has none).
         planned_steps: The steps the run was to take.
-        start_steps: The first steps ``first_median`` looks at.
+        start_steps: The first steps ``first_median`` and ``first_floor`` look at.
         parameters: Per parameter, its gradients.
         layers: Per leaf module, its forward outputs.
         step_largest: Per step, the largest finite unscaled gradient magnitude of any parameter (nan: every
@@ -126,6 +140,10 @@ class RunEvidence:
         """The largest finite gradient magnitude of any parameter (nan: none)."""
         values = [p.largest for p in self.parameters if math.isfinite(p.largest)]
         return max(values) if values else math.nan
+
+    def counted(self) -> tuple[ParameterGradients, ...]:
+        """The parameters whose gradients are more than rounding noise (:data:`NOISE_SHARE`)."""
+        return tuple(p for p in self.parameters if p.update_share >= NOISE_SHARE)
 
     def forward_origins(self) -> dict[str, tuple[int, ...]]:
         """The layers where the forward pass overflowed, with the steps (in the order of the model's layers).

@@ -4,13 +4,14 @@
 ``gradients`` after each step's backward, ``detach`` after the last step), so the diagnosis reads the very
 run a trial trains, with GradScaler's (or a framework's) scale, not a copy of the loop. What it reads:
 
-* **gradients**, as backward produced them (still scaled, before ``unscale_`` and clipping, the same place
-  the trainer counts zeros), per parameter: exact zeros, whether any entry is inf/NaN (the step's overflow
-  cause), the largest magnitude *unscaled* (divided by the scale in use; read where every entry is finite),
-  the median non-zero one over the first steps, an octave histogram of the unscaled magnitudes every few
-  steps, and, given the scale another run used at step 0, how many non-zero entries would round to 0 in fp16
-  at that scale (scaled magnitude <= 2^-25: fp16's smallest subnormal is 2^-24, and round-to-nearest-even
-  sends half of it to 0);
+* **gradients**, as backward produced them (still scaled, before ``unscale_`` and clipping, the same place the
+  trainer counts zeros), per parameter: exact zeros, whether any entry is inf/NaN (the step's overflow cause),
+  the largest magnitude *unscaled* (divided by the scale in use; read where every entry is finite), over the
+  first steps the median non-zero one, the magnitude below which its entries carry ``LOST_SHARE`` of its
+  squared norm and that squared norm, an octave histogram of the unscaled magnitudes every few steps, and,
+  given the scale another run used at step 0, how many non-zero entries would round to 0 in fp16 at that scale
+  (scaled magnitude <= 2^-25: fp16's smallest subnormal is 2^-24, and round-to-nearest-even sends half of it
+  to 0);
 * **forward outputs** of every leaf module, per step: the largest magnitude (read where every entry is
   finite), whether any entry is inf/NaN, and the first module (in call order) whose output was not finite
   while its inputs were: where the forward pass overflowed.
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 
 from search.core import raise_pending
-from search.diagnosis._evidence import FP16_ROUNDS_TO_ZERO, LOWEST_OCTAVE, OCTAVES
+from search.diagnosis._evidence import FP16_ROUNDS_TO_ZERO, LOST_SHARE, LOWEST_OCTAVE, OCTAVES
 
 _LOG2_ZERO = math.log2(FP16_ROUNDS_TO_ZERO)
 
@@ -43,6 +44,8 @@ class StepReading:
     nonfinite: list[bool]
     largest: list[float]  # Unscaled; nan where every entry is 0 or one is inf/NaN.
     median: list[float]  # Unscaled, of the non-zero entries; nan after the first steps.
+    floor: list[float]  # Unscaled: the entries below carry LOST_SHARE of the squared norm; nan after them.
+    norm2: list[float]  # Unscaled squared norm; 0 after the first steps.
     would_round: list[int]  # Non-zero entries that round to 0 at the reference scale (0 without one).
     forward_largest: list[float]
     forward_nonfinite: list[bool]
@@ -109,9 +112,8 @@ class RunObserver:
         reference = None if self.reference_scales is None or step else float(self.reference_scales[step])
         histogram = self.histogram_every and step % self.histogram_every == 0
         nan = torch.full((), math.nan, dtype=torch.float64, device=device)
-        columns: list[torch.Tensor] = [
-            unscale
-        ]  # Then five per parameter, read in one transfer with the forward's.
+        columns: list[torch.Tensor] = [unscale]  # Then 7 per parameter, read in one transfer.
+        zero = torch.zeros((), dtype=torch.float64, device=device)
         for index, p in enumerate(self._params):
             g = (p.grad if p.grad is not None else torch.zeros_like(p)).detach().flatten()
             magnitude = g.abs()
@@ -123,11 +125,11 @@ class RunObserver:
             ]
             if detailed or reference is not None or histogram:
                 nonzero = magnitude[(magnitude > 0) & torch.isfinite(magnitude)].double() / unscale
-                columns.append(nonzero.median() if detailed and nonzero.numel() else nan)
+                columns += _shares(nonzero) if detailed and nonzero.numel() else [nan, nan, zero]
                 if reference is not None and nonzero.numel():
                     columns.append((torch.log2(nonzero) + math.log2(reference) <= _LOG2_ZERO).sum().double())
                 else:
-                    columns.append(torch.zeros((), dtype=torch.float64, device=device))
+                    columns.append(zero)
                 if histogram and nonzero.numel():
                     octave = (
                         torch.log2(nonzero).floor().clamp(LOWEST_OCTAVE, LOWEST_OCTAVE + OCTAVES - 1)
@@ -135,7 +137,7 @@ class RunObserver:
                     )
                     self._histograms[index] += torch.bincount(octave.long(), minlength=OCTAVES).double()
             else:
-                columns += [nan, torch.zeros((), dtype=torch.float64, device=device)]
+                columns += [nan, nan, zero, zero]
         for _, largest, finite, _inputs in self._calls:
             columns += [largest.to(device), finite.double().to(device)]
         values = torch.stack(columns).tolist()
@@ -143,7 +145,7 @@ class RunObserver:
 
     def _reading(self, values: list[float]) -> StepReading:
         n = len(self._params)
-        scale, grads, calls = values[0], values[1 : 5 * n + 1], values[5 * n + 1 :]
+        scale, grads, calls = values[0], values[1 : 7 * n + 1], values[7 * n + 1 :]
         forward: dict[str, tuple[float, bool]] = {}
         origin = None
         for i, (name, _largest, _finite, inputs) in enumerate(self._calls):
@@ -157,14 +159,16 @@ class RunObserver:
             forward[name] = (largest, not finite or (before is not None and before[1]))
         self._calls.clear()
         # 0: every entry zero; inf/NaN: a skipped step, whose largest finite entry is not read.
-        largest = [v if 0 < v < math.inf else math.nan for v in grads[2::5]]
+        largest = [v if 0 < v < math.inf else math.nan for v in grads[2::7]]
         return StepReading(
             scale=scale,
-            zeros=[int(v) for v in grads[0::5]],
-            nonfinite=[bool(v) for v in grads[1::5]],
+            zeros=[int(v) for v in grads[0::7]],
+            nonfinite=[bool(v) for v in grads[1::7]],
             largest=largest,
-            median=grads[3::5],
-            would_round=[int(v) for v in grads[4::5]],
+            median=grads[3::7],
+            floor=grads[4::7],
+            norm2=grads[5::7],
+            would_round=[int(v) for v in grads[6::7]],
             forward_largest=[forward.get(name, (math.nan, False))[0] for name in self.layers],
             forward_nonfinite=[forward.get(name, (math.nan, False))[1] for name in self.layers],
             forward_origin=origin,
@@ -182,6 +186,16 @@ class RunObserver:
         return (
             [] if self._histograms is None else [[int(v) for v in row] for row in self._histograms.tolist()]
         )
+
+
+def _shares(nonzero: torch.Tensor) -> list[torch.Tensor]:
+    """Median, the magnitude below which the entries carry :data:`LOST_SHARE` of the squared norm, and the
+    squared norm, of a parameter's non-zero unscaled gradient magnitudes."""
+    ordered = nonzero.sort().values
+    cumulative = (ordered * ordered).cumsum(0)
+    # The first entry at which the entries before it reach LOST_SHARE: those below it carry less.
+    index = torch.searchsorted(cumulative, LOST_SHARE * cumulative[-1]).clamp(max=ordered.numel() - 1)
+    return [nonzero.median(), ordered[index], cumulative[-1]]
 
 
 def _tensors(value: object) -> Iterator[torch.Tensor]:

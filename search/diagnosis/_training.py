@@ -12,7 +12,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from search.diagnosis._advice import scale_text
-from search.diagnosis._evidence import FP16_MAX, FP16_ROUNDS_TO_ZERO, DiagnosisRuns, RunEvidence
+from search.diagnosis._evidence import (
+    FP16_MAX,
+    FP16_ROUNDS_TO_ZERO,
+    FP16_SMALLEST,
+    LOST_SHARE,
+    NOISE_SHARE,
+    DiagnosisRuns,
+    RunEvidence,
+)
 from search.diagnosis._training_verdict import TrainingVerdict
 from search.scalers import RULES
 
@@ -172,18 +180,21 @@ def _forward_lines(fp16: RunEvidence, fp32: RunEvidence) -> list[str]:
 def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdict) -> list[str]:
     lines = [
         (
-            f"  gradients (fp32 control, unscaled): needed scale {scale_text(verdict.needed_scale)} (keeps"
-            f" every parameter's median over {_first(fp32.start_steps)} at or above 2^-24), largest safe"
-            f" scale {scale_text(verdict.largest_safe_scale)} (keeps the largest under 65504)"
+            f"  gradients (fp32 control, unscaled): needed scale {scale_text(verdict.needed_scale)} (the"
+            f" largest of the parameters' needs over {_first(fp32.start_steps)}), largest safe scale"
+            f" {scale_text(verdict.largest_safe_scale)} (keeps the largest under 65504)"
         ),
         (
-            f"    {'parameter':<24} {'size':>9} {'largest':>9} {'safe up to':>10} {'median':>8}"
+            f"    {'parameter':<24} {'size':>9} {'largest':>9} {'safe up to':>10} {'needs':>8}"
             f" {'zero fp16':>9} {'zero fp32':>9} {'rounds to 0':>11}"
         ),
     ]
     zeros16 = {p.name: p.zero_share for p in fp16.parameters}
+    counted = {p.name for p in fp32.counted()}
     for p in fp32.parameters:
         safe = FP16_MAX / p.largest if math.isfinite(p.largest) and p.largest > 0 else math.nan
+        floor = p.first_floor
+        needs = FP16_SMALLEST / floor if math.isfinite(floor) and floor > 0 else math.nan
         rounds = (
             "-"
             if p.would_round_share is None or math.isnan(p.would_round_share)
@@ -191,13 +202,17 @@ def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdi
         )
         lines.append(
             f"    {_cut(p.name, 24):<24} {p.size:>9} {_octave(p.largest):>9} {scale_text(safe):>10}"
-            f" {_octave(p.first_median):>8} {zeros16.get(p.name, math.nan):>9.1%} {p.zero_share:>9.1%}"
-            f" {rounds:>11}"
+            f" {_octave(needs) if p.name in counted else 'noise':>8} {zeros16.get(p.name, math.nan):>9.1%}"
+            f" {p.zero_share:>9.1%} {rounds:>11}"
         )
     lines.append(
-        "    (largest: over the run; median: the smallest per-step median of its non-zero gradients over"
-        f" {_first(fp32.start_steps)}; rounds to 0: its non-zero gradients at step 0, where both runs have"
-        f" the same weights, that are 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)"
+        "    (largest: over the run; needs: the scale that keeps the entries carrying all but"
+        f" {LOST_SHARE:.0%} of its squared gradient norm at or above 2^-24 over"
+        f" {_first(fp32.start_steps)}; noise: under 2^{math.log2(NOISE_SHARE):.0f} of the model's squared"
+        " gradient norm there, zero or rounding noise (as softmax makes the attention key bias's), left out"
+        " of the needed scale and of underflow; rounds to 0: its non-zero gradients at step 0, where both"
+        " runs have the same weights, that are"
+        f" 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)"
     )
     return lines
 

@@ -1,4 +1,5 @@
-"""The three runs of a training diagnosis: the user's settings in fp16, an fp32 control, a bf16 control.
+"""The three runs of a training diagnosis: the user's settings in fp16, an fp32 control, a bf16 control; and
+the whole diagnosis, whose suggestion is trained before it is given (:func:`diagnose_training`).
 
 Each is :func:`search.training.train`, the loop every trial runs; the fp16 run and the fp32 control are
 watched by a :class:`~search.diagnosis._observer.RunObserver` (the bf16 control's outcome is all the verdict
@@ -19,6 +20,8 @@ import torch
 from search.core import PenaltyConfig
 from search.diagnosis._evidence import DiagnosisRuns, LayerForward, ParameterGradients, RunEvidence
 from search.diagnosis._observer import RunObserver
+from search.diagnosis._suggestion_check import checked_suggestion, suggestion_of
+from search.diagnosis._training_verdict import TrainingVerdict, judge
 from search.scalers import RuleSetting, ScalerConfig
 from search.tasks import LoaderProblem, Problem
 from search.training import TrainResult, assess, train
@@ -100,6 +103,47 @@ def diagnosis_runs(
     return DiagnosisRuns(runs["fp16"], runs["fp32"], runs.get("bf16"))
 
 
+def diagnose_training(
+    problem: Problem | LoaderProblem,
+    setting: ScalerConfig | RuleSetting,
+    *,
+    epochs: int = 0,
+    steps: int | None = None,
+    penalty: PenaltyConfig = PenaltyConfig(),
+) -> tuple[DiagnosisRuns, TrainingVerdict]:
+    """A whole training diagnosis of ``setting``: its runs and their verdict, whose suggestion (if any) was
+    trained before it is given (:mod:`search.diagnosis._suggestion_check`)."""
+    runs = diagnosis_runs(problem, setting, epochs=epochs, steps=steps, penalty=penalty)
+    verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, penalty)
+    suggested = suggestion_of(verdict, setting)
+    if suggested is None:
+        return runs, verdict
+    trained = suggestion_run(
+        problem, suggested, runs.fp32.zero_share, epochs=epochs, steps=steps, penalty=penalty
+    )
+    return runs, checked_suggestion(verdict, setting, trained, runs.fp16, penalty)
+
+
+def suggestion_run(
+    problem: Problem | LoaderProblem,
+    suggested: ScalerConfig | RuleSetting,
+    fp32_zeros: float,
+    *,
+    epochs: int = 0,
+    steps: int | None = None,
+    penalty: PenaltyConfig = PenaltyConfig(),
+) -> RunEvidence:
+    """The suggested setting trained in fp16 as the diagnosed one was
+    (:mod:`search.diagnosis._suggestion_check` judges it); its outcome and curves only. ``fp32_zeros``: the
+    fp32 control's zero share, against which its ``underflow`` code is judged as a trial's."""
+    if isinstance(problem, Problem) and not epochs and not steps:
+        epochs = problem.epochs
+    result, seconds = _timed(
+        lambda: train(problem, suggested, epochs=epochs, steps=steps, fp32_reference=False)
+    )
+    return _evidence("fp16", result, None, fp32_zeros, penalty, seconds, result.min_scale)
+
+
 def start_steps(steps: int) -> int:
     """The first steps whose gradients ``init_scale`` alone must keep representable: the first tenth of the
     run, at least one (later a dynamic scaler has had the chance to move the scale)."""
@@ -133,6 +177,8 @@ def _evidence(
     kept = [i for i, s in enumerate(skipped) if not s]
     first = start_steps(result.planned_steps)
     histograms = observer.histograms()
+    norms = [sum(r.norm2[i] for r in readings[:first]) for i in range(len(observer.names))]
+    total = sum(norms)
     parameters = []
     for i, (name, size) in enumerate(zip(observer.names, observer.numels)):
         zeros = [readings[s].zeros[i] for s in kept]
@@ -151,6 +197,8 @@ def _evidence(
                 ),
                 largest=_largest(readings[s].largest[i] for s in kept),
                 first_median=_smallest(r.median[i] for r in readings[:first]),
+                first_floor=_smallest(r.floor[i] for r in readings[:first]),
+                update_share=norms[i] / total if total > 0 else 0.0,
                 overflow_steps=tuple(s for s, r in enumerate(readings) if r.nonfinite[i]),
                 histogram=tuple(histograms[i]),
             )

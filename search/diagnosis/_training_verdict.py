@@ -23,9 +23,13 @@ The verdicts, the first that holds wins (each names the evidence it rests on):
   the initial search (a run too short to spend them: start lower);
 * ``healthy``: none of these.
 
-The scale the gradients need, from the fp32 control's true magnitudes: ``needed_scale`` keeps every
-parameter's median non-zero gradient over the first steps at or above fp16's smallest subnormal 2^-24;
-``largest_safe_scale`` keeps the largest gradient of the run under 65504. ``suggested_init_scale`` is the
+The scale the gradients need, from the fp32 control's true magnitudes: ``needed_scale`` keeps, over the first
+steps, each parameter's gradient entries that carry all but :data:`~search.diagnosis._evidence.LOST_SHARE` of
+its squared norm at or above fp16's smallest subnormal 2^-24, so that no parameter loses more than a tenth of
+its gradient's squared norm to rounding; a parameter whose gradient is zero or rounding noise (under
+:data:`~search.diagnosis._evidence.NOISE_SHARE` of the model's squared gradient norm, as the attention key
+bias by construction) is left out of it and of ``underflow``; ``largest_safe_scale`` keeps the largest
+gradient of the run under 65504. ``suggested_init_scale`` is the
 user's own ``init_scale`` when it lies between the two, else the power of two nearest their geometric middle;
 where the growth window says the scale must move (below), the needed scale rounded up to a power of two, with
 the growth that regrows it (``suggested_setting``, :mod:`search.diagnosis._suggestion`); none (nan) where the
@@ -48,6 +52,7 @@ from typing import Any
 from search.core import PenaltyConfig
 from search.diagnosis._advice import (
     bf16_note,
+    centre_clause,
     chronic_advice,
     collapse_advice,
     collapse_reason,
@@ -80,8 +85,8 @@ class TrainingVerdict:
         verdict: One of :data:`VERDICTS`.
         reason: Why, in a sentence of evidence.
         advice: What to do about it.
-        needed_scale: The scale that keeps the smallest parameter median over the first steps representable
-            (nan: no non-zero gradient).
+        needed_scale: The scale at which no counted parameter loses more than a tenth of its squared gradient
+            norm to rounding over the first steps (module docstring; nan: no non-zero gradient).
         largest_safe_scale: 65504 over the largest gradient of the fp32 control (nan: none).
         suggested_init_scale: A starting scale that keeps the measured gradients representable (see the
             module); nan where no starting scale is the fix.
@@ -96,6 +101,8 @@ class TrainingVerdict:
             bound (:func:`growth_window`); None where no starting scale is the fix or nothing was measured.
         suggested_setting: The whole GradScaler setting suggested (:mod:`search.diagnosis._suggestion`), by
             param name; None for a framework's rule, or where no starting scale is the fix.
+        suggestion_check: The suggestion's own fp16 run and whether it stands
+            (:class:`~search.diagnosis._suggestion_check.SuggestionCheck`, as a dict); None: not trained.
     """
 
     verdict: str
@@ -112,6 +119,7 @@ class TrainingVerdict:
     overflow_steps_at_needed: int = 0
     growth_window: tuple[int, int | None] | None = None
     suggested_setting: dict[str, float] | None = None
+    suggestion_check: dict[str, Any] | None = None
 
     def growth_sentence(self, steps: int, window_knob: str = "growth_interval") -> str:
         """The growth window in words, with its evidence ("": none); ``window_knob`` names the rule's window
@@ -216,10 +224,9 @@ def judge(
     penalty: PenaltyConfig = PenaltyConfig(),
 ) -> TrainingVerdict:
     """The verdict on ``setting`` from its fp16 run and the controls (module docstring)."""
-    medians = [
-        p.first_median for p in fp32.parameters if math.isfinite(p.first_median) and p.first_median > 0
-    ]
-    needed = FP16_SMALLEST / min(medians) if medians else math.nan
+    counted = fp32.counted()  # Not the gradients that are zero or rounding noise by construction.
+    floors = [p.first_floor for p in counted if math.isfinite(p.first_floor) and p.first_floor > 0]
+    needed = FP16_SMALLEST / min(floors) if floors else math.nan
     largest = fp32.largest_gradient()
     safe = FP16_MAX / largest if math.isfinite(largest) and largest > 0 else math.nan
     init = init_scale_of(setting, fp16.scales)
@@ -230,11 +237,11 @@ def judge(
     later = None
     if settled is not None:
         later = sum(fp16.skipped[settled:]) / max(1, len(fp16.skipped) - settled)
-    fp32_zeros = {p.name: p.zero_share for p in fp32.parameters}
+    fp32_zeros = {p.name: p.zero_share for p in counted}
     underflowing = tuple(
         p.name
         for p in fp16.parameters
-        if p.zero_share - fp32_zeros.get(p.name, 0.0) >= penalty.underflow_threshold
+        if p.name in fp32_zeros and p.zero_share - fp32_zeros[p.name] >= penalty.underflow_threshold
     )
     origins = fp16.forward_origins()
     layer = max(origins, key=lambda name: len(origins[name])) if origins else None
@@ -254,13 +261,15 @@ def judge(
     )
     bf16_line = bf16_note(bf16)
 
-    if not fp32.finite or fp32.failure == "nonfinite" or fp32.eval_loss > fp32.initial_eval_loss:
+    # Worse by more than the learning threshold: a control that stays flat has not diverged.
+    worse = fp32.eval_loss > (1 + penalty.learn_threshold) * fp32.initial_eval_loss
+    if not fp32.finite or fp32.failure == "nonfinite" or worse:
         what = (
             "went inf/NaN"
             if not fp32.finite or fp32.failure == "nonfinite"
             else (
-                f"ended at {gnum(fp32.eval_loss)}, worse than the initial weights'"
-                f" {gnum(fp32.initial_eval_loss)}"
+                f"ended at {gnum(fp32.eval_loss)}, more than {penalty.learn_threshold:.0%} worse than the"
+                f" initial weights' {gnum(fp32.initial_eval_loss)}"
             )
         )
         common.update(
@@ -297,7 +306,7 @@ def judge(
             f" fp32 control (at least {penalty.underflow_threshold:.0%} more in: {where}): the scale"
             f" {scale_text(min(fp16.scales))} is too small for these gradients (they need"
             f" {scale_text(needed)})",
-            start_advice(setting, suggested, whole),
+            start_advice(setting, suggested, whole, safe),
             **common,
         )
     # Where the scale must move, skipping the steps whose gradients overflow at the needed scale is the cure
@@ -316,7 +325,7 @@ def judge(
             f"after the scale first grew (step {settled}), {sum(fp16.skipped[settled:])} of {after} steps"
             f" were skipped ({later:.1%}, at least {CHRONIC_RATE:.0%}{beyond}); a scaler that grows into an"
             f" overflow once per window skips about {expected_skip_rate(setting):.2%}",
-            chronic_advice(setting, whole),
+            chronic_advice(setting, whole, safe),
             **common,
         )
     # bf16 has fp32's range and less precision than fp16: what fp16 loses beyond bf16 is range, not precision.
@@ -335,7 +344,7 @@ def judge(
             f" {control.label} control's {gnum(best)}, with its scale over {first_steps(fp16.start_steps)} at"
             f" {scale_text(start)}, below the {scale_text(needed)} the gradients need there"
             f" ({fp16.zero_share:.1%} of its gradients were 0 against {fp32.zero_share:.1%} in fp32)",
-            start_advice(setting, suggested, whole),
+            start_advice(setting, suggested, whole, safe),
             **common,
         )
     share = fp16.skipped_steps / max(1, fp16.steps)
@@ -346,7 +355,7 @@ def judge(
             f" {control.label} control's {gnum(best)}, and {fp16.skipped_steps} of {fp16.steps} steps"
             f" ({share:.1%}) were skipped while the scale searched down from {scale_text(fp16.scales[0])}"
             + ("" if settled is not None else " (it never grew)"),
-            f"the run is too short to spend them: {start_advice(setting, suggested, whole)}",
+            f"the run is too short to spend them: {start_advice(setting, suggested, whole, safe)}",
             **common,
         )
     if suggested != init and math.isfinite(suggested):
@@ -361,8 +370,8 @@ def judge(
         else:
             advice = (
                 "nothing to fix at these settings (no loss-scaling failure); a search can centre init_scale"
-                f" on {scale_text(suggested)}, between the {scale_text(needed)} the smallest gradients need"
-                f" and the {scale_text(safe)} the largest allow (search.optimize --from-diagnosis)"
+                f" on {scale_text(suggested)}, {centre_clause(suggested, needed, safe)} (search.optimize"
+                " --from-diagnosis)"
             )
     else:
         advice = HEALTHY_ADVICE

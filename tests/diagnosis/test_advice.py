@@ -35,7 +35,7 @@ def test_the_advised_start_is_what_its_flags_set(scaler):
     scale = 2.0**11 if rule.knob(rule.start_knob).octaves else 1234.0  # not a power of two
     advice = start_advice(user, scale)
     assert advice.startswith(f"start at {rule.start_knob} ")
-    flags = re.search(r"rerun this diagnosis with (.*) to check it", advice).group(1)
+    flags = re.search(r"rerun this diagnosis with (.*) for its own diagnosis", advice).group(1)
     assert flags == check_flags(rule.setting({**user.values, rule.start_knob: rule.start_value(scale)}))
     parsed = _parsed(scaler, flags)
     assert rule.start_scale(parsed.values) == scale

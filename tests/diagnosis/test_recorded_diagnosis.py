@@ -248,38 +248,26 @@ def test_a_study_that_holds_a_search_of_the_same_run_takes_the_diagnosis_but_sug
 
 
 def test_a_diagnosis_whose_narrowing_the_space_refuses_suggests_no_search_and_the_report_says_why(tmp_path):
-    """sum-outliers under DeepSpeed's rule suggests a start of 2^-15, below the 2^0 its initial_scale_power
-    can
-    reach: the diagnosis is recorded, and neither the command nor the report promises a search from it."""
-    proc = diagnose(
-        ["--task", "sum-outliers", "--scaler", "deepspeed", "--steps", "40", "--study-name", "so"], tmp_path
-    )
+    """sum-outliers under DeepSpeed's rule, with a config that searches initial_scale_power from 21 only: the
+    diagnosis centres a search on the 2^16 it diagnosed (its own proposal, 2^-15, trained worse and was
+    withdrawn), which that space cannot reach. The diagnosis is recorded, and neither the command nor the
+    search promises a search from it; the report, which reads the default space, says what that space does."""
+    (tmp_path / "high.toml").write_text("[space.deepspeed.initial_scale_power]\nlow = 21\nhigh = 32\n")
+    run = ["--task", "sum-outliers", "--scaler", "deepspeed", "--steps", "40", "--study-name", "so"]
+    proc = diagnose([*run, "--config", "high.toml"], tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "the diagnosis's own proposal, initial_scale_power -15, a scale of 2^-15" in proc.stdout
+    assert "trained here, it does worse" in proc.stdout
     why = (
-        "the config searches initial_scale_power over 2^0..2^32, outside the 2^-19..2^-11 around the 2^-15"
+        "the config searches initial_scale_power over 2^21..2^32, outside the 2^12..2^20 around the 2^16"
         " the diagnosis suggests"
     )
     assert proc.stdout.endswith(f"    no search from it: {why}\n"), proc.stdout
-    refused = run_cli(
-        [
-            "--task",
-            "sum-outliers",
-            "--scaler",
-            "deepspeed",
-            "--steps",
-            "40",
-            "--study-name",
-            "so",
-            "--trials",
-            "3",
-            "--from-diagnosis",
-        ],
-        tmp_path,
-    )
+    refused = run_cli([*run, "--config", "high.toml", "--trials", "3", "--from-diagnosis"], tmp_path)
     assert refused.returncode == 2 and why in refused.stderr
     report = run_cli(["--study-name", "so"], tmp_path, module="search.report")
     assert report.returncode == 2 and report.stderr.endswith(
-        f"no search yet; a search from it with the default space would be refused: {why}\n"
+        "no search yet: run search.optimize there (--from-diagnosis starts from it)\n"
     )
 
 
