@@ -117,11 +117,12 @@ def recommended_candidate(
     """The search's recommendation (:func:`search.results._recommendation.recommend`) as a candidate, unless
     it is the default."""
     rec = recommend(trials, settings.space, tolerance)
-    if rec is None or rec.keep_default:
+    if rec is None or (rec.keep_default and rec.held_back is None):
         return None
+    config = rec.held_back or rec.config  # A change held back for want of evidence: confirm settles it.
     params: dict[str, Any] = {}
     for name, dist in distributions(settings.space).items():
-        value: Any = math.log2(rec.config.init_scale) if name == POW2_NAME else getattr(rec.config, name)
+        value: Any = math.log2(config.init_scale) if name == POW2_NAME else getattr(config, name)
         params[name] = int(round(value)) if isinstance(dist, IntDistribution) else float(value)
     return Candidate(
         f"recommended (#{rec.source_trial})",
@@ -156,9 +157,10 @@ def rule_recommended_candidate(
     """A framework study's answer (:func:`search.results._rule_answer.answer_rule_study`) as a candidate,
     when it is a change: the values it prints, minimal change and rounding included, not its trial's."""
     answer = answer_rule_study(list(trials), settings.space, settings.run.scaler, tolerance)
-    if answer is None or answer.verdict != "change":
+    if answer is None or (answer.verdict != "change" and answer.held_back is None):
         return None
-    params, dists, _outside = _in_space(answer.values, distributions(settings.space, settings.run.scaler))
+    values = answer.held_back or answer.values  # A change held back for want of evidence: confirm settles it.
+    params, dists, _outside = _in_space(values, distributions(settings.space, settings.run.scaler))
     return Candidate(f"recommended (#{answer.source_trial})", answer.source_trial, params, dists)
 
 

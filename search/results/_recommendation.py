@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial
 
 from search.core import SEED_BASELINES, SpaceConfig, default_trial, device_kind, scaler_config
 from search.results._answer_rounding import Rounding, measured_rounding
-from search.results._choice import DEFAULT_MARGIN, choose
+from search.results._choice import DEFAULT_MARGIN, choose, unseparated
 from search.results._landscape import Landscape
 from search.results._minimal import changed_settings, minimal_change
 from search.results._paste import scaler_line
@@ -100,6 +100,9 @@ class Recommendation:
             (+: higher); how people read a distance, one setting at a time.
         default_nearest: The default's nearest trial that is not good (None when the default is not
             good, has not run, or nothing is bad), and ``default_offsets`` the octaves to it.
+        held_back: The change the search found and held back, the study's own evidence not separating it
+            from the default (:func:`~search.results._choice.unseparated`; ``keep_default`` is then set and
+            ``search.confirm`` trains it); None otherwise.
     """
 
     config: ScalerConfig
@@ -128,6 +131,7 @@ class Recommendation:
     rounded_from: int | None = None
     nearest_offsets: dict[str, float] = field(default_factory=dict)
     default_nearest: int | None = None
+    held_back: ScalerConfig | None = None
     default_offsets: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -186,6 +190,7 @@ class Recommendation:
             "together_trials": list(self.together_trials),
             "together_idle": list(self.together_idle),
             "default_outside_together": self.default_outside,
+            "held_back": None if self.held_back is None else dict(self.held_back.values),
             "text": self.text,
         }
 
@@ -274,7 +279,7 @@ def recommend(
     if nearest is not None:
         reasons.append(nearest_reason(landscape, nearest, params))
 
-    keep_default, confirmed = choice.keep_default, None
+    keep_default, confirmed, held_back = choice.keep_default, None, None
     if confirmation is not None and not keep_default:
         confirmed, to_default, sentences = weigh_confirmation(
             confirmation, lambda params: as_config(param_values_of(params, space)) == config
@@ -282,6 +287,10 @@ def recommend(
         reasons += sentences
         if to_default:
             keep_default, config = True, _SEED_DEFAULT
+    unsettled = "" if keep_default or confirmed else unseparated(landscape, choice.source, default)
+    if unsettled:  # No confirmation runs settle it: the default stays, the change is named.
+        reasons.append(unsettled)
+        held_back, keep_default, config = config, True, _SEED_DEFAULT
 
     if not keep_default and config.init_scale < 1:
         reasons.append(below_one_sentence(config.init_scale))
@@ -320,6 +329,7 @@ def recommend(
         default_offsets=landscape.offsets(default.number) if choice.default_depth is not None else {},
         together_idle=idle,
         default_outside=outside,
+        held_back=held_back,
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from search.core import SpaceConfig, baseline_of
-from search.results._choice import choose
+from search.results._choice import choose, unseparated
 from search.results._landscape import Landscape
 from search.results._minimal import minimal_values, replays_the_same
 from search.results._tolerance import DEFAULT_TOLERANCE
@@ -61,6 +61,9 @@ class RuleAnswer:
         confirmed: What confirmation runs on new seeds said of the change (``"confirmed"``, ``"overturned"``,
             ``"not better"``), or None when they did not run it; the last two turn the answer to the default.
         confirmation: Their sentences.
+        held_back: The change the search found and held back, the study's own evidence not separating it from
+            the default (:func:`~search.results._choice.unseparated`: ``keep-default``, ``search.confirm``
+            trains it), with ``held_back_reason``; None otherwise.
     """
 
     rule: ScalerRule
@@ -78,6 +81,8 @@ class RuleAnswer:
     rounded: dict[str, tuple[float, float]] = field(default_factory=dict)
     confirmed: str | None = None
     confirmation: tuple[str, ...] = ()
+    held_back: dict[str, Any] | None = None
+    held_back_reason: str = ""
 
     def block(self) -> str:
         """The values in the framework's own config form."""
@@ -97,6 +102,8 @@ class RuleAnswer:
             "nearest_bad": self.nearest_bad,
             "neighbours": list(self.neighbours),
             "default_trial": self.default_trial,
+            "held_back": self.held_back,
+            "held_back_reason": self.held_back_reason,
             "n_good": self.n_good,
             "nearest_offsets": {k: round(v, 3) for k, v in self.nearest_offsets.items()},
             "rounded": {k: list(v) for k, v in self.rounded.items()},
@@ -150,7 +157,22 @@ def answer_rule_study(
         {k: v for k, v in landscape.offsets(chosen.number).items() if v},
         rounded,
     )
-    return answer if confirmation is None or not changed else _weighed(answer, confirmation, space)
+    if changed and confirmation is not None:
+        answer = _weighed(answer, confirmation, space)
+    settled = answer.verdict != "change" or answer.confirmed
+    unsettled = "" if settled else unseparated(landscape, chosen, default)
+    if not unsettled:
+        return answer
+    return replace(  # No confirmation runs settle it: the default stays, the change is named.
+        answer,
+        verdict="keep-default",
+        values=dict(rule.default),
+        changed=(),
+        reset={},
+        rounded={},
+        held_back=dict(answer.values),
+        held_back_reason=unsettled,
+    )
 
 
 def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfig) -> RuleAnswer:

@@ -182,7 +182,9 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
     weak = f"; weak: only {n} good trial{'s' if n != 1 else ''} around it" if n < 3 else ""
     if verdict == "keep-default":
         what = "keep the default"
-        if rec.get("confirmed") in ("overturned", "not better"):
+        if rec.get("held_back") is not None:
+            why = rec["held_back_reason"]
+        elif rec.get("confirmed") in ("overturned", "not better"):
             why = f"trial {where}'s change was run on new seeds against the default: " + " ".join(
                 rec["confirmation"]
             )

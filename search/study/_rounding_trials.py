@@ -33,7 +33,8 @@ def queue_rounding(runner: Runner, trials: list[FrozenTrial]) -> bool:
     kind = runner.training.device_label.split(":")[0].split(" ")[0]
     group = [t for t in trials if t.state == TrialState.COMPLETE and device_kind(t) == kind]
     answer = recommend(group, runner.settings.space, device_type=kind)
-    if answer is None or answer.verdict != "change" or answer.rounding is None:
+    # A change held back for want of evidence still has its line's roundings measured: they are evidence.
+    if answer is None or (answer.verdict != "change" and answer.held_back is None) or answer.rounding is None:
         return False
     rounding = answer.rounding
     if rounding.pending is None:
