@@ -7,6 +7,9 @@ trials: the measurements behind them are checked with plain loops elsewhere (tes
 
 from __future__ import annotations
 
+from test_rule_answer import DEEPSPEED, trial
+from test_rule_answer import SPACE as DEEPSPEED_SPACE
+
 from search.core import load_settings
 from search.results import recommend
 from search.results._candidates import recommended_candidate, rule_recommended_candidate
@@ -14,11 +17,8 @@ from search.results._rule_answer import answer_rule_study
 from search.scalers import RULES
 
 from test_analysis import SPACE, _study
-from test_rule_answer import DEEPSPEED
-from test_rule_answer import SPACE as DEEPSPEED_SPACE
-from test_rule_answer import trial
 
-# Far from everything else: the trials that are not good (beyond 10% of the best) lie 8+ octaves from 2^16.
+# Far from everything else: the trials that are not good (beyond 1% of the best) lie 8+ octaves from 2^16.
 FAR = [{"exp": 4, "value": 0.0400}, {"exp": 6, "value": 0.0390}, {"exp": 30, "value": 0.0410}]
 
 
@@ -30,10 +30,10 @@ def test_one_good_trial_does_not_overturn_a_default_that_trains_without_failure(
     assert rec.keep_default and rec.verdict == "keep-default"
     assert rec.held_back is not None and rec.held_back.init_scale == 2.0**-1.5
     assert (
-        "Not a change yet: trial #0 (objective 0.0238) has 0 other good trials in its region, fewer than the 2"
-        " that would show it is not one lucky point, so this study cannot separate it from the default's trial"
-        " #4 (objective 0.0276, no failure code); keep the default, and python -m search.confirm trains both"
-        " on new seeds, which settle it."
+        "Not a change yet: trial #0 (objective 0.0238) has 0 other good trials in its region, fewer than the"
+        " 2 that would show it is not one lucky point, so this study cannot separate it from the default's"
+        " trial #4 (objective 0.0276, no failure code); keep the default, and python -m search.confirm trains"
+        " both on new seeds, which settle it."
     ) in rec.text
     assert rec.to_dict()["held_back"]["init_scale"] == 2.0**-1.5
     settings = load_settings(None, {})
@@ -43,7 +43,8 @@ def test_one_good_trial_does_not_overturn_a_default_that_trains_without_failure(
 
 def test_a_failing_default_is_separated_by_its_failure():
     """deep-mlp's case: the default underflows, so even the only good trial is a change."""
-    rows = [{"exp": 20, "value": 0.0073}, *FAR, {"exp": 16, "value": 2.0, "failure": "underflow", "baseline": "seed-1"}]
+    failing = {"exp": 16, "value": 2.0, "failure": "underflow", "baseline": "seed-1"}
+    rows = [{"exp": 20, "value": 0.0073}, *FAR, failing]
     rec = recommend(_study(rows), SPACE)
     assert not rec.keep_default and rec.held_back is None and rec.config.init_scale == 2.0**20
 
@@ -55,7 +56,7 @@ def test_a_tie_within_the_regions_spread_keeps_the_default_and_a_gap_beyond_it_d
     region = [{"exp": -4, "value": 0.02380}, {"exp": -3, "value": 0.02395}, {"exp": -2, "value": 0.02402}]
     tie = recommend(_study([*region, *FAR[2:], {"exp": 16, "value": 0.02400, "baseline": "seed-1"}]), SPACE)
     assert tie.keep_default and tie.held_back is not None
-    assert "reach 0.02402, as far as the default: a tie within the spread this study measured there" in tie.text
+    assert "reach 0.02402, as far as the default: a tie within the spread this study measured" in tie.text
     gap = recommend(_study([*region, *FAR[2:], {"exp": 16, "value": 0.0300, "baseline": "seed-1"}]), SPACE)
     assert not gap.keep_default and gap.held_back is None
 
