@@ -11,9 +11,9 @@ the choice (the minimal change, rounding, confirmation runs) can still turn a ch
 A change is an answer only where the study's own evidence separates it from the default (:func:`unseparated`):
 where the default ran and ended in no failure code, with no other trial that is not good within
 :data:`DEFAULT_MARGIN` of it, a change whose region holds fewer than :data:`MIN_SUPPORT` good trials (one
-lucky point), or whose region's own objectives reach the default's (a tie within the spread the study measured
-there), is held back: the default is kept, the change is named, and ``search.confirm`` trains both on new
-seeds, which settle it.
+lucky point), whose region's own objectives reach the default's (a tie within the spread the study measured
+there), or whose evaluation a few records decide (:mod:`search.results._dominance`) is held back: the default
+is kept, the change is named, and ``search.confirm`` trains both on new seeds, which settle it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from optuna.trial import FrozenTrial
 
 from search.core import failure_of
+from search.results._dominance import dominance_note, judged_evaluation
 from search.results._landscape import MIN_SUPPORT, Landscape, depth_of
 
 DEFAULT_MARGIN = 2.0  # Keep the default when it is good and this deep (octaves) from the nearest bad trial.
@@ -94,7 +95,10 @@ def unseparated(landscape: Landscape, candidate: FrozenTrial, default: FrozenTri
             " the default: a tie within the spread this study measured there"
         )
     else:
-        return ""
+        few = dominance_note(candidate, judged_evaluation(candidate))
+        if not few:
+            return ""
+        why = f"{ours}: {few}"
     return (
         f"Not a change yet: {why}, so this study cannot separate it from {theirs}; keep the default, and"
         " python -m search.confirm trains both on new seeds, which settle it."

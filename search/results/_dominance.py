@@ -41,5 +41,14 @@ def dominance_note(trial: FrozenTrial | None, evaluation: str) -> str | None:
     )
 
 
+def judged_evaluation(trial: FrozenTrial) -> str:
+    """The evaluation a trial without failure code was judged by, read from its record: its objective is its
+    evaluation (docs/objective.md), the mean (``eval_loss``) or the median chunk loss (``eval_median``)."""
+    mean, median = trial.user_attrs.get(EVAL_LOSS), trial.user_attrs.get(EVAL_MEDIAN)
+    if _positive(median) and trial.value is not None and (not _positive(mean) or mean != median):
+        return "median" if abs(trial.value - median) < abs(trial.value - mean) else "mean"
+    return "mean"
+
+
 def _positive(value: Any) -> bool:
     return isinstance(value, (int, float)) and value > 0

@@ -16,7 +16,7 @@ from search.results._candidates import recommended_candidate, rule_recommended_c
 from search.results._rule_answer import answer_rule_study
 from search.scalers import RULES
 
-from test_analysis import SPACE, _study
+from test_analysis import DISTS, SPACE, _study
 
 # Far from everything else: the trials that are not good (beyond 1% of the best) lie 8+ octaves from 2^16.
 FAR = [{"exp": 4, "value": 0.0400}, {"exp": 6, "value": 0.0390}, {"exp": 30, "value": 0.0410}]
@@ -87,3 +87,36 @@ def test_a_framework_change_from_one_good_trial_is_held_back_too():
     settings = load_settings(None, {"scaler": "deepspeed"})
     candidate = rule_recommended_candidate(trials, settings)
     assert candidate is not None and candidate.params["initial_scale_power"] == 3
+
+
+def test_a_change_a_few_records_decide_is_held_back():
+    """Judged on the mean, with each trial's mean 330x its median chunk loss (a few records decide it), a
+    supported change beyond the region's spread is still not evidence: the default is kept, and the sentence
+    says why and what settles it. Judged on the median (the objective is the median chunk loss), it stands."""
+    import optuna
+
+    from search.core import EVAL_LOSS, EVAL_MEDIAN
+
+    def study(judged: str) -> list[optuna.trial.FrozenTrial]:
+        made = optuna.create_study()
+        for exp, mean in ((-4, 3.30), (-3, 3.31), (-2, 3.31), (30, 9.0), (16, 4.0)):
+            median = mean / 330
+            attrs = {"failure": "none", "nonfinite": False, EVAL_LOSS: mean, EVAL_MEDIAN: median}
+            if exp == 16:
+                attrs["baseline"] = "seed-1"
+            made.add_trial(
+                optuna.trial.create_trial(
+                    value=mean if judged == "mean" else median,
+                    params={"init_scale": 2.0**exp, "growth_factor": 2.0, "backoff_factor": 0.5,
+                            "growth_interval": 2000},  # fmt: skip
+                    distributions={k: DISTS[k] for k in DISTS},
+                    user_attrs=attrs,
+                )
+            )
+        return made.get_trials(deepcopy=False)
+
+    rec = recommend(study("mean"), SPACE)
+    assert rec.keep_default and rec.held_back is not None
+    assert "trial #0 (objective 3.3): a few records decide the evaluation" in rec.text
+    judged = recommend(study("median"), SPACE)
+    assert not judged.keep_default and judged.held_back is None
