@@ -29,6 +29,7 @@ from search.core import (
 from search.results._format import study_heading
 from search.results._horizon import horizon_note, trial_steps
 from search.results._rule_answer import answer_rule_study
+from search.results._side_by_side import answer_label, side_by_side, side_by_side_line
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import RULES, shortest
@@ -58,6 +59,7 @@ def summarize_rule_study(
     recommended = {}
     if answer is not None:
         recommended = answer.to_dict()
+        recommended["side_by_side"] = side_by_side(trials, answer.source_trial, answer.default_trial)
         recommended["best_ties"] = max(0, len(good_trials(complete, DEFAULT_TIE_TOLERANCE)) - 1)
     baselines: dict[str, Any] = {}
     for t in complete:
@@ -203,7 +205,10 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
         f"; {k} {shortest(old)} written {shortest(new)}: the rule replays this run the same with it"
         for k, (old, new) in rec["rounded"].items()
     )
-    lines = [f"  verdict: {what}", f"    ({why}{reset})"]
+    pair = side_by_side_line(
+        rec.get("side_by_side", {}), answer_label(verdict, rec.get("held_back")), rec.get("confirmed")
+    )
+    lines = [f"  verdict: {what}", *([f"    {pair}"] if pair else []), f"    ({why}{reset})"]
     if rec.get("confirmed") == "confirmed":
         lines += [f"    {sentence}" for sentence in rec["confirmation"]]
     lines.append(f"    for {title}:")

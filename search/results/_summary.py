@@ -34,6 +34,7 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
+from search.results._side_by_side import answer_label, side_by_side, side_by_side_line
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import format_scale
@@ -72,6 +73,7 @@ def summarize_gradscaler_study(
             data["paste"] = paste_lines(rec.config, kind) if rec.safe else {}
             data["n_good"] = len(good_trials(group))
             data["best_ties"] = max(0, len(good_trials(group, DEFAULT_TIE_TOLERANCE)) - 1)
+            data["side_by_side"] = side_by_side(group, rec.source_trial, rec.default_trial)
             recommended[kind] = data
 
     baselines = {}
@@ -212,8 +214,12 @@ def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str)
     if verdict == "change" and rec["init_scale"] < 1:  # Named for what it does.
         what += f" (init_scale {rec['init_scale']:.4g} < 1 scales the loss and its gradients down)"
     others = "|".join(name for name in FRAMEWORKS if name != framework)
+    pair = side_by_side_line(
+        rec.get("side_by_side", {}), answer_label(verdict, rec.get("held_back")), rec.get("confirmed")
+    )
     return [
         f"  verdict{where}: {what}",
+        *([f"    {pair}"] if pair else []),
         f"    {reason}",
         f"    for {FRAMEWORKS[framework]}:",
         *(f"      {line}" if line else "" for line in rec["paste"][framework].splitlines()),

@@ -139,6 +139,22 @@ def test_both_commands_print_the_same_confirmed_verdict(confirmed, tmp_path):
     assert block.startswith("  verdict: change ") and "Confirmed on new seeds" in block
     assert "Confirmed on new seeds" not in searched  # Before the runs, nothing was claimed of them.
     assert '"fp16": {' in block
+    # Under the verdict, the answer's trial and the default's side by side, as the study stores them, and how
+    # sure: not yet run on new seeds after the search, confirmed after search.confirm.
+    trials = {t.number: t for t in load(folder, NAME).trials}
+    default = next(t for t in trials.values() if t.user_attrs.get("baseline") == RULE.default_tag)
+    pair = block.splitlines()[1]
+    answer = trials[int(pair.split("the answer (#")[1].split(")")[0])]
+    def measured(t) -> str:
+        failure = "" if t.user_attrs["failure"] == "none" else f", {t.user_attrs['failure']}"
+        steps = len(t.user_attrs[LOSS_CURVE])
+        return f"objective {t.value:.4g}, {t.user_attrs[SKIPPED_STEPS]} of {steps} steps skipped{failure}"
+
+    assert pair == (
+        f"    the answer (#{answer.number}): {measured(answer)}; the default (#{default.number}):"
+        f" {measured(default)}; confirmed on new seeds"
+    )
+    assert _verdict_block(searched).splitlines()[1].endswith("; not yet run on new seeds (search.confirm)")
 
 
 @pytest.mark.parametrize(

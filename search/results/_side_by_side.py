@@ -1,0 +1,74 @@
+"""The answer and the default side by side, under any rule: what each trial measured, how sure the answer is.
+
+The first thing a verdict owes its reader is the two runs it chose between: the trial the answer comes from
+and the default's, each with its objective and its skipped steps over the trials' length, then whether new
+seeds have confirmed the answer. A change held back for want of evidence
+(:func:`search.results._choice.unseparated`) is shown as the change it would have been. No torch here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.trial import FrozenTrial
+
+from search.core import SKIPPED_STEPS, failure_of
+from search.results._horizon import trial_steps
+
+
+def side_by_side(
+    trials: Sequence[FrozenTrial], answer_trial: int | None, default_trial: int | None
+) -> dict[str, Any]:
+    """``{"answer": ..., "default": ...}``: each trial's number, objective, skipped steps, steps and failure
+    code (None where it did not run); the answer's is None when it is the default's trial."""
+    by_number = {t.number: t for t in trials}
+
+    def measured(number: int | None) -> dict[str, Any] | None:
+        trial = by_number.get(number) if number is not None else None
+        if trial is None or trial.value is None:
+            return None
+        return {
+            "trial": trial.number,
+            "objective": trial.value,
+            "skipped": int(trial.user_attrs.get(SKIPPED_STEPS, 0)),
+            "steps": trial_steps(trial),
+            "failure": failure_of(trial),
+        }
+
+    same = answer_trial is not None and answer_trial == default_trial
+    return {"answer": None if same else measured(answer_trial), "default": measured(default_trial)}
+
+
+def answer_label(verdict: str, held_back: object) -> str:
+    """What the answer's trial is called beside the default's: the answer, the change held back, or the
+    change the verdict weighed and turned down."""
+    if verdict == "change":
+        return "the answer"
+    return "the change held back" if held_back is not None else "the change weighed"
+
+
+def side_by_side_line(pair: dict[str, Any], answer_label: str, confirmed: str | None) -> str:
+    """One line: the answer's trial and the default's, each objective and skipped steps, and how sure."""
+    parts = []
+    for label, run in ((answer_label, pair.get("answer")), ("the default", pair.get("default"))):
+        if run is None:
+            continue
+        steps = f" of {run['steps']}" if run["steps"] else ""
+        failure = "" if run["failure"] == "none" else f", {run['failure']}"
+        parts.append(
+            f"{label} (#{run['trial']}): objective {run['objective']:.4g}, {run['skipped']}{steps} steps"
+            f" skipped{failure}"
+        )
+    if not parts:
+        return ""
+    if pair.get("default") is None:
+        parts.append("the default has not run in this study")
+    sure = {
+        "confirmed": "confirmed on new seeds",
+        "overturned": "overturned on new seeds",
+        "not better": "not better on new seeds",
+    }.get(confirmed or "", "not yet run on new seeds (search.confirm)")
+    if pair.get("answer") is None:
+        return "; ".join(parts)
+    return "; ".join(parts) + f"; {sure}"
