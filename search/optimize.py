@@ -12,7 +12,6 @@ closed by its reader (``| head -1``: the run's work is stored as usual, nothing 
 from __future__ import annotations
 
 import argparse
-import shlex
 import signal
 import sys
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from search.cli import (
     prog_name,
     run_command,
     stdout_reader_gone,
+    unreachable_line,
 )
 from search.core import DEFAULTS, SAMPLERS, ConfigError, Settings, UsageError, load_settings, raise_pending
 from search.results import FRAMEWORKS
@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="optimizer steps per trial instead of --epochs [as the epochs make]",
+    )
+    add(
+        "--run-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="your run's length: the answer and the default each train N steps, their skipped steps shown",
     )
     add("--seed", type=int, default=None, metavar="N", help=f"task seed: data and initial weights [{d.seed}]")
     add(
@@ -339,11 +346,16 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
     except UsageError as e:  # The study needs trials and its storage is read-only.
         return session.fail(str(e))
     except StorageUnreachable:
-        return session.fail(unreachable_line(settings, argv), 1)
+        return session.fail(unreachable_line(PROG, settings, argv), 1)
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError, OSError) as e:
         if isinstance(e, BrokenPipeError) and stdout_reader_gone():
             raise  # Not a storage failure: the command's reader went away (run_command exits 141).
         return session.fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
+    if outcome.summary is not None and outcome.code == 0 and args.run_steps:
+        from search.study import measure_run_length
+
+        session.note(f"training the answer and the default {args.run_steps} steps each (--run-steps)")
+        outcome.summary["run_length"] = measure_run_length(plan, outcome.summary, args.run_steps)
     if outcome.summary is not None:
         if args.best_out:  # Before printing: a reader that went away (| head -1) must not cost the file.
             write_best_json(outcome.summary, args.best_out)
@@ -352,20 +364,6 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
     if outcome.error is not None:
         return session.fail(outcome.error, outcome.code)
     return outcome.code
-
-
-def unreachable_line(settings: Settings, argv: list[str]) -> str:
-    """The one line printed on giving up on the storage: what happened and the command to resume."""
-    from search.storage import PASSWORD_MASKED, mask_url, redact
-
-    url = settings.run.storage
-    command = redact(f"{prog_name(PROG)} {shlex.join(argv)}".strip(), url)
-    if mask_url(url) != url:  # The command as printed cannot log in: say what to put back.
-        command += f" {PASSWORD_MASKED}"
-    return (
-        f"the storage {mask_url(url)} stayed unreachable for {settings.run.storage_retry:g} s "
-        f"(--storage-retry); the trials it holds are kept; to resume, run: {command}"
-    )
 
 
 def _print_notes(session: Session, plan: RunPlan) -> None:

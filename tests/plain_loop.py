@@ -215,15 +215,19 @@ def plain_rule_run(
     skips, the skip decided from the gradients; after each step ``next_scale(overflow)`` (the framework's
     own class, or a transcription) gives the next scale, or None where it ends the run. Full batch or the
     task's mini-batches (in their seeded order). Returns (the scale after each step, the skipped steps,
-    whether the rule ended the run); :data:`LAST_RULE_MODEL` keeps the trained model for an evaluation."""
+    whether the rule ended the run); :data:`LAST_RULE_MODEL` keeps the trained model for an evaluation, and
+    :data:`LAST_RULE_LOSSES` each step's loss (a full-batch task without validation data is judged on the
+    last one, docs/internals.md)."""
     model = copy.deepcopy(problem.model)
     params = list(model.parameters())
     optimizer = problem.make_optimizer(params)
     scaler = torch.amp.GradScaler("cpu", init_scale=initial)
     scales, skipped = [], []
     LAST_RULE_MODEL[:] = [model]
+    LAST_RULE_LOSSES.clear()
     for micro in _batches(problem, steps):
         optimizer.zero_grad(set_to_none=True)
+        total = 0.0
         for index in micro:
             x, y = (
                 (problem.inputs, problem.targets)
@@ -235,6 +239,8 @@ def plain_rule_run(
                 if len(micro) > 1:
                     loss = loss / len(micro)
             scaler.scale(loss).backward()
+            total += loss.item()
+        LAST_RULE_LOSSES.append(total)
         overflow = plain_step(scaler, optimizer, params, problem.grad_clip)[0]
         skipped.append(overflow)
         scale = next_scale(overflow)
@@ -246,9 +252,8 @@ def plain_rule_run(
     return scales, skipped, False
 
 
-LAST_RULE_MODEL: list[torch.nn.Module] = (
-    []
-)  # plain_rule_run's last trained model (its evaluation: plain_evaluation).
+LAST_RULE_MODEL: list[torch.nn.Module] = []  # plain_rule_run's last trained model (plain_evaluation)
+LAST_RULE_LOSSES: list[float] = []  # plain_rule_run's last run's loss at each step
 
 
 def plain_evaluation(problem: Problem, model: torch.nn.Module) -> float:

@@ -11,7 +11,7 @@ Nothing here imports torch or Optuna: ``search/__init__`` guards start-up throug
 before anything heavy is imported.
 """
 
-from search.cli._command import READER_GONE, Session, run_command, stdout_reader_gone
+from search.cli._command import READER_GONE, Session, run_command, stdout_reader_gone, unreachable_line
 from search.cli._knob_flags import setting_from_flags
 from search.cli._parsing import OneLineParser, check_output, check_run_length, fail, percent, prog_name
 from search.cli._startup import COMMANDS, command_being_started, guard, started
@@ -31,5 +31,6 @@ __all__ = [
     "run_command",
     "setting_from_flags",
     "started",
+    "unreachable_line",
     "stdout_reader_gone",
 ]

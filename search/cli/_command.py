@@ -27,14 +27,15 @@ from __future__ import annotations
 
 import os
 import select
+import shlex
 import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from search.cli import _startup as startup
-from search.cli._parsing import fail
-from search.core import Interrupted, UsageError
+from search.cli._parsing import fail, prog_name
+from search.core import Interrupted, Settings, UsageError
 
 # The exit code of a command whose standard output was closed by its reader: 128 + SIGPIPE, what a
 # shell reports for a tool that SIGPIPE killed (`yes | head -1; echo ${PIPESTATUS[0]}` prints 141).
@@ -159,3 +160,17 @@ def _reader_gone() -> int:
     except (OSError, ValueError):  # Not a real file (captured in-process): nothing to redirect.
         pass
     return READER_GONE
+
+
+def unreachable_line(prog: str, settings: Settings, argv: list[str]) -> str:
+    """The one line a command prints on giving up on the storage: what happened and the command to resume."""
+    from search.storage import PASSWORD_MASKED, mask_url, redact
+
+    url = settings.run.storage
+    command = redact(f"{prog_name(prog)} {shlex.join(argv)}".strip(), url)
+    if mask_url(url) != url:  # The command as printed cannot log in: say what to put back.
+        command += f" {PASSWORD_MASKED}"
+    return (
+        f"the storage {mask_url(url)} stayed unreachable for {settings.run.storage_retry:g} s "
+        f"(--storage-retry); the trials it holds are kept; to resume, run: {command}"
+    )

@@ -37,12 +37,13 @@ def percent(text: str) -> float:
 
 
 def check_run_length(args: argparse.Namespace) -> None:
-    """Raises :class:`UsageError` for ``--epochs`` or ``--steps`` below 1. A config's 0 means the task's own
-    default; typed as a flag it is a slip that would run a whole study of the default length."""
-    for name in ("epochs", "steps"):
+    """Raises :class:`UsageError` for ``--epochs``, ``--steps`` or ``--run-steps`` below 1. A config's 0
+    means the task's own default; typed as a flag it is a slip that would run a whole study of the default
+    length."""
+    for name in ("epochs", "steps", "run_steps"):
         value = getattr(args, name, None)
         if value is not None and value < 1:
-            raise UsageError(f"--{name} must be >= 1, got {value}")
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
 
 
 def check_output(flag: str, path: str) -> None:

@@ -29,7 +29,7 @@ from search.core import (
 from search.results._format import study_heading
 from search.results._horizon import horizon_note, trial_steps
 from search.results._rule_answer import answer_rule_study
-from search.results._side_by_side import answer_label, side_by_side, side_by_side_line
+from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import RULES, shortest
@@ -59,7 +59,8 @@ def summarize_rule_study(
     recommended = {}
     if answer is not None:
         recommended = answer.to_dict()
-        recommended["side_by_side"] = side_by_side(trials, answer.source_trial, answer.default_trial)
+        line = answer.held_back or (answer.values if answer.verdict == "change" else None)
+        recommended["side_by_side"] = side_by_side(trials, answer.source_trial, answer.default_trial, line)
         recommended["best_ties"] = max(0, len(good_trials(complete, DEFAULT_TIE_TOLERANCE)) - 1)
     baselines: dict[str, Any] = {}
     for t in complete:
@@ -153,7 +154,7 @@ def format_rule_verdict(data: dict[str, Any]) -> list[str]:
     rec = data["recommended"]
     if not rec:
         return []
-    lines = _verdict_lines(rec, RULES[data["scaler"]].title)
+    lines = _verdict_lines(rec, RULES[data["scaler"]].title, data.get("run_length"))
     rule = RULES[data["scaler"]]
     if rec["verdict"] != "none-safe" and rec["default_trial"] is None:
         why = "; ".join(data.get("baselines_left_out") or []) or "it has no complete trial"
@@ -168,7 +169,7 @@ def _deepest(rec: dict[str, Any]) -> str:
     return "the only good trial" if rec["n_good"] == 1 else f"the deepest of {rec['n_good']} good trials"
 
 
-def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
+def _verdict_lines(rec: dict[str, Any], title: str, run_length: dict[str, Any] | None = None) -> list[str]:
     verdict = rec["verdict"]
     if verdict == "none-safe":
         # Not "search.report explains": the report reads GradScaler studies only.
@@ -205,10 +206,10 @@ def _verdict_lines(rec: dict[str, Any], title: str) -> list[str]:
         f"; {k} {shortest(old)} written {shortest(new)}: the rule replays this run the same with it"
         for k, (old, new) in rec["rounded"].items()
     )
-    pair = side_by_side_line(
-        rec.get("side_by_side", {}), answer_label(verdict, rec.get("held_back")), rec.get("confirmed")
-    )
-    lines = [f"  verdict: {what}", *([f"    {pair}"] if pair else []), f"    ({why}{reset})"]
+    label = answer_label(verdict, rec.get("held_back"))
+    pair = side_by_side_line(rec.get("side_by_side", {}), label, rec.get("confirmed"))
+    over = run_length_line(run_length, label)
+    lines = [f"  verdict: {what}", *(f"    {line}" for line in (pair, over) if line), f"    ({why}{reset})"]
     if rec.get("confirmed") == "confirmed":
         lines += [f"    {sentence}" for sentence in rec["confirmation"]]
     lines.append(f"    for {title}:")

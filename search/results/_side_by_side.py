@@ -18,10 +18,14 @@ from search.results._horizon import trial_steps
 
 
 def side_by_side(
-    trials: Sequence[FrozenTrial], answer_trial: int | None, default_trial: int | None
+    trials: Sequence[FrozenTrial],
+    answer_trial: int | None,
+    default_trial: int | None,
+    answer_setting: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """``{"answer": ..., "default": ...}``: each trial's number, objective, skipped steps, steps and failure
-    code (None where it did not run); the answer's is None when it is the default's trial."""
+    """``{"answer": ..., "default": ..., "answer_setting": ...}``: each trial's number, objective, skipped
+    steps, steps and failure code (None where it did not run; the answer's None when it is the default's
+    trial), and the line the verdict names other than the default (a change, or one held back), by knob."""
     by_number = {t.number: t for t in trials}
 
     def measured(number: int | None) -> dict[str, Any] | None:
@@ -37,7 +41,11 @@ def side_by_side(
         }
 
     same = answer_trial is not None and answer_trial == default_trial
-    return {"answer": None if same else measured(answer_trial), "default": measured(default_trial)}
+    return {
+        "answer": None if same else measured(answer_trial),
+        "default": measured(default_trial),
+        "answer_setting": None if answer_setting is None else dict(answer_setting),
+    }
 
 
 def answer_label(verdict: str, held_back: object) -> str:
@@ -72,3 +80,20 @@ def side_by_side_line(pair: dict[str, Any], answer_label: str, confirmed: str | 
     if pair.get("answer") is None:
         return "; ".join(parts)
     return "; ".join(parts) + f"; {sure}"
+
+
+def run_length_line(run_length: dict[str, Any] | None, answer_label: str) -> str:
+    """The skipped steps over the user's run (``search.optimize --run-steps``), as measured ("": none)."""
+    if not run_length:
+        return ""
+    steps = run_length["steps"]
+    runs = ((answer_label, run_length.get("answer")), ("the default", run_length.get("default")))
+    parts = [
+        f"{label} skips {run['skipped']} of {steps} and ends at {run['eval_loss']:.4g}"
+        for label, run in runs
+        if run is not None
+    ]
+    return (
+        f"over a run of {steps} steps (--run-steps; measured: each trained {steps} steps on this study's"
+        " seed): " + "; ".join(parts)
+    )

@@ -34,7 +34,7 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
-from search.results._side_by_side import answer_label, side_by_side, side_by_side_line
+from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import format_scale
@@ -73,7 +73,10 @@ def summarize_gradscaler_study(
             data["paste"] = paste_lines(rec.config, kind) if rec.safe else {}
             data["n_good"] = len(good_trials(group))
             data["best_ties"] = max(0, len(good_trials(group, DEFAULT_TIE_TOLERANCE)) - 1)
-            data["side_by_side"] = side_by_side(group, rec.source_trial, rec.default_trial)
+            line = rec.held_back or (rec.config if rec.verdict == "change" else None)
+            data["side_by_side"] = side_by_side(
+                group, rec.source_trial, rec.default_trial, None if line is None else line.values
+            )
             recommended[kind] = data
 
     baselines = {}
@@ -188,7 +191,7 @@ def format_gradscaler_verdict(data: dict[str, Any], framework: str = "torch") ->
     for kind, rec in data.get("recommended", {}).items():
         where = "" if len(data["best"]) == 1 else f" on {kind}"
         reason = _recommendation_reason(rec, data["best"][kind], _command("report", data))
-        lines += _verdict_lines(rec, where, framework, reason)
+        lines += _verdict_lines(rec, where, framework, reason, data.get("run_length"))
         together = _together_line(rec, _command("confirm", data))
         if together:
             lines.append("    " + together)
@@ -205,7 +208,9 @@ def _command(name: str, data: dict[str, Any]) -> str:
     return f"python -m search.{name}{where} --study-name {data['study_name']}"
 
 
-def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str) -> list[str]:
+def _verdict_lines(
+    rec: dict[str, Any], where: str, framework: str, reason: str, run_length: dict[str, Any] | None
+) -> list[str]:
     """The verdict and why, then the line to paste for ``framework`` and how to get another framework's."""
     verdict = rec["verdict"]
     if verdict == "none-safe":
@@ -214,12 +219,13 @@ def _verdict_lines(rec: dict[str, Any], where: str, framework: str, reason: str)
     if verdict == "change" and rec["init_scale"] < 1:  # Named for what it does.
         what += f" (init_scale {rec['init_scale']:.4g} < 1 scales the loss and its gradients down)"
     others = "|".join(name for name in FRAMEWORKS if name != framework)
-    pair = side_by_side_line(
-        rec.get("side_by_side", {}), answer_label(verdict, rec.get("held_back")), rec.get("confirmed")
-    )
+    label = answer_label(verdict, rec.get("held_back"))
+    pair = side_by_side_line(rec.get("side_by_side", {}), label, rec.get("confirmed"))
+    over = run_length_line(run_length, label)
     return [
         f"  verdict{where}: {what}",
         *([f"    {pair}"] if pair else []),
+        *([f"    {over}"] if over else []),
         f"    {reason}",
         f"    for {FRAMEWORKS[framework]}:",
         *(f"      {line}" if line else "" for line in rec["paste"][framework].splitlines()),

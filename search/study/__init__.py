@@ -11,6 +11,7 @@
   done;
 * ``_queued``: queued trials (baselines, retries): claimed from storage, trained, finished;
 * ``_sampled``: sampled trials: asked of the replica, trained, written whole (or RUNNING when shared);
+* ``_run_length``: ``--run-steps N``: the answer and the default trained N steps, their skips measured;
 * ``_rounding_trials``: the answer's line rounded, queued as trials before a run stops (measured, not
   assumed);
 * ``_population_trials``: ``--population K``: K sampled trials trained together, written at once;
@@ -48,6 +49,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
     )
     from search.study._queued import run_queued_trial
     from search.study._replica import Replica
+    from search.study._run_length import measure_run_length
     from search.study._run_parts import RunOutcome, study_is_done
     from search.study._run_with_workers import GAVE_UP_ON_STORAGE, run_workers, worker_process
     from search.study._sampled import run_sampled_trial
@@ -79,6 +81,7 @@ __all__ = [
     "inspect_study",
     "log_warnings",
     "make_pruner",
+    "measure_run_length",
     "make_sampler",
     "plan_run",
     "plan_workers",

@@ -1,0 +1,70 @@
+"""search.optimize --run-steps N (search.study._run_length): the skipped steps and evaluation that the
+summary states for the answer and the default over N steps are those of independent plain loops run N steps,
+for GradScaler and each framework rule (the rule moved by the framework's own class or a transcription,
+tests/commands/test_optimize_scalers.py); a bad N is one line, exit 2, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_optimize_scalers import REFERENCES
+
+from search.scalers import RULES
+from search.tasks.seed_mlp import build
+
+from conftest import run_cli
+from plain_loop import LAST_RULE_LOSSES, plain_rule_run, plain_run
+
+RUN_STEPS = 90  # Three times the trials' 30: past what a trial saw.
+CONFIGS = {
+    # A growth interval of 2 walks the answer into overflows at a steady rate (seed-mlp's edge is 2^19.4).
+    "torch": "[space.growth_interval]\nfixed = 2\n",
+    # Fairseq's default 128 never overflows seed-mlp: its sampled starts reach 2^30.
+    "fairseq": "[space.fairseq.fp16_init_scale]\nlow = 64\nhigh = 1073741824\nlog = true\n",
+}
+
+
+def _plain(scaler: str, values: dict, problem) -> tuple[int, float]:
+    """(skipped steps, evaluation) of an independent plain loop of RUN_STEPS steps."""
+    if scaler == "torch":
+        run = plain_run(problem, *(values[k] for k in RULES["torch"].names), RUN_STEPS)
+        return run.skipped, run.eval_loss
+    initial, next_scale = REFERENCES[scaler](values)
+    _scales, skipped, _ended = plain_rule_run(problem, initial, next_scale, RUN_STEPS)
+    return sum(skipped), LAST_RULE_LOSSES[-1]  # seed-mlp is judged on its last step's loss (full batch)
+
+
+@pytest.mark.parametrize("scaler", ["torch", "deepspeed", "megatron", "fairseq"])
+def test_the_run_length_figures_are_the_plain_loops_over_that_length(tmp_path, monkeypatch, scaler):
+    monkeypatch.setattr("search.study._run_parts.process_token", lambda: "tests:1")  # fixed sampled points
+    args = ["--scaler", scaler, "--trials", "8", "--run-steps", str(RUN_STEPS), "--best-out", "best.json"]
+    if scaler in CONFIGS:
+        (tmp_path / "space.toml").write_text(CONFIGS[scaler])
+        args += ["--config", "space.toml"]
+    run = run_cli([*args, "--quiet"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    measured = json.loads((tmp_path / "best.json").read_text())["run_length"]
+    rule = RULES[scaler]
+    assert measured["steps"] == RUN_STEPS and measured["default"]["settings"] == dict(rule.default)
+    torch.set_num_threads(1)  # As trials train (the command set its own); fp16 kernels differ by threads.
+    problem = build(42)
+    said = []
+    for label, name in (("answer", None), ("default", "the default")):
+        if label not in measured:
+            continue
+        skipped, evaluation = _plain(scaler, measured[label]["settings"], problem)
+        assert measured[label]["skipped"] == skipped, (label, measured[label])
+        assert measured[label]["eval_loss"] == pytest.approx(evaluation, rel=1e-5)
+        said.append(f"{name or ''}skips {skipped} of {RUN_STEPS} and ends at {evaluation:.4g}")
+    line = next(x for x in run.stdout.splitlines() if x.startswith(f"    over a run of {RUN_STEPS} steps"))
+    assert all(part.split("skips")[1] in line for part in said), (line, said)
+    if scaler == "torch":
+        assert measured["answer"]["settings"]["growth_interval"] == 2
+
+
+def test_a_run_length_below_1_is_one_line_and_writes_nothing(tmp_path):
+    run = run_cli(["--trials", "2", "--run-steps", "0"], tmp_path)
+    assert run.returncode == 2 and run.stderr == "search.optimize: error: --run-steps must be >= 1, got 0\n"
+    assert list(tmp_path.iterdir()) == []
