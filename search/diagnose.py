@@ -142,6 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add(
+        "--run-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help=(
+            "a training diagnosis: your run's length; these settings and the suggestion each train N steps"
+            " more, their skipped steps shown"
+        ),
+    )
+    add(
         "--json",
         metavar="PATH",
         default=None,
@@ -161,6 +171,7 @@ _TORCH_FLAGS = (
 )
 _TRAINING_ONLY = (
     "task",
+    "run_steps",
     "config",
     "device",
     "epochs",
@@ -259,7 +270,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     import torch  # From here on the task is trained.
 
     from search.core import device_label, resolve_device
-    from search.diagnosis import TrainingDiagnosis, diagnose_training, format_training
+    from search.diagnosis import TrainingDiagnosis, diagnose_training, diagnosis_run_length, format_training
     from search.study import threads_per_process
     from search.tasks import build_problem, resolve_task
     from search.training import run_steps
@@ -305,8 +316,11 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         runs, verdict = diagnose_training(
             problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
         )
+        over = diagnosis_run_length(problem, setting, verdict, args.run_steps) if args.run_steps else None
     values = dict(setting.values)
-    diagnosis = TrainingDiagnosis(run.task, run.seed, device_label(device), run.scaler, values, runs, verdict)
+    diagnosis = TrainingDiagnosis(
+        run.task, run.seed, device_label(device), run.scaler, values, runs, verdict, over
+    )
     # Everything written is made before anything is printed: a reader that goes away costs no file.
     text = json.dumps(diagnosis.to_dict(), indent=2, allow_nan=False) if args.json else None
     page = None
@@ -317,11 +331,11 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     recorded = []
     raise_pending()  # A signal that came after the runs: nothing is recorded or written either.
     if recording:
-        from search.diagnosis import diagnosis_record
+        from search.diagnosis import diagnosis_record, recorded_line
 
         record = diagnosis_record(diagnosis.to_dict(), diagnosed.fingerprint)
         recorded = [
-            _record(run.storage, target.storage, target.study_name, record, session),
+            recorded_line(run.storage, target.storage, target.study_name, record, session.keep),
             _search_line(args, record, settings, target.searched),
         ]
     print("\n".join(format_training(diagnosis) + recorded))
@@ -330,26 +344,6 @@ def _training(session: Session, args: argparse.Namespace) -> int:
             with open(path, "w") as f:
                 f.write(content + "\n")
     return 0
-
-
-def _record(url: str, storage, study_name: str, record: dict, session: Session) -> str:  # noqa: ANN001
-    # storage: an RDBStorage, or None (optuna, lazily imported).
-    """Records the diagnosis (:func:`search.study.diagnosis_record`) in the study; returns the line that says
-    where."""
-    from search.diagnosis import record_diagnosis
-    from search.storage import mask_url, open_storage
-
-    if storage is None:  # A SQLite file that did not exist: made now, with the diagnosis in it.
-        storage = session.keep(open_storage(url))
-    earlier = record_diagnosis(storage, study_name, record)
-    line = f"  recorded in study {study_name!r} of {mask_url(url)}"
-    if earlier is None:
-        return line
-    return (
-        line
-        + f", in place of the diagnosis recorded there at {earlier.get('recorded_at')} (task "
-        f"{earlier.get('task')}, seed {earlier.get('seed')}: {earlier.get('verdict')})"
-    )
 
 
 # The flags that say which run was diagnosed, repeated in the search command a recorded diagnosis suggests.

@@ -152,16 +152,17 @@ class RunEvidence:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data; non-finite numbers as None."""
-        return _json_ready(asdict(self))
+        return json_ready(asdict(self))
 
 
-def _json_ready(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
+    """``value`` with every non-finite float as None, through dicts, lists and tuples."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _json_ready(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_ready(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 

@@ -287,3 +287,19 @@ def diagnosis_start(path: str | None, settings: Settings) -> DiagnosisStart:
                 f"--from-diagnosis {start.source}: it diagnosed {what} {theirs}, this run has {what} {ours}"
             )
     return start
+
+
+def recorded_line(url: str, storage: Any, study_name: str, record: dict, keep: Callable[[Any], Any]) -> str:
+    """Records the diagnosis (:func:`diagnosis_record`'s ``record``) in the study; returns the line that says
+    where. ``storage``: an RDBStorage, or None for a SQLite file that did not exist (made now, handed to
+    ``keep`` to close)."""
+    if storage is None:
+        storage = keep(open_storage(url))
+    earlier = record_diagnosis(storage, study_name, record)
+    line = f"  recorded in study {study_name!r} of {mask_url(url)}"
+    if earlier is None:
+        return line
+    return (
+        line + f", in place of the diagnosis recorded there at {earlier.get('recorded_at')} (task "
+        f"{earlier.get('task')}, seed {earlier.get('seed')}: {earlier.get('verdict')})"
+    )

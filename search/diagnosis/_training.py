@@ -20,6 +20,7 @@ from search.diagnosis._evidence import (
     NOISE_SHARE,
     DiagnosisRuns,
     RunEvidence,
+    json_ready,
 )
 from search.diagnosis._training_verdict import TrainingVerdict
 from search.scalers import RULES
@@ -57,6 +58,8 @@ class TrainingDiagnosis:
         settings: The settings diagnosed, by name (GradScaler's four, or the framework's knobs).
         runs: The fp16 run and its controls.
         verdict: The conclusion.
+        run_length: The user's run length measured (``--run-steps``:
+            :func:`search.diagnosis.diagnosis_run_length`), or None.
     """
 
     task: str
@@ -66,6 +69,7 @@ class TrainingDiagnosis:
     settings: dict[str, float]
     runs: DiagnosisRuns
     verdict: TrainingVerdict
+    run_length: dict[str, Any] | None = None
 
     def skip_causes(self) -> list[SkipCause]:
         """Each skipped step of the fp16 run, with what overflowed."""
@@ -93,6 +97,7 @@ class TrainingDiagnosis:
             "skips": [
                 cause.__dict__ | {"parameters": list(cause.parameters)} for cause in self.skip_causes()
             ],
+            "run_length": json_ready(self.run_length),
             "runs": {run.label: run.to_dict() for run in self.runs.all()},
         }
 
@@ -123,7 +128,25 @@ def format_training(diagnosis: TrainingDiagnosis) -> list[str]:
     lines.append(f"  verdict: {verdict.verdict}")
     lines.append(f"    ({verdict.reason})")
     lines.append(f"    {verdict.advice}")
+    if diagnosis.run_length:
+        lines.append(f"    {_run_length_line(diagnosis.run_length)}")
     return lines
+
+
+def _run_length_line(measured: dict[str, Any]) -> str:
+    steps = measured["steps"]
+    runs = (
+        ("these settings", "skip", "end", measured["diagnosed"]),
+        ("the suggestion", "skips", "ends", measured.get("suggested")),
+    )
+    parts = [
+        f"{label} {skip} {run['skipped']} of {steps} and {end} at {run['eval_loss']:.4g}"
+        for label, skip, end, run in runs
+        if run is not None
+    ]
+    return f"over a run of {steps} steps (--run-steps; measured: each trained {steps} steps): " + "; ".join(
+        parts
+    )
 
 
 def _scale_lines(fp16: RunEvidence) -> list[str]:

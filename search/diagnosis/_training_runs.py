@@ -14,6 +14,7 @@ import dataclasses
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -122,6 +123,33 @@ def diagnose_training(
         problem, suggested, runs.fp32.zero_share, epochs=epochs, steps=steps, penalty=penalty
     )
     return runs, checked_suggestion(verdict, setting, trained, runs.fp16, penalty)
+
+
+def diagnosis_run_length(
+    problem: Problem | LoaderProblem,
+    setting: ScalerConfig | RuleSetting,
+    verdict: TrainingVerdict,
+    run_steps: int,
+) -> dict[str, Any]:
+    """The user's run length (``search.diagnose --run-steps N``), measured: the diagnosed setting and the
+    suggestion the verdict gives (if any) each train ``run_steps`` steps in fp16 as a trial does; their
+    skipped steps and evaluation (``{"steps", "diagnosed", "suggested"}``, ``suggested`` absent without a
+    suggestion). A diagnosis of tens of steps shows neither a steady skip rate nor a scale that reaches its
+    overflow edge late (:mod:`search.study._run_length`)."""
+    runs = {"diagnosed": setting}
+    kept = verdict.suggestion_check is not None and verdict.suggestion_check["kept"]
+    suggested = suggestion_of(verdict, setting) if kept else None
+    if suggested is not None:
+        runs["suggested"] = suggested
+    out: dict[str, Any] = {"steps": run_steps}
+    for label, trained in runs.items():
+        result = train(problem, trained, steps=run_steps, fp32_reference=False)
+        out[label] = {
+            "settings": dict(trained.values),
+            "skipped": int(sum(result.skipped)),
+            "eval_loss": result.eval_loss,
+        }
+    return out
 
 
 def suggestion_run(
