@@ -20,6 +20,7 @@
   knobs;
 * ``_dominance``: whether a few records decide the evaluation (its mean far above the median chunk loss);
 * ``_horizon``: what trials of their length cannot show about the growth settings;
+* ``_side_by_side``: the answer's and the default's trial under the verdict, how sure, the run length;
 * ``_score``: what confirmation compares: a run's objective without its skipped-step term;
 * ``_summary``: a GradScaler study's end-of-run table and its JSON;
 * ``_paste``: the snippet a user pastes to train with given settings, per framework;
@@ -65,7 +66,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
         rule_default_candidate,
         rule_recommended_candidate,
     )
-    from search.results._choice import DEFAULT_MARGIN, Choice, choose
+    from search.results._choice import DEFAULT_MARGIN, Choice, choose, unseparated
     from search.results._confirmation_table import format_confirmation
     from search.results._confirmations import (
         ALPHA,
@@ -109,6 +110,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
     )
     from search.results._safe_ranges import SafeRange, idle_settings, safe_ranges
     from search.results._score import run_score
+    from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
     from search.results._summary import write_best_json
     from search.results._together import (
         CHECK_ROUNDS,
@@ -163,6 +165,7 @@ __all__ = [
     "changed_settings",
     "check_boxes",
     "choose",
+    "unseparated",
     "collect_runs",
     "comparison_verdict",
     "completed",
@@ -189,6 +192,10 @@ __all__ = [
     "format_verdict",
     "good_trials",
     "horizon_note",
+    "answer_label",
+    "run_length_line",
+    "side_by_side",
+    "side_by_side_line",
     "idle_settings",
     "is_default",
     "is_safe",

@@ -23,6 +23,7 @@ from search.results import (
     FRAMEWORKS,
     MIN_SUPPORT,
     Recommendation,
+    answer_label,
     best_trial,
     dominance_note,
     format_ends,
@@ -34,6 +35,8 @@ from search.results import (
     recommend,
     safe_ranges,
     searched_params,
+    side_by_side,
+    side_by_side_line,
     trial_row,
     trial_steps,
 )
@@ -222,8 +225,14 @@ def _recommendation_section(
     title = verdict_title(rec)
     if rec.confirmed:
         title += f" ({rec.confirmed} on new seeds)"
+    pair = side_by_side_line(
+        side_by_side(done, rec.source_trial, rec.default_trial),
+        answer_label(rec.verdict, rec.held_back),
+        rec.confirmed,
+    )  # As the summary states it, under the verdict.
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
+        + (f'<p class="text">{html.escape(pair[0].upper() + pair[1:])}.</p>' if pair else "")
         + (_paste_blocks(rec) if rec.safe else "")
         + f'<p class="text">{html.escape(rec.text)}</p>'
         + _table(
