@@ -117,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     add(
+        "--run-steps",
+        type=int,
+        default=None,
+        metavar="N",
+        help="your run's length: the verdict's answer and the default each train N steps, their skips shown",
+    )
+    add(
         "--no-corners",
         action="store_true",
         help=(
@@ -155,6 +162,8 @@ def _plan(args: argparse.Namespace) -> ConfirmationPlan:
         raise ConfirmError(f"--seeds must be >= 2 (a paired test needs two seeds), got {args.seeds}")
     if args.threads < 0:
         raise ConfirmError(f"--threads must be >= 0 (0: automatic), got {args.threads}")
+    if args.run_steps is not None and args.run_steps < 1:
+        raise ConfirmError(f"--run-steps must be >= 1, got {args.run_steps}")
     try:
         device = resolve_device(args.device)
     except RuntimeError as e:  # torch.device("tpu")
@@ -286,6 +295,11 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     study = optuna.load_study(study_name=plan.study_name, storage=storage)
     summary = summarize(study, settings.space, summarize_confirmation(storage, plan.study_name), plan.trials)
     summary["storage"] = mask_url(url)
+    if args.run_steps:
+        from search.study import measure_run_length
+
+        _note(f"training the answer and the default {args.run_steps} steps each (--run-steps)")
+        summary["run_length"] = measure_run_length(settings, summary, args.run_steps, device=plan.device)
     print()
     print("\n".join(format_verdict(summary, args.paste or "torch")))
     from search.publishing import publish  # Plotly: only once the runs are done.

@@ -355,7 +355,9 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
         from search.study import measure_run_length
 
         session.note(f"training the answer and the default {args.run_steps} steps each (--run-steps)")
-        outcome.summary["run_length"] = measure_run_length(plan, outcome.summary, args.run_steps)
+        outcome.summary["run_length"] = measure_run_length(
+            plan.settings, outcome.summary, args.run_steps, plan.problem
+        )
     if outcome.summary is not None:
         if args.best_out:  # Before printing: a reader that went away (| head -1) must not cost the file.
             write_best_json(outcome.summary, args.best_out)

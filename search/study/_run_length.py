@@ -1,4 +1,5 @@
-"""The skipped steps of the user's own run length (``search.optimize --run-steps N``), measured.
+"""The skipped steps of the user's own run length (``search.optimize`` and ``search.confirm --run-steps N``),
+measured.
 
 A trial runs a few tens of steps, and its skips say little about a run of N: a start-up search down from
 a high scale is paid once, while a scale that grows into an overflow every window skips at a steady rate
@@ -15,23 +16,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from search.core import resolve_device
+import torch
+
+from search.core import Settings, resolve_device
 from search.scalers import RULES
-from search.study._plan import RunPlan
+from search.tasks import LoaderProblem, Problem, build_problem, resolve_task
 from search.training import train
 
 
-def measure_run_length(plan: RunPlan, summary: dict[str, Any], run_steps: int) -> dict[str, Any]:
+def measure_run_length(
+    settings: Settings,
+    summary: dict[str, Any],
+    run_steps: int,
+    problem: Problem | LoaderProblem | None = None,
+    device: torch.device | None = None,
+) -> dict[str, Any]:
     """``{"steps": N, "default": {...}, "answer": {...}}``: each setting's skipped steps and evaluation
     after ``run_steps`` steps; ``answer`` absent where the verdict names no other setting than the default.
 
     The answer is the line the verdict names (``side_by_side``'s ``answer_setting`` of the summary's
-    answer on the device trained here, or its first).
+    answer on the device trained here, or its first). ``problem``: the study's task on its seed, built
+    here when not given; ``device``: the settings' when not given.
     """
-    settings = plan.settings
     rule = RULES[settings.run.scaler]
-    device = resolve_device(settings.run.device)
-    problem = plan.problem.to(device)
+    device = device or resolve_device(settings.run.device)
+    if problem is None:
+        problem = build_problem(resolve_task(settings.run.task), settings.run.task, settings.run.seed)
+    problem = problem.to(device)
     answer = _answer_setting(summary, device.type)
     runs = {"default": rule.setting(dict(rule.default))}
     if answer is not None and dict(answer) != dict(rule.default):

@@ -1,7 +1,7 @@
-"""search.optimize --run-steps N (search.study._run_length): the skipped steps and evaluation that the
-summary states for the answer and the default over N steps are those of independent plain loops run N steps,
-for GradScaler and each framework rule (the rule moved by the framework's own class or a transcription,
-tests/commands/test_optimize_scalers.py); a bad N is one line, exit 2, nothing written."""
+"""search.optimize and search.confirm --run-steps N (search.study._run_length): the skipped steps and
+evaluation that the summary states for the answer and the default over N steps are those of independent plain
+loops run N steps, for GradScaler and each framework rule (the rule moved by the framework's own class or a
+transcription, tests/commands/test_optimize_scalers.py); a bad N is one line, exit 2, nothing written."""
 
 from __future__ import annotations
 
@@ -68,3 +68,28 @@ def test_a_run_length_below_1_is_one_line_and_writes_nothing(tmp_path):
     run = run_cli(["--trials", "2", "--run-steps", "0"], tmp_path)
     assert run.returncode == 2 and run.stderr == "search.optimize: error: --run-steps must be >= 1, got 0\n"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_confirm_states_the_run_length_of_its_verdict_as_the_plain_loops_run_it(tmp_path, monkeypatch):
+    """search.confirm --run-steps N: under the verdict its runs leave (Megatron-LM's rule, whose default
+    starts at 2^32 and backs off for its first steps), the answer's and the default's skips over N, as plain
+    loops of N steps find them."""
+    monkeypatch.setattr("search.study._run_parts.process_token", lambda: "tests:1")
+    study = ["--scaler", "megatron", "--trials", "8", "--quiet"]
+    assert run_cli(study, tmp_path).returncode == 0
+    args = ["--top", "1", "--seeds", "2", "--no-corners", "--run-steps", str(RUN_STEPS), "--quiet"]
+    confirm = run_cli(args, tmp_path, module="search.confirm")
+    assert confirm.returncode == 0, confirm.stderr
+    after = run_cli([*study, "--best-out", "after.json"], tmp_path)  # the same verdict, its settings in JSON
+    assert after.returncode == 0, after.stderr
+    pair = json.loads((tmp_path / "after.json").read_text())["recommended"]["side_by_side"]
+    torch.set_num_threads(1)
+    problem = build(42)
+    over = f"    over a run of {RUN_STEPS} steps"
+    line = next(x for x in confirm.stdout.splitlines() if x.startswith(over))
+    default_skips, default_eval = _plain("megatron", dict(RULES["megatron"].default), problem)
+    assert f"the default skips {default_skips} of {RUN_STEPS} and ends at {default_eval:.4g}" in line
+    assert default_skips > 0  # it starts at 2^32: the backing off shows
+    if pair["answer_setting"] is not None:
+        skips, evaluation = _plain("megatron", pair["answer_setting"], problem)
+        assert f" skips {skips} of {RUN_STEPS} and ends at {evaluation:.4g}; the default" in line
