@@ -84,6 +84,11 @@ class RuleAnswer:
     held_back: dict[str, Any] | None = None
     held_back_reason: str = ""
 
+    def to_default(self, **why: Any) -> RuleAnswer:
+        """This answer turned to the framework's default, with ``why`` (the fields that say why) set."""
+        default = dict(self.rule.default)
+        return replace(self, verdict="keep-default", values=default, changed=(), reset={}, rounded={}, **why)
+
     def block(self) -> str:
         """The values in the framework's own config form."""
         return self.rule.block(self.values)
@@ -163,16 +168,8 @@ def answer_rule_study(
     unsettled = "" if settled else unseparated(landscape, chosen, default)
     if not unsettled:
         return answer
-    return replace(  # No confirmation runs settle it: the default stays, the change is named.
-        answer,
-        verdict="keep-default",
-        values=dict(rule.default),
-        changed=(),
-        reset={},
-        rounded={},
-        held_back=dict(answer.values),
-        held_back_reason=unsettled,
-    )
+    # No confirmation runs settle it: the default stays, the change is named.
+    return answer.to_default(held_back=dict(answer.values), held_back_reason=unsettled)
 
 
 def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfig) -> RuleAnswer:
@@ -185,16 +182,7 @@ def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfi
         return answer
     if not to_default:
         return replace(answer, confirmed=confirmed, confirmation=tuple(sentences))
-    return replace(
-        answer,
-        verdict="keep-default",
-        values=dict(rule.default),
-        changed=(),
-        reset={},
-        rounded={},
-        confirmed=confirmed,
-        confirmation=tuple(sentences),
-    )
+    return answer.to_default(confirmed=confirmed, confirmation=tuple(sentences))
 
 
 def rounded_values(
