@@ -19,13 +19,11 @@ from search.publishing.report._tables import _table
 from search.results import (
     DEFAULT_MARGIN,
     MIN_SUPPORT,
-    answer_label,
     best_trial,
     dominance_note,
     format_rule_verdict,
     horizon_note,
     param_values,
-    side_by_side_line,
     summarize_rule_study,
     trial_steps,
 )
@@ -91,12 +89,8 @@ def _rule_recommendation_section(
         "changed?",
     ]
     block = rule.block(rec["values"]) if rec["verdict"] != "none-safe" else None  # as the summary prints it
-    pair = side_by_side_line(
-        rec.get("side_by_side", {}), answer_label(rec["verdict"], rec.get("held_back")), rec.get("confirmed")
-    )  # As the summary states it, under the verdict.
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
-        + (f'<p class="text">{html.escape(pair[0].upper() + pair[1:])}.</p>' if pair else "")
         + (
             f'<p class="paste-label">{html.escape(rule.title)}</p><pre'
             f' class="code">{html.escape(block)}</pre>'
