@@ -209,10 +209,11 @@ def _verdict_lines(rec: dict[str, Any], title: str, run_length: dict[str, Any] |
     label = answer_label(verdict, rec.get("held_back"))
     pair = side_by_side_line(rec.get("side_by_side", {}), label, rec.get("confirmed"))
     over = run_length_line(run_length, label)
-    lines = [f"  verdict: {what}", *(f"    {line}" for line in (pair, over) if line), f"    ({why}{reset})"]
-    if rec.get("confirmed") == "confirmed":
-        lines += [f"    {sentence}" for sentence in rec["confirmation"]]
-    lines.append(f"    for {title}:")
+    # The first screen: the verdict, the two trials side by side, the block to paste; then why, at length.
+    lines = [f"  verdict: {what}", *(f"    {line}" for line in (pair, over) if line), f"    for {title}:"]
     lines += [f"      {text}" for text in RULES[rec["scaler"]].block(rec["values"]).splitlines()]
     lines += [f"    note: {note}" for note in rec["notes"]]
+    lines.append(f"    why: ({why}{reset})")
+    if rec.get("confirmed") == "confirmed":
+        lines += [f"    {sentence}" for sentence in rec["confirmation"]]
     return lines

@@ -211,7 +211,8 @@ def _command(name: str, data: dict[str, Any]) -> str:
 def _verdict_lines(
     rec: dict[str, Any], where: str, framework: str, reason: str, run_length: dict[str, Any] | None
 ) -> list[str]:
-    """The verdict and why, then the line to paste for ``framework`` and how to get another framework's."""
+    """The first screen: the verdict, the answer's trial and the default's side by side (and over the user's
+    run), the line to paste for ``framework`` and how to get another framework's; then why, at length."""
     verdict = rec["verdict"]
     if verdict == "none-safe":
         return [f"  verdict{where}: no setting is safe here, nothing to paste", f"    {reason}"]
@@ -226,13 +227,13 @@ def _verdict_lines(
         f"  verdict{where}: {what}",
         *([f"    {pair}"] if pair else []),
         *([f"    {over}"] if over else []),
-        f"    {reason}",
         f"    for {FRAMEWORKS[framework]}:",
         *(f"      {line}" if line else "" for line in rec["paste"][framework].splitlines()),
         (
             f"    --paste {others} prints another framework's line; search.optimize --best-out writes them"
             " all to JSON"
         ),
+        f"    why: {reason}",
     ]
 
 

@@ -54,11 +54,11 @@ def confirmed(tmp_path_factory) -> tuple[pathlib.Path, str, str]:
 
 
 def _verdict_block(text: str) -> str:
-    """From ``  verdict:`` to the end of the block it pastes (its last note)."""
+    """From ``  verdict:`` to the end of its indented lines: the block it pastes, why, what new seeds said."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("  verdict:"))
-    end = max(i for i, line in enumerate(lines) if line.startswith("    note:") or line.startswith("      "))
-    return "\n".join(lines[start : end + 1])
+    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith("    ")), len(lines))
+    return "\n".join(lines[start:end])
 
 
 def test_each_run_is_deepspeeds_rule_on_its_new_seed(confirmed):
@@ -209,10 +209,12 @@ def test_the_report_of_a_confirmed_framework_study_says_what_confirm_said(confir
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     page = (tmp_path / "r.html").read_text()
     said = [line.strip() for line in _verdict_block(printed).splitlines()]
-    verdict = said[: said.index("for DeepSpeed:")]
-    # The verdict, the answer and the default side by side, and the reasons, as confirm put them.
+    block = said.index("for DeepSpeed:")
+    words = [line for line in said[block + 1 :] if not line.startswith(("--fp16", '"', "{", "}", "note:"))]
+    verdict = said[:block] + words
+    # The verdict, the answer and the default side by side, why and what new seeds said, as confirm put them.
     assert all(f'<p class="text">{html.escape(line)}</p>' in page for line in verdict), verdict
-    assert verdict[1].startswith("the answer (#") and verdict[2].startswith("(")
+    assert verdict[1].startswith("the answer (#") and any(line.startswith("why: (") for line in verdict)
     data = json.loads((tmp_path / "r.json").read_text())
     labels = {c["label"] for c in data["confirmation"]["configs"]}
     assert default_label("deepspeed") in labels and all(html.escape(label) in page for label in labels)
