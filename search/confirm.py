@@ -295,11 +295,15 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     study = optuna.load_study(study_name=plan.study_name, storage=storage)
     summary = summarize(study, settings.space, summarize_confirmation(storage, plan.study_name), plan.trials)
     summary["storage"] = mask_url(url)
-    if args.run_steps:
+    run_steps = args.run_steps or (plan.first_problem.run_steps if plan.first_problem else None)
+    if run_steps:  # The flag, else what the task declares.
         from search.study import measure_run_length
 
-        _note(f"training the answer and the default {args.run_steps} steps each (--run-steps)")
-        summary["run_length"] = measure_run_length(settings, summary, args.run_steps, device=plan.device)
+        source = "--run-steps" if args.run_steps else "the task's run_steps"
+        _note(f"training the answer and the default {run_steps} steps each ({source})")
+        summary["run_length"] = measure_run_length(
+            settings, summary, run_steps, device=plan.device, source=source
+        )
     print()
     print("\n".join(format_verdict(summary, args.paste or "torch")))
     from search.publishing import publish  # Plotly: only once the runs are done.

@@ -316,7 +316,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         runs, verdict = diagnose_training(
             problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
         )
-        over = diagnosis_run_length(problem, setting, verdict, args.run_steps) if args.run_steps else None
+        run_steps = args.run_steps or problem.run_steps  # The flag, else what the task declares.
+        source = "--run-steps" if args.run_steps else "the task's run_steps"
+        over = diagnosis_run_length(problem, setting, verdict, run_steps, source) if run_steps else None
     values = dict(setting.values)
     diagnosis = TrainingDiagnosis(
         run.task, run.seed, device_label(device), run.scaler, values, runs, verdict, over

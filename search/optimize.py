@@ -351,12 +351,14 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
         if isinstance(e, BrokenPipeError) and stdout_reader_gone():
             raise  # Not a storage failure: the command's reader went away (run_command exits 141).
         return session.fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
-    if outcome.summary is not None and outcome.code == 0 and args.run_steps:
+    run_steps = args.run_steps or plan.problem.run_steps  # The flag, else what the task declares.
+    if outcome.summary is not None and outcome.code == 0 and run_steps:
         from search.study import measure_run_length
 
-        session.note(f"training the answer and the default {args.run_steps} steps each (--run-steps)")
+        source = "--run-steps" if args.run_steps else "the task's run_steps"
+        session.note(f"training the answer and the default {run_steps} steps each ({source})")
         outcome.summary["run_length"] = measure_run_length(
-            plan.settings, outcome.summary, args.run_steps, plan.problem
+            plan.settings, outcome.summary, run_steps, plan.problem, source=source
         )
     if outcome.summary is not None:
         if args.best_out:  # Before printing: a reader that went away (| head -1) must not cost the file.

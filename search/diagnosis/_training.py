@@ -144,7 +144,8 @@ def _run_length_line(measured: dict[str, Any]) -> str:
         for label, skip, end, run in runs
         if run is not None
     ]
-    return f"over a run of {steps} steps (--run-steps; measured: each trained {steps} steps): " + "; ".join(
+    source = measured.get("source", "--run-steps")
+    return f"over a run of {steps} steps ({source}; measured: each trained {steps} steps): " + "; ".join(
         parts
     )
 

@@ -130,6 +130,7 @@ def diagnosis_run_length(
     setting: ScalerConfig | RuleSetting,
     verdict: TrainingVerdict,
     run_steps: int,
+    source: str = "--run-steps",
 ) -> dict[str, Any]:
     """The user's run length (``search.diagnose --run-steps N``), measured: the diagnosed setting and the
     suggestion the verdict gives (if any) each train ``run_steps`` steps in fp16 as a trial does; their
@@ -141,7 +142,7 @@ def diagnosis_run_length(
     suggested = suggestion_of(verdict, setting) if kept else None
     if suggested is not None:
         runs["suggested"] = suggested
-    out: dict[str, Any] = {"steps": run_steps}
+    out: dict[str, Any] = {"steps": run_steps, "source": source}
     for label, trained in runs.items():
         result = train(problem, trained, steps=run_steps, fp32_reference=False)
         out[label] = {

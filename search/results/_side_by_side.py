@@ -93,7 +93,8 @@ def run_length_line(run_length: dict[str, Any] | None, answer_label: str) -> str
         for label, run in runs
         if run is not None
     ]
+    source = run_length.get("source", "--run-steps")
     return (
-        f"over a run of {steps} steps (--run-steps; measured: each trained {steps} steps on this study's"
-        " seed): " + "; ".join(parts)
+        f"over a run of {steps} steps ({source}; measured: each trained {steps} steps on this study's seed): "
+        + "; ".join(parts)
     )

@@ -30,13 +30,15 @@ def measure_run_length(
     run_steps: int,
     problem: Problem | LoaderProblem | None = None,
     device: torch.device | None = None,
+    source: str = "--run-steps",
 ) -> dict[str, Any]:
     """``{"steps": N, "default": {...}, "answer": {...}}``: each setting's skipped steps and evaluation
     after ``run_steps`` steps; ``answer`` absent where the verdict names no other setting than the default.
 
     The answer is the line the verdict names (``side_by_side``'s ``answer_setting`` of the summary's
     answer on the device trained here, or its first). ``problem``: the study's task on its seed, built
-    here when not given; ``device``: the settings' when not given.
+    here when not given; ``device``: the settings' when not given; ``source``: where N came from (the flag,
+    or the task's ``run_steps``), said with the figures.
     """
     rule = RULES[settings.run.scaler]
     device = device or resolve_device(settings.run.device)
@@ -47,7 +49,7 @@ def measure_run_length(
     runs = {"default": rule.setting(dict(rule.default))}
     if answer is not None and dict(answer) != dict(rule.default):
         runs["answer"] = rule.setting(dict(answer))
-    out: dict[str, Any] = {"steps": run_steps}
+    out: dict[str, Any] = {"steps": run_steps, "source": source}
     for label, setting in runs.items():
         result = train(problem, setting, steps=run_steps)
         out[label] = {

@@ -68,6 +68,8 @@ class LoaderProblem:
         accumulation_steps: Batches whose gradients are accumulated per optimizer step.
         grad_clip: Max global gradient norm (``clip_grad_norm_`` after ``scaler.unscale_``), or None.
         seed: Seeds drawing the batches and each step's randomness, the same in every trial.
+        run_steps: The optimizer steps of the real run this task stands for, or None (as
+            :attr:`search.tasks.Problem.run_steps`).
     """
 
     model: nn.Module
@@ -81,12 +83,15 @@ class LoaderProblem:
     accumulation_steps: int = 1
     grad_clip: float | None = None
     seed: int = 0
+    run_steps: int | None = None
     device: torch.device | None = field(default=None, repr=False)
     _drawn: dict[str, Any] = field(default_factory=dict, repr=False)  # Batches drawn, per use.
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.run_steps is not None and self.run_steps < 1:
+            raise ValueError(f"run_steps must be >= 1 or None, got {self.run_steps}")
         if self.accumulation_steps < 1:
             raise ValueError(f"accumulation_steps must be >= 1, got {self.accumulation_steps}")
         if self.grad_clip is not None and not self.grad_clip > 0:

@@ -39,6 +39,9 @@ class Problem:
         eval_targets: Validation targets (given together with ``eval_inputs``).
         eval_fn: ``eval_fn(model, inputs, targets)`` returning a scalar tensor, the evaluation
             loss (lower is better); None uses ``loss_fn`` on fp32 outputs.
+        run_steps: The optimizer steps of the real run this task stands for, or None: the answer and
+            the default are then trained that long after a search, a confirmation or a diagnosis,
+            their skipped steps shown (``--run-steps`` wins over it).
     """
 
     model: nn.Module
@@ -54,10 +57,13 @@ class Problem:
     eval_inputs: torch.Tensor | None = None
     eval_targets: torch.Tensor | None = None
     eval_fn: EvalFn | None = None
+    run_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.run_steps is not None and self.run_steps < 1:
+            raise ValueError(f"run_steps must be >= 1 or None, got {self.run_steps}")
         if len(self.inputs) != len(self.targets):
             raise ValueError(
                 f"inputs and targets differ in length: {len(self.inputs)} vs {len(self.targets)}"

@@ -93,3 +93,24 @@ def test_confirm_states_the_run_length_of_its_verdict_as_the_plain_loops_run_it(
     if pair["answer_setting"] is not None:
         skips, evaluation = _plain("megatron", pair["answer_setting"], problem)
         assert f" skips {skips} of {RUN_STEPS} and ends at {evaluation:.4g}; the default" in line
+
+
+def test_a_task_that_declares_its_run_length_gets_the_figures_without_the_flag(tmp_path):
+    """A task's ``run_steps`` (tasks_for_tests.seed_run_length: 60) stands for --run-steps: the summary says
+    where N came from, and the default's figures over 60 steps are the plain loop's; the flag wins over it."""
+    task = ["--task", "tasks_for_tests:seed_run_length"]
+    args = [*task, "--trials", "6", "--quiet", "--best-out", "best.json"]
+    run = run_cli(args, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "training the answer and the default 60 steps each (the task's run_steps)" in run.stderr
+    measured = json.loads((tmp_path / "best.json").read_text())["run_length"]
+    assert (measured["steps"], measured["source"]) == (60, "the task's run_steps")
+    torch.set_num_threads(1)
+    plain = plain_run(build(42), 2.0**16, 2.0, 0.5, 2000, 60)
+    assert measured["default"]["skipped"] == plain.skipped
+    assert measured["default"]["eval_loss"] == pytest.approx(plain.eval_loss, rel=1e-5)
+    assert "    over a run of 60 steps (the task's run_steps; measured: each trained 60 steps" in run.stdout
+    again = run_cli([*args, "--run-steps", "45"], tmp_path)  # the flag wins: the study is done, 45 measured
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "best.json").read_text())["run_length"]["steps"] == 45
+    assert "    over a run of 45 steps (--run-steps; measured" in again.stdout

@@ -233,3 +233,8 @@ def listening_worker(spec: object) -> int:
             return 128 + signum
         time.sleep(0.01)
     return 0
+
+
+def seed_run_length(seed: int) -> Problem:
+    """seed-mlp standing for a real run of 60 steps (``run_steps``): twice its trials' 30."""
+    return replace(build_seed(seed), run_steps=60)
