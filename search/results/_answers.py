@@ -56,6 +56,9 @@ class AnswerForm:
         rounds_by_trial: Whether the answer's line is rounded by trials that measure the rounding.
         trains_corners: Whether the answer states ranges safe together, whose corners ``search.confirm``
             trains.
+        answer_settings: Summary data to the setting each answer names other than the default (a change, or
+            one held back; None: the default), by device kind (GradScaler's per device; a framework's one
+            answer under ``""``).
     """
 
     name: str
@@ -67,6 +70,7 @@ class AnswerForm:
     paste_forms: tuple[str, ...]
     rounds_by_trial: bool
     trains_corners: bool
+    answer_settings: Callable[[dict[str, Any]], dict[str, dict[str, Any] | None]]
 
 
 GRADSCALER_FORM = AnswerForm(
@@ -79,6 +83,10 @@ GRADSCALER_FORM = AnswerForm(
     paste_forms=tuple(FRAMEWORKS),
     rounds_by_trial=True,
     trains_corners=True,
+    answer_settings=lambda data: {
+        kind: rec.get("side_by_side", {}).get("answer_setting")
+        for kind, rec in (data.get("recommended") or {}).items()
+    },
 )
 FRAMEWORK_FORM = AnswerForm(
     name="framework",
@@ -92,6 +100,9 @@ FRAMEWORK_FORM = AnswerForm(
     paste_forms=(),
     rounds_by_trial=False,
     trains_corners=False,
+    answer_settings=lambda data: {
+        "": (data.get("recommended") or {}).get("side_by_side", {}).get("answer_setting")
+    },
 )
 
 

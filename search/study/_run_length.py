@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from search.core import Settings, resolve_device
+from search.results import answer_form
 from search.scalers import RULES
 from search.tasks import LoaderProblem, Problem, build_problem, resolve_task
 from search.training import train
@@ -35,17 +36,18 @@ def measure_run_length(
     """``{"steps": N, "default": {...}, "answer": {...}}``: each setting's skipped steps and evaluation
     after ``run_steps`` steps; ``answer`` absent where the verdict names no other setting than the default.
 
-    The answer is the line the verdict names (``side_by_side``'s ``answer_setting`` of the summary's
-    answer on the device trained here, or its first). ``problem``: the study's task on its seed, built
-    here when not given; ``device``: the settings' when not given; ``source``: where N came from (the flag,
-    or the task's ``run_steps``), said with the figures.
+    The answer is the setting the verdict names (:attr:`~search.results.AnswerForm.answer_settings`: the
+    answer on the device trained here, or a framework's one answer, or the first). ``problem``: the study's
+    task on its seed, built here when not given; ``device``: the settings' when not given; ``source``: where N
+    came from (the flag, or the task's ``run_steps``), said with the figures.
     """
     rule = RULES[settings.run.scaler]
     device = device or resolve_device(settings.run.device)
     if problem is None:
         problem = build_problem(resolve_task(settings.run.task), settings.run.task, settings.run.seed)
     problem = problem.to(device)
-    answer = _answer_setting(summary, device.type)
+    answers = answer_form(settings.run.scaler).answer_settings(summary)
+    answer = answers.get(device.type, answers.get("", next(iter(answers.values()), None)))
     runs = {"default": rule.setting(dict(rule.default))}
     if answer is not None and dict(answer) != dict(rule.default):
         runs["answer"] = rule.setting(dict(answer))
@@ -58,13 +60,3 @@ def measure_run_length(
             "eval_loss": result.eval_loss,
         }
     return out
-
-
-def _answer_setting(summary: dict[str, Any], device_type: str) -> dict[str, Any] | None:
-    recommended = summary.get("recommended") or {}
-    if "side_by_side" in recommended:  # A framework's answer: one.
-        return recommended["side_by_side"].get("answer_setting")
-    answers = [rec for kind, rec in sorted(recommended.items()) if kind == device_type] or list(
-        recommended.values()
-    )
-    return answers[0].get("side_by_side", {}).get("answer_setting") if answers else None
