@@ -54,11 +54,14 @@ def diagnosis_page(diagnosis: TrainingDiagnosis) -> str:
         "<h2>Gradients against fp16's range</h2>",
         (
             "<p>Each parameter's gradient magnitudes in the fp32 control, unscaled, over the run (grey: how"
-            " many entries per octave, counted at about 32 steps spread over it; black tick: the smallest"
-            " median over the first steps; red tick: the largest). The green band is what fp16 holds at the"
+            " many entries per octave, counted at about 32 steps spread over it; black tick: over the first"
+            " steps, the magnitude below which its entries carry a tenth of its squared norm, what the"
+            " needed scale keeps at 2^-24; red tick: the largest). The green band is what fp16 holds at the"
             f" scale the fp16 run started with ({e(scale_text(fp16.scales[0]) if fp16.scales else '?')}):"
             " from 2^-24 (below: rounded to 0 or to one bit) to 65504 (above: inf). A gradient left of the"
-            " band underflows, right of it overflows.</p>"
+            " band underflows, right of it overflows; one marked (noise) carries under 2^-48 of the model's"
+            " squared gradient norm, zero or rounding noise (as softmax makes the attention key bias's), and"
+            " is left out of the needed scale.</p>"
         ),
         _gradients_svg(diagnosis),
         "<h2>Skipped steps</h2>",
@@ -138,7 +141,8 @@ def _gradients_svg(diagnosis: TrainingDiagnosis) -> str:
     row, top = 22, 30
     height = top + row * max(1, len(params)) + 40
     values = [p.largest for p in params if math.isfinite(p.largest) and p.largest > 0]
-    values += [p.first_median for p in params if math.isfinite(p.first_median) and p.first_median > 0]
+    values += [p.first_floor for p in params if math.isfinite(p.first_floor) and p.first_floor > 0]
+    counted = {p.name for p in fp32.counted()}
     start = fp16.scales[0] if fp16.scales else 1.0
     band = (math.log2(FP16_SMALLEST / start), math.log2(FP16_MAX / start))
     ends = [math.log2(v) for v in values] + list(band)
@@ -157,7 +161,8 @@ def _gradients_svg(diagnosis: TrainingDiagnosis) -> str:
         y = top + row * k
         out.append(
             f'<text x="{left - 8}" y="{y + 14}" font-size="12"'
-            f' text-anchor="end">{html.escape(_cut(p.name))}</text>'
+            f' text-anchor="end">{html.escape(_cut(p.name) + ("" if p.name in counted else " (noise)"))}'
+            "</text>"
         )
         peak = max(p.histogram) if p.histogram and max(p.histogram) else 1
         for i, count in enumerate(p.histogram):
@@ -168,7 +173,7 @@ def _gradients_svg(diagnosis: TrainingDiagnosis) -> str:
                     f'<rect x="{x(octave):.1f}" y="{y + 3}" width="{x(octave + 1) - x(octave):.1f}"'
                     f' height="14" fill="#555" fill-opacity="{opacity:.2f}"/>'
                 )
-        for value, colour in ((p.first_median, "#000"), (p.largest, "#d62728")):
+        for value, colour in ((p.first_floor, "#000"), (p.largest, "#d62728")):
             if math.isfinite(value) and value > 0:
                 out.append(
                     f'<line x1="{x(math.log2(value)):.1f}" y1="{y}" x2="{x(math.log2(value)):.1f}"'
