@@ -25,7 +25,7 @@ from search.diagnosis._suggestion_check import checked_suggestion, suggestion_of
 from search.diagnosis._training_verdict import TrainingVerdict, judge
 from search.scalers import RuleSetting, ScalerConfig
 from search.tasks import LoaderProblem, Problem
-from search.training import TrainResult, assess, train
+from search.training import TrainResult, assess, skips_over, train
 
 HISTOGRAM_STEPS = 32  # The gradient histograms count about this many steps, spread over the run.
 # The controls' GradScaler: scale 1 and no growth in any run's length, i.e. no scaling at all.
@@ -142,15 +142,7 @@ def diagnosis_run_length(
     suggested = suggestion_of(verdict, setting) if kept else None
     if suggested is not None:
         runs["suggested"] = suggested
-    out: dict[str, Any] = {"steps": run_steps, "source": source}
-    for label, trained in runs.items():
-        result = train(problem, trained, steps=run_steps, fp32_reference=False)
-        out[label] = {
-            "settings": dict(trained.values),
-            "skipped": int(sum(result.skipped)),
-            "eval_loss": result.eval_loss,
-        }
-    return out
+    return {"steps": run_steps, "source": source, **skips_over(problem, runs, run_steps)}
 
 
 def suggestion_run(

@@ -22,7 +22,7 @@ from search.core import Settings, resolve_device
 from search.results import answer_form
 from search.scalers import RULES
 from search.tasks import LoaderProblem, Problem, build_problem, resolve_task
-from search.training import train
+from search.training import skips_over
 
 
 def measure_run_length(
@@ -51,12 +51,4 @@ def measure_run_length(
     runs = {"default": rule.setting(dict(rule.default))}
     if answer is not None and dict(answer) != dict(rule.default):
         runs["answer"] = rule.setting(dict(answer))
-    out: dict[str, Any] = {"steps": run_steps, "source": source}
-    for label, setting in runs.items():
-        result = train(problem, setting, steps=run_steps)
-        out[label] = {
-            "settings": dict(setting.values),
-            "skipped": int(sum(result.skipped)),
-            "eval_loss": result.eval_loss,
-        }
-    return out
+    return {"steps": run_steps, "source": source, **skips_over(problem, runs, run_steps)}

@@ -50,6 +50,7 @@ if TYPE_CHECKING:  # Loaded on first use: every module here imports torch.
         TrialTimeout,
         fp32_zero_fraction,
         run_steps,
+        skips_over,
         train,
     )
 
@@ -79,6 +80,7 @@ __all__ = [
     "run_population",
     "run_steps",
     "run_trial",
+    "skips_over",
     "train",
     "train_population",
 ]

@@ -30,7 +30,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -341,3 +341,19 @@ def fp32_zero_fraction(problem: Problem | LoaderProblem, epochs: int = 0, steps:
         result.zero_grad_fraction,
     )
     return result.zero_grad_fraction
+
+
+def skips_over(
+    problem: Problem | LoaderProblem, settings: dict[str, ScalerConfig | RuleSetting], steps: int
+) -> dict[str, dict[str, Any]]:
+    """Each labelled setting trained ``steps`` steps in fp16 as a trial is (the user's run length,
+    ``--run-steps``): its values, skipped steps and evaluation, by label."""
+    out = {}
+    for label, setting in settings.items():
+        result = train(problem, setting, steps=steps, fp32_reference=False)
+        out[label] = {
+            "settings": dict(setting.values),
+            "skipped": int(sum(result.skipped)),
+            "eval_loss": result.eval_loss,
+        }
+    return out
