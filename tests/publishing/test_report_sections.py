@@ -381,9 +381,9 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         for t in trials:
             if t.state != TrialState.COMPLETE:
                 continue
-            curve = [t.params.get("init_scale", 0)] + t.user_attrs[
-                "scale_curve"
-            ]  # the scale before each step
+            # The scale before each step; GradScaler holds it in float32, so init_scale rounded so (a float64
+            # init_scale that rounds up would look like a growth at step 0).
+            curve = [float(np.float32(t.params.get("init_scale", 0)))] + t.user_attrs["scale_curve"]
             if any(b > a for a, b in zip(curve, curve[1:])):
                 out |= {"growth_factor", "growth_interval"}
             if any(b < a for a, b in zip(curve, curve[1:])):
