@@ -110,7 +110,13 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
     )
     from search.results._safe_ranges import SafeRange, idle_settings, safe_ranges
     from search.results._score import run_score
-    from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
+    from search.results._side_by_side import (
+        answer_label,
+        on_new_seeds,
+        run_length_line,
+        side_by_side,
+        side_by_side_line,
+    )
     from search.results._summary import write_best_json
     from search.results._together import (
         CHECK_ROUNDS,
@@ -196,6 +202,7 @@ __all__ = [
     "run_length_line",
     "side_by_side",
     "side_by_side_line",
+    "on_new_seeds",
     "idle_settings",
     "is_default",
     "is_safe",

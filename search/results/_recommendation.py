@@ -73,6 +73,7 @@ class Recommendation:
         best_trial: Number of the trial with the lowest objective.
         confirmed: ``"confirmed"``, ``"overturned"``, ``"not better"`` (from confirmation runs), or
             None when there are none for this setting.
+        confirmed_seeds: How many new seeds those runs paired (None without them).
         candidate: Per searched setting, ``(low, high)``: the candidate for ranges that are safe
             *together*, in any combination (the per-setting safe ranges each assume the others stay
             where the good trials were): the box inscribed in the ball around ``config`` that holds
@@ -116,6 +117,7 @@ class Recommendation:
     default_depth: float | None
     best_trial: int
     confirmed: str | None
+    confirmed_seeds: int | None
     device_type: str
     reasons: tuple[str, ...] = field(default=())
     candidate: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -183,6 +185,7 @@ class Recommendation:
             "default_depth": self.default_depth,
             "best_trial": self.best_trial,
             "confirmed": self.confirmed,
+            "confirmed_seeds": self.confirmed_seeds,
             "candidate": {p: list(r) for p, r in self.candidate.items()},
             "together": {p: list(r) for p, r in self.together.items()},
             "together_check": self.together_check,
@@ -241,6 +244,7 @@ def recommend(
             default_depth=None,
             best_trial=best.number,
             confirmed=None,
+            confirmed_seeds=None,
             device_type=device,
             reasons=(nothing_safe_reason(best, done),),
             safe=False,
@@ -279,9 +283,9 @@ def recommend(
     if nearest is not None:
         reasons.append(nearest_reason(landscape, nearest, params))
 
-    keep_default, confirmed, held_back = choice.keep_default, None, None
+    keep_default, confirmed, held_back, seeds = choice.keep_default, None, None, None
     if confirmation is not None and not keep_default:
-        confirmed, to_default, sentences = weigh_confirmation(
+        confirmed, to_default, sentences, seeds = weigh_confirmation(
             confirmation, lambda params: as_config(param_values_of(params, space)) == config
         )
         reasons += sentences
@@ -314,6 +318,7 @@ def recommend(
         default_depth=choice.default_depth,
         best_trial=best.number,
         confirmed=confirmed,
+        confirmed_seeds=seeds,
         device_type=device,
         reasons=tuple(reasons + together.reasons + limit_sentences(idle, outside)),
         candidate=together.candidate,

@@ -60,6 +60,7 @@ class RuleAnswer:
         n_good: How many trials are good.
         confirmed: What confirmation runs on new seeds said of the change (``"confirmed"``, ``"overturned"``,
             ``"not better"``), or None when they did not run it; the last two turn the answer to the default.
+        confirmed_seeds: How many new seeds they paired (None when they did not run it).
         confirmation: Their sentences.
         held_back: The change the search found and held back, the study's own evidence not separating it from
             the default (:func:`~search.results._choice.unseparated`: ``keep-default``, ``search.confirm``
@@ -80,6 +81,7 @@ class RuleAnswer:
     nearest_offsets: dict[str, float] = field(default_factory=dict)
     rounded: dict[str, tuple[float, float]] = field(default_factory=dict)
     confirmed: str | None = None
+    confirmed_seeds: int | None = None
     confirmation: tuple[str, ...] = ()
     held_back: dict[str, Any] | None = None
     held_back_reason: str = ""
@@ -113,6 +115,7 @@ class RuleAnswer:
             "nearest_offsets": {k: round(v, 3) for k, v in self.nearest_offsets.items()},
             "rounded": {k: list(v) for k, v in self.rounded.items()},
             "confirmed": self.confirmed,
+            "confirmed_seeds": self.confirmed_seeds,
             "confirmation": list(self.confirmation),
             "paste": {self.rule.name: self.rule.paste(self.values)} if self.verdict != "none-safe" else {},
             "notes": self.rule.notes(self.values) if self.verdict != "none-safe" else [],
@@ -175,14 +178,13 @@ def answer_rule_study(
 def _weighed(answer: RuleAnswer, confirmation: dict[str, Any], space: SpaceConfig) -> RuleAnswer:
     """``answer`` as the confirmation runs of its values leave it (unchanged when they did not run them)."""
     rule = answer.rule
-    confirmed, to_default, sentences = weigh_confirmation(
+    confirmed, to_default, sentences, seeds = weigh_confirmation(
         confirmation, lambda params: param_values_of(params, space, rule.name) == answer.values
     )
     if confirmed is None:
         return answer
-    if not to_default:
-        return replace(answer, confirmed=confirmed, confirmation=tuple(sentences))
-    return answer.to_default(confirmed=confirmed, confirmation=tuple(sentences))
+    weighed = {"confirmed": confirmed, "confirmed_seeds": seeds, "confirmation": tuple(sentences)}
+    return answer.to_default(**weighed) if to_default else replace(answer, **weighed)
 
 
 def rounded_values(

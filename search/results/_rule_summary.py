@@ -29,7 +29,13 @@ from search.core import (
 from search.results._format import study_heading
 from search.results._horizon import horizon_note, trial_steps
 from search.results._rule_answer import answer_rule_study
-from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
+from search.results._side_by_side import (
+    answer_label,
+    run_length_line,
+    side_by_side,
+    side_by_side_line,
+    why_sentence,
+)
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import RULES, shortest
@@ -207,13 +213,17 @@ def _verdict_lines(rec: dict[str, Any], title: str, run_length: dict[str, Any] |
         for k, (old, new) in rec["rounded"].items()
     )
     label = answer_label(verdict, rec.get("held_back"))
-    pair = side_by_side_line(rec.get("side_by_side", {}), label, rec.get("confirmed"))
+    pair = side_by_side_line(
+        rec.get("side_by_side", {}), label, rec.get("confirmed"), rec.get("confirmed_seeds")
+    )
     over = run_length_line(run_length, label)
-    # The first screen: the verdict, the two trials side by side, the block to paste; then why, at length.
-    lines = [f"  verdict: {what}", *(f"    {line}" for line in (pair, over) if line), f"    for {title}:"]
+    # The first screen: the verdict, why in a sentence, the two trials side by side, the block to paste; then
+    # the reasons at length.
+    lines = [f"  verdict: {what}", f"    why: {why_sentence(rec)}"]
+    lines += [*(f"    {line}" for line in (pair, over) if line), f"    for {title}:"]
     lines += [f"      {text}" for text in RULES[rec["scaler"]].block(rec["values"]).splitlines()]
     lines += [f"    note: {note}" for note in rec["notes"]]
-    lines.append(f"    why: ({why}{reset})")
+    lines.append(f"    details: ({why}{reset})")
     if rec.get("confirmed") == "confirmed":
         lines += [f"    {sentence}" for sentence in rec["confirmation"]]
     return lines

@@ -14,6 +14,7 @@ from typing import Any
 from optuna.trial import FrozenTrial
 
 from search.core import SKIPPED_STEPS, failure_of
+from search.results._choice import DEFAULT_MARGIN
 from search.results._horizon import trial_steps
 
 
@@ -56,7 +57,16 @@ def answer_label(verdict: str, held_back: object) -> str:
     return "the change held back" if held_back is not None else "the change weighed"
 
 
-def side_by_side_line(pair: dict[str, Any], answer_label: str, confirmed: str | None) -> str:
+def on_new_seeds(confirmed: str | None, seeds: int | None) -> str:
+    """How sure an answer is: what confirmation runs said of it and on how many new seeds ("": none ran)."""
+    if not confirmed:
+        return ""
+    return f"{confirmed} on {seeds} new seeds" if seeds else f"{confirmed} on new seeds"
+
+
+def side_by_side_line(
+    pair: dict[str, Any], answer_label: str, confirmed: str | None, seeds: int | None = None
+) -> str:
     """One line: the answer's trial and the default's, each objective and skipped steps, and how sure."""
     parts = []
     for label, run in ((answer_label, pair.get("answer")), ("the default", pair.get("default"))):
@@ -72,14 +82,44 @@ def side_by_side_line(pair: dict[str, Any], answer_label: str, confirmed: str | 
         return ""
     if pair.get("default") is None:
         parts.append("the default has not run in this study")
-    sure = {
-        "confirmed": "confirmed on new seeds",
-        "overturned": "overturned on new seeds",
-        "not better": "not better on new seeds",
-    }.get(confirmed or "", "not yet run on new seeds (search.confirm)")
     if pair.get("answer") is None:
         return "; ".join(parts)
+    sure = on_new_seeds(confirmed, seeds) or "not yet run on new seeds (search.confirm)"
     return "; ".join(parts) + f"; {sure}"
+
+
+def why_sentence(rec: dict[str, Any]) -> str:
+    """The verdict's reason in one sentence, from the numbers beside it (a summary's ``recommended`` data,
+    under any rule); the long reasons (octaves, ties, the nearest trial) follow it elsewhere."""
+    pair = rec.get("side_by_side") or {}
+    answer, default = pair.get("answer"), pair.get("default")
+    if rec["verdict"] == "change":
+        if default is None:
+            return "the default did not run in this study: this is the best of the space searched"
+        if answer is not None and default["failure"] != "none" and answer["failure"] == "none":
+            return f"the default ends in {default['failure']} here and the answer trains without failure"
+        if answer is None:
+            return "the answer's trial is the default's, with settings that did not act put back"
+        return (
+            f"the answer's trial ends at {answer['objective']:.4g} against the default's"
+            f" {default['objective']:.4g}, apart beyond the spread this study measured"
+            + ("; new seeds agree" if rec.get("confirmed") == "confirmed" else "")
+        )
+    if rec["verdict"] != "keep-default":
+        return "no trial is good: see the failure column"
+    if rec.get("confirmed") in ("overturned", "not better"):
+        return f"the change weighed was {on_new_seeds(rec['confirmed'], rec.get('confirmed_seeds'))}"
+    if rec.get("held_back") is not None:
+        return (
+            "the change found is not separated from the default by this study's own evidence"
+            " (search.confirm settles it)"
+        )
+    if answer is None:
+        return (
+            f"the default is a good trial here, at least {DEFAULT_MARGIN:g} octaves from any trial that is"
+            " not good, with good trials around it"
+        )
+    return "the change found differs from the default only in settings that did not act in its run"
 
 
 def run_length_line(run_length: dict[str, Any] | None, answer_label: str) -> str:

@@ -34,7 +34,13 @@ from search.results._horizon import horizon_note, trial_steps
 from search.results._landscape import MIN_SUPPORT
 from search.results._paste import FRAMEWORKS, paste_lines
 from search.results._recommendation import recommend
-from search.results._side_by_side import answer_label, run_length_line, side_by_side, side_by_side_line
+from search.results._side_by_side import (
+    answer_label,
+    run_length_line,
+    side_by_side,
+    side_by_side_line,
+    why_sentence,
+)
 from search.results._tolerance import DEFAULT_TIE_TOLERANCE
 from search.results._trials import fail_reasons, good_trials, trial_row
 from search.scalers import format_scale
@@ -211,8 +217,9 @@ def _command(name: str, data: dict[str, Any]) -> str:
 def _verdict_lines(
     rec: dict[str, Any], where: str, framework: str, reason: str, run_length: dict[str, Any] | None
 ) -> list[str]:
-    """The first screen: the verdict, the answer's trial and the default's side by side (and over the user's
-    run), the line to paste for ``framework`` and how to get another framework's; then why, at length."""
+    """The first screen: the verdict, why in one sentence, the answer's trial and the default's side by side
+    (and over the user's run), the line to paste for ``framework`` and how to get another framework's; then
+    the reasons at length."""
     verdict = rec["verdict"]
     if verdict == "none-safe":
         return [f"  verdict{where}: no setting is safe here, nothing to paste", f"    {reason}"]
@@ -221,10 +228,13 @@ def _verdict_lines(
         what += f" (init_scale {rec['init_scale']:.4g} < 1 scales the loss and its gradients down)"
     others = "|".join(name for name in FRAMEWORKS if name != framework)
     label = answer_label(verdict, rec.get("held_back"))
-    pair = side_by_side_line(rec.get("side_by_side", {}), label, rec.get("confirmed"))
+    pair = side_by_side_line(
+        rec.get("side_by_side", {}), label, rec.get("confirmed"), rec.get("confirmed_seeds")
+    )
     over = run_length_line(run_length, label)
     return [
         f"  verdict{where}: {what}",
+        f"    why: {why_sentence(rec)}",
         *([f"    {pair}"] if pair else []),
         *([f"    {over}"] if over else []),
         f"    for {FRAMEWORKS[framework]}:",
@@ -233,7 +243,7 @@ def _verdict_lines(
             f"    --paste {others} prints another framework's line; search.optimize --best-out writes them"
             " all to JSON"
         ),
-        f"    why: {reason}",
+        f"    details: {reason}",
     ]
 
 

@@ -61,19 +61,20 @@ def comparison_verdict(entry: dict[str, Any] | None) -> tuple[str, str] | None:
 
 def weigh_confirmation(
     confirmation: dict[str, Any], matches: Callable[[dict[str, Any]], bool]
-) -> tuple[str | None, bool, list[str]]:
-    """(verdict, whether to turn to the default, sentences) from confirmation runs of the setting ``matches``
-    picks among their comparisons (:func:`confirmation_verdict`), under any rule.
+) -> tuple[str | None, bool, list[str], int | None]:
+    """(verdict, whether to turn to the default, sentences, new seeds paired) from confirmation runs of the
+    setting ``matches`` picks among their comparisons (:func:`confirmation_verdict`), under any rule.
 
     An overturned setting gives way to the default, and so does one that new seeds do not find
     better beyond noise: a change is worth making only when it measurably helps.
     """
     verdict = confirmation_verdict(confirmation, matches)
     if verdict is None:
-        return None, False, []
+        return None, False, [], None
+    entry = next(c for c in confirmation["comparisons"] if matches(c["params"]))
     confirmed, sentence = verdict
     if confirmed == "overturned":
-        return confirmed, True, [sentence]
+        return confirmed, True, [sentence], entry["n"]
     if confirmed == "not better":
-        return confirmed, True, [sentence, "Keep the default."]
-    return confirmed, False, [sentence]
+        return confirmed, True, [sentence, "Keep the default."], entry["n"]
+    return confirmed, False, [sentence], entry["n"]

@@ -143,7 +143,7 @@ def test_both_commands_print_the_same_confirmed_verdict(confirmed, tmp_path):
     # sure: not yet run on new seeds after the search, confirmed after search.confirm.
     trials = {t.number: t for t in load(folder, NAME).trials}
     default = next(t for t in trials.values() if t.user_attrs.get("baseline") == RULE.default_tag)
-    pair = block.splitlines()[1]
+    why, pair = block.splitlines()[1:3]
     answer = trials[int(pair.split("the answer (#")[1].split(")")[0])]
     def measured(t) -> str:
         failure = "" if t.user_attrs["failure"] == "none" else f", {t.user_attrs['failure']}"
@@ -152,9 +152,13 @@ def test_both_commands_print_the_same_confirmed_verdict(confirmed, tmp_path):
 
     assert pair == (
         f"    the answer (#{answer.number}): {measured(answer)}; the default (#{default.number}):"
-        f" {measured(default)}; confirmed on new seeds"
+        f" {measured(default)}; confirmed on 3 new seeds"  # data seeds 43, 44, 45
     )
-    assert _verdict_block(searched).splitlines()[1].endswith("; not yet run on new seeds (search.confirm)")
+    assert _verdict_block(searched).splitlines()[2].endswith("; not yet run on new seeds (search.confirm)")
+    # Why, in one sentence, from the two trials beside it: the default ends by the rule, the answer does not.
+    assert default.user_attrs["failure"] != "none" and answer.user_attrs["failure"] == "none"
+    ends = default.user_attrs["failure"]
+    assert why == f"    why: the default ends in {ends} here and the answer trains without failure"
 
 
 @pytest.mark.parametrize(
@@ -214,7 +218,8 @@ def test_the_report_of_a_confirmed_framework_study_says_what_confirm_said(confir
     verdict = said[:block] + words
     # The verdict, the answer and the default side by side, why and what new seeds said, as confirm put them.
     assert all(f'<p class="text">{html.escape(line)}</p>' in page for line in verdict), verdict
-    assert verdict[1].startswith("the answer (#") and any(line.startswith("why: (") for line in verdict)
+    assert verdict[1].startswith("why: the default ends in ") and verdict[2].startswith("the answer (#")
+    assert any(line.startswith("details: (") for line in verdict)
     data = json.loads((tmp_path / "r.json").read_text())
     labels = {c["label"] for c in data["confirmation"]["configs"]}
     assert default_label("deepspeed") in labels and all(html.escape(label) in page for label in labels)

@@ -7,6 +7,7 @@ import html
 import plotly.io as pio
 
 from search.publishing.report._build import Report
+from search.results import on_new_seeds
 from search.scalers import RULES, TORCH
 
 _CSS = """
@@ -71,7 +72,11 @@ def render_html(report: Report) -> str:
         )
         lines.append(
             f'<p class="verdict"><b>Verdict: {esc(what)}</b>'
-            + (f" ({esc(rec['confirmed'])} on new seeds)" if rec.get("confirmed") else "")
+            + (
+                f" ({esc(on_new_seeds(rec['confirmed'], rec.get('confirmed_seeds')))})"
+                if rec.get("confirmed")
+                else ""
+            )
             + (
                 f": <code>{esc(rec['code'])}</code>"
                 if rec.get("code") and rec["verdict"] != "none-safe"

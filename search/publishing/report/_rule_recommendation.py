@@ -23,6 +23,7 @@ from search.results import (
     dominance_note,
     format_rule_verdict,
     horizon_note,
+    on_new_seeds,
     param_values,
     summarize_rule_study,
     trial_steps,
@@ -68,7 +69,7 @@ def _rule_recommendation_section(
         maker=rule.maker, changed=", ".join(rec["changed"])
     )
     if rec.get("confirmed"):
-        title += f" ({rec['confirmed']} on new seeds)"
+        title += f" ({on_new_seeds(rec['confirmed'], rec.get('confirmed_seeds'))})"
     source = next((t for t in done if t.number == rec["source_trial"]), None)
     measured = param_values(source, space, scaler) if source is not None else {}
     rows = [

@@ -30,6 +30,7 @@ from search.results import (
     format_range,
     format_value,
     horizon_note,
+    on_new_seeds,
     param_values,
     paste_lines,
     recommend,
@@ -224,11 +225,12 @@ def _recommendation_section(
         )
     title = verdict_title(rec)
     if rec.confirmed:
-        title += f" ({rec.confirmed} on new seeds)"
+        title += f" ({on_new_seeds(rec.confirmed, rec.confirmed_seeds)})"
     pair = side_by_side_line(
         side_by_side(done, rec.source_trial, rec.default_trial),
         answer_label(rec.verdict, rec.held_back),
         rec.confirmed,
+        rec.confirmed_seeds,
     )  # As the summary states it, under the verdict.
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
@@ -240,7 +242,11 @@ def _recommendation_section(
                 "setting",
                 "answer",
                 f"trial #{rec.source_trial}"
-                + (f" ({rec.confirmed} on new seeds)" if rec.keep_default and rec.confirmed else ""),
+                + (
+                    f" ({on_new_seeds(rec.confirmed, rec.confirmed_seeds)})"
+                    if rec.keep_default and rec.confirmed
+                    else ""
+                ),
                 "nearest trial that is not good"
                 + (f" (#{rec.nearest_bad})" if rec.nearest_bad is not None else ""),
                 "octaves to it",
