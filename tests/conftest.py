@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import compileall
 import contextlib
 import importlib
@@ -25,6 +26,7 @@ import optuna
 import pytest
 import sqlalchemy
 import torch
+from warm_start import WarmProcess
 
 # One torch thread in each test process, as the service trains (search.study._workers.threads_per_process):
 # pytest-xdist runs two test processes on two cores, and intra-op threads that share cores with
@@ -67,21 +69,26 @@ def cli_env() -> dict[str, str]:
 
 
 def run_process(
-    args: list[str], cwd: pathlib.Path, timeout: float = 240, module: str = "search.optimize"
+    args: list[str],
+    cwd: pathlib.Path,
+    timeout: float = 240,
+    module: str = "search.optimize",
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess:
     """Runs ``python -m MODULE ARGS`` in ``cwd`` as a real process and captures its output.
 
-    For tests where the process is the point: signals, start-up imports, ``--workers``, pipes,
-    determinism across processes. Everything else calls :func:`run_cli`, in this process.
+    For tests where the process is the point: signals, ``--workers``, pipes, determinism across processes.
+    Everything else calls :func:`run_cli`, in this process. ``fresh``: a new interpreter rather than one
+    forked warm (tests/warm_start.py), for tests of what happens before ``main`` or across interpreters.
     """
-    return subprocess.run(
-        [sys.executable, "-m", module, *args],
-        cwd=cwd,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    proc = start_cli(args, cwd, fresh=fresh, module=module)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def run_cli(
@@ -142,13 +149,23 @@ def built_once(
     return directory
 
 
-def start_cli(args: list[str], cwd: pathlib.Path, new_session: bool = False) -> subprocess.Popen:
-    """Starts ``python -m search.optimize ARGS`` in ``cwd`` in the background, output piped.
+def start_cli(
+    args: list[str],
+    cwd: pathlib.Path,
+    new_session: bool = False,
+    fresh: bool = False,
+    module: str = "search.optimize",
+) -> subprocess.Popen | WarmProcess:
+    """Starts ``python -m MODULE ARGS`` in ``cwd`` in the background, output piped.
 
     ``new_session``: in a process group of its own, as a terminal's foreground job, for a signal to the group.
+    ``fresh``: a new interpreter; otherwise a process forked from one that has imported torch and Optuna
+    already (tests/warm_start.py), which saves each command about 5 s of CPU.
     """
+    if not fresh:
+        return WarmProcess(_warm_server(), module, [str(a) for a in args], str(cwd), cli_env(), new_session)
     return subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", *args],
+        [sys.executable, "-m", module, *args],
         cwd=cwd,
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -156,6 +173,36 @@ def start_cli(args: list[str], cwd: pathlib.Path, new_session: bool = False) -> 
         text=True,
         start_new_session=new_session,
     )
+
+
+_WARM: dict[str, object] = {}
+
+
+def _stop_warm_server(server: subprocess.Popen) -> None:
+    """Ends the server and waits for it, so that its CPU time counts in this process's children's."""
+    server.stdin.close()
+    server.wait(timeout=60)
+    shutil.rmtree(os.path.dirname(str(_WARM["socket"])), ignore_errors=True)
+
+
+def _warm_server() -> str:
+    """The socket of this test process's warm-start server (tests/warm_start.py), started on first use; it
+    ends when this process does (it reads its stdin to the end)."""
+    if "socket" not in _WARM:
+        folder = tempfile.mkdtemp(prefix="warm-")
+        path = os.path.join(folder, "socket")
+        server = subprocess.Popen(
+            [sys.executable, str(TESTS / "warm_start.py"), path],
+            env=cli_env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        if server.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the warm-start server did not start (exit {server.wait()})")
+        _WARM.update(socket=path, server=server)
+        atexit.register(_stop_warm_server, server)
+    return str(_WARM["socket"])
 
 
 def child_pids(pid: int) -> list[int]:

@@ -76,7 +76,7 @@ def test_summary_and_best_json(finished):
 
 
 def test_same_params_in_two_processes_give_identical_results(finished, tmp_path):
-    proc = run_process(["--trials", "5", "--study-name", "again"], tmp_path)
+    proc = run_process(["--trials", "5", "--study-name", "again"], tmp_path, fresh=True)
     assert proc.returncode == 0, proc.stderr
     ours = {t.user_attrs["baseline"]: t for t in load(tmp_path, "again").get_trials()}
     theirs = {t.user_attrs["baseline"]: t for t in load(finished).get_trials()[:5]}

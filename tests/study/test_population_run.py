@@ -295,7 +295,8 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
     while time.time() < deadline and len(running) < 4:  # the population trains ~0.8 s: seen RUNNING
         time.sleep(0.1)
         try:
-            study = optuna.load_study(storage=postgres_url, study_name="tasks_for_tests-slow")
+            # Opened as the service opens it: a poll while the command creates the schema must not race it.
+            study = optuna.load_study(storage=open_storage(postgres_url), study_name="tasks_for_tests-slow")
         except KeyError:
             continue
         running = [

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from search.core import OVERFLOW_STEPS, record_interrupts, setting_of
 from search.scalers import RULES
-from search.storage import settings_of
+from search.storage import open_storage, settings_of
 from search.study import (
     DevicePlanError,
     plan_workers,
@@ -38,7 +38,8 @@ TAGS = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 
 
 def trials_of(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
-    storage = optuna.storages.RDBStorage(url)
+    # As the service opens it: a reader that polls while the hosts create the schema must not race them.
+    storage = open_storage(url)
     try:
         return optuna.load_study(storage=storage, study_name=name).get_trials()
     finally:
