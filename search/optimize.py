@@ -353,13 +353,16 @@ def _run(session: Session, plan: RunPlan, args: argparse.Namespace, argv: list[s
         return session.fail(f"storage {mask_url(url)} failed: {redact(first_line(e), url)}", 1)
     run_steps = args.run_steps or plan.problem.run_steps  # The flag, else what the task declares.
     if outcome.summary is not None and outcome.code == 0 and run_steps:
-        from search.study import measure_run_length
+        from search.study import measure_run_length, publish_run_length
 
         source = "--run-steps" if args.run_steps else "the task's run_steps"
         session.note(f"training the answer and the default {run_steps} steps each ({source})")
         outcome.summary["run_length"] = measure_run_length(
             plan.settings, outcome.summary, run_steps, plan.problem, source=source
         )
+        warning = publish_run_length(plan.settings, outcome.summary)  # In the dashboard's study note too.
+        if warning:
+            session.note(warning)
     if outcome.summary is not None:
         if args.best_out:  # Before printing: a reader that went away (| head -1) must not cost the file.
             write_best_json(outcome.summary, args.best_out)

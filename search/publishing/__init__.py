@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # Loaded on first use: _figures, _publish and _trial_pictures
         explorer_figure,
         explorer_json,
         publish,
+        publish_study_note,
     )
     from search.publishing._trial_pictures import FILENAME, curves_svg, publish_pictures, write_pictures
 
@@ -39,6 +40,7 @@ __all__ = [
     "explorer_figure",
     "explorer_json",
     "publish",
+    "publish_study_note",
     "publish_pictures",
     "trial_curves",
     "write_pictures",

@@ -142,6 +142,30 @@ def _study_note(data: dict[str, Any]) -> str:
     )
 
 
+def _note_is_ours(system_attrs: dict[str, Any]) -> bool:
+    """Whether the study note is still the one we wrote (or none): once a person edits it in the dashboard
+    (its version moves on from ours), it is left alone."""
+    return system_attrs.get(note_version_key(None), 0) in (0, system_attrs.get(OUR_NOTE_VERSION))
+
+
+def _study_note_attrs(data: dict[str, Any], system_attrs: dict[str, Any]) -> dict[str, Any]:
+    """The attrs that write the study note of ``data`` (none where :func:`_note_is_ours` says no)."""
+    if not _note_is_ours(system_attrs):
+        return {}
+    version = system_attrs.get(note_version_key(None), 0)
+    return {**_note_attrs(None, version + 1, _study_note(data), system_attrs), OUR_NOTE_VERSION: version + 1}
+
+
+def publish_study_note(study: optuna.Study, summary: dict[str, Any]) -> bool:
+    """Writes the study note of ``summary`` alone (after :func:`publish`, once a run adds to its summary what
+    it measured later: the run length); whether it was written (not where a person has edited it)."""
+    system_attrs = storage_of(study).get_study_system_attrs(study_id_of(study))
+    writes = _study_note_attrs(summary, system_attrs)
+    if writes:
+        TrialWriter(study).set_study_system_attrs(writes)
+    return bool(writes)
+
+
 def _named_trials(trials: list[FrozenTrial]) -> list[tuple[str, FrozenTrial]]:
     """Best, the default (seed-1, or the framework's) and the worst finite trial (each once)."""
     complete = [t for t in trials if t.state == TrialState.COMPLETE and t.value is not None]
@@ -289,12 +313,8 @@ def publish(
         if t.state.is_finished() and note_version_key(trial_id_of(t)) not in system_attrs:
             writes.update(_note_attrs(trial_id_of(t), 1, _trial_note(t, space), system_attrs))
             notes += 1
-    # The study note is refreshed while it is still the one we wrote; once a person edits it in
-    # the dashboard (its version moves on), it is left alone.
-    version = system_attrs.get(note_version_key(None), 0)
-    ours = system_attrs.get(OUR_NOTE_VERSION)
     wrote_study_note = False
-    if named and (version == 0 or version == ours):
+    if named and _note_is_ours(system_attrs):
         data = summary
         if data is None:
             data = summarize(
@@ -302,8 +322,8 @@ def publish(
             )
             if storage_url is not None:
                 data["storage"] = mask_url(storage_url)
-        writes.update(_note_attrs(None, version + 1, _study_note(data), system_attrs))
-        writes[OUR_NOTE_VERSION] = version + 1
-        wrote_study_note = True
+        note = _study_note_attrs(data, system_attrs)
+        writes.update(note)
+        wrote_study_note = bool(note)
     TrialWriter(study).set_study_system_attrs(writes)
     return PublishReport(tuple(figures), notes, wrote_study_note)

@@ -5,7 +5,8 @@ A sampled trial's values carry 16 digits that no run tells apart. The settings t
 (:func:`rounding_candidates`): ``init_scale`` to a power of two, then to 2 and to 3 significant
 digits; ``backoff_factor`` and ``growth_interval`` to 2, then 3 significant digits;
 ``growth_factor`` the same through ``growth_factor - 1`` (1.0437 becomes 1.044, not 1.0, which
-would never grow). A rounded value outside the searched range keeps the trial's own.
+would never grow); last, each to the fewest digits that read as the same float32 (:func:`float32_digits`),
+the precision of the scale GradScaler keeps. A rounded value outside the searched range keeps the trial's own.
 
 A rounded line is never assumed to behave like the trial it comes from: on a rough objective it
 can land outside the tolerance. Each one is trained as a trial of the study (enqueued by
@@ -22,6 +23,7 @@ When none qualifies, the line keeps the source trial's own values.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -70,8 +72,19 @@ def significant(value: float, digits: int) -> float:
     return float(f"{value:.{digits}g}")
 
 
+def float32_digits(value: float) -> float:
+    """``value`` with the fewest significant digits that still read as the same float32: GradScaler holds its
+    scale as a float32 tensor, so an ``init_scale`` written so starts the very same run, and the factors lose
+    only what float32 arithmetic on the scale cannot keep."""
+    same = struct.pack("f", value)
+    fewest = (significant(value, d) for d in range(4, 10) if struct.pack("f", significant(value, d)) == same)
+    return next(fewest, value)
+
+
 def _rounded(name: str, value: float, level: int) -> float:
-    """One setting at rounding level 0 (coarsest), 1 or 2."""
+    """One setting at rounding level 0 (coarsest), 1, 2 or 3 (float32's own digits)."""
+    if level == 3:
+        return float(round(value)) if name == "growth_interval" else float32_digits(value)
     digits = 2 if level < 2 else 3
     if name == "init_scale" and math.log2(value).is_integer():
         return value  # A power of two is as round as a scale gets.
@@ -94,7 +107,7 @@ def rounding_candidates(line: ScalerConfig, measured: ScalerConfig, space: Space
     """
     searched = {("init_scale" if n == POW2_NAME else n): d for n, d in distributions(space).items()}
     out: list[ScalerConfig] = []
-    for level in range(3):
+    for level in range(4):
         values = {}
         for name in changed_settings(line):
             value = getattr(line, name)

@@ -49,7 +49,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna, and the trial loo
     )
     from search.study._queued import run_queued_trial
     from search.study._replica import Replica
-    from search.study._run_length import measure_run_length
+    from search.study._run_length import measure_run_length, publish_run_length
     from search.study._run_parts import RunOutcome, study_is_done
     from search.study._run_with_workers import GAVE_UP_ON_STORAGE, run_workers, worker_process
     from search.study._sampled import run_sampled_trial
@@ -82,6 +82,7 @@ __all__ = [
     "log_warnings",
     "make_pruner",
     "measure_run_length",
+    "publish_run_length",
     "make_sampler",
     "plan_run",
     "plan_workers",

@@ -52,3 +52,20 @@ def measure_run_length(
     if answer is not None and dict(answer) != dict(rule.default):
         runs["answer"] = rule.setting(dict(answer))
     return {"steps": run_steps, "source": source, **skips_over(problem, runs, run_steps)}
+
+
+def publish_run_length(settings: Settings, summary: dict[str, Any]) -> str:
+    """Writes the dashboard's study note again from ``summary``, which now holds the run length (the note was
+    written as the trials ended); a warning line where that failed ("" where it did not)."""
+    import optuna
+
+    from search.publishing import publish_study_note
+    from search.storage import first_line, open_existing_storage, redact
+
+    url = settings.run.storage
+    try:
+        study = optuna.load_study(storage=open_existing_storage(url), study_name=settings.run.study_name)
+        publish_study_note(study, summary)
+    except Exception as e:  # The results are stored; only the dashboard's note lacks the run length.
+        return f"warning: dashboard note without the run length: {redact(first_line(e), url)}"
+    return ""

@@ -4,6 +4,8 @@ independent plain loop (tests/plain_loop.py) on settings that are not powers of 
 
 from __future__ import annotations
 
+import struct
+
 import optuna
 import pytest
 import torch
@@ -33,7 +35,15 @@ def test_candidates_go_coarse_to_fine_and_round_only_what_the_line_changes():
         ScalerConfig(0.03125, 6.2, 0.3, 620),  # init_scale 2^-5; two significant digits
         ScalerConfig(0.026, 6.2, 0.3, 620),
         ScalerConfig(0.0264, 6.22, 0.298, 618),  # three significant digits
+        ScalerConfig(0.026362784, 6.2178716, 0.29822199, 618),  # the fewest digits of the same float32
     ]
+    # Each reads as the trial's own value in float32 (GradScaler's scale); with a digit fewer it would not.
+    for written, own, fewer in (
+        (0.026362784, 0.0263627835, 0.02636278),
+        (6.2178716, 6.217871638735313, 6.217872),
+        (0.29822199, 0.29822198794172433, 0.2982220),
+    ):
+        assert struct.pack("f", written) == struct.pack("f", own) != struct.pack("f", fewer)
     # growth_factor is rounded through g - 1 (1.0 would never grow); defaults are not touched.
     near_one = ScalerConfig(2.0**16, 1.04371, 0.5, 2000)
     assert [c.growth_factor for c in rounding_candidates(near_one, near_one, SPACE)] == [1.044, 1.0437]

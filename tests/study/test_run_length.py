@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 
+import optuna
 import pytest
 import torch
+from optuna_dashboard import get_note
 from test_optimize_scalers import REFERENCES
 
 from search.scalers import RULES
@@ -60,6 +62,9 @@ def test_the_run_length_figures_are_the_plain_loops_over_that_length(tmp_path, m
         said.append(f"{name or ''}skips {skipped} of {RUN_STEPS} and ends at {evaluation:.4g}")
     line = next(x for x in run.stdout.splitlines() if x.startswith(f"    over a run of {RUN_STEPS} steps"))
     assert all(part.split("skips")[1] in line for part in said), (line, said)
+    # The dashboard's study note, read with optuna-dashboard's own function, says it as the summary does.
+    study = optuna.load_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="seed-mlp")
+    assert line in get_note(study).splitlines()
     if scaler == "torch":
         assert measured["answer"]["settings"]["growth_interval"] == 2
 
