@@ -14,8 +14,6 @@ import collections
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -28,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, FINISHED, SEED_BASELINES
 from search.storage import WRITE_ID_ATTR
 
-from conftest import OwnPostgres, child_pids, cli_env, fork_server_of, run_cli, start_cli
+from conftest import OwnPostgres, child_pids, fork_server_of, run_cli, run_process, start_cli
 
 pytestmark = pytest.mark.chaos
 
@@ -172,14 +170,7 @@ def test_outage_past_storage_retry_gives_up_in_one_line_then_resumes(own_postgre
     assert printed.endswith(" (with your password in place of ***)")  # the URL had one: the line says so
     command = shlex.split(printed.removesuffix(" (with your password in place of ***)"))
     assert command[:3] == ["python", "-m", "search.optimize"]
-    resume = subprocess.run(
-        [sys.executable, *command[1:]],
-        cwd=tmp_path,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    resume = run_process(command[3:], tmp_path, module=command[2])  # python -m MODULE ARGS, as printed
     assert resume.returncode == 0, resume.stderr
     # A re-queued baseline runs past N: up to 5 more than the workers' usual one.
     assert_sound(trials_of(url, SLOW_STUDY), n, n + 1 + len(TAGS), kept)
