@@ -116,6 +116,7 @@ if TYPE_CHECKING:  # Loaded on first use: these import optuna (directly or throu
         run_length_line,
         side_by_side,
         side_by_side_line,
+        why_sentence,
     )
     from search.results._summary import write_best_json
     from search.results._together import (
@@ -203,6 +204,7 @@ __all__ = [
     "side_by_side",
     "side_by_side_line",
     "on_new_seeds",
+    "why_sentence",
     "idle_settings",
     "is_default",
     "is_safe",

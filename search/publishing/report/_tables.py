@@ -40,6 +40,7 @@ from search.results import (
     side_by_side_line,
     trial_row,
     trial_steps,
+    why_sentence,
 )
 from search.scalers import RULES, TORCH
 
@@ -226,14 +227,17 @@ def _recommendation_section(
     title = verdict_title(rec)
     if rec.confirmed:
         title += f" ({on_new_seeds(rec.confirmed, rec.confirmed_seeds)})"
+    pair_data = side_by_side(done, rec.source_trial, rec.default_trial)
+    why = why_sentence({**rec.to_dict(), "side_by_side": pair_data})  # As the summary says it.
     pair = side_by_side_line(
-        side_by_side(done, rec.source_trial, rec.default_trial),
+        pair_data,
         answer_label(rec.verdict, rec.held_back),
         rec.confirmed,
         rec.confirmed_seeds,
     )  # As the summary states it, under the verdict.
     section.body = (
         f"<p><b>{html.escape(title)}</b></p>"
+        + f'<p class="text">Why: {html.escape(why)}.</p>'
         + (f'<p class="text">{html.escape(pair[0].upper() + pair[1:])}.</p>' if pair else "")
         + (_paste_blocks(rec) if rec.safe else "")
         + f'<p class="text">{html.escape(rec.text)}</p>'
