@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import optuna
 import torch
 
 from search.core import Settings, resolve_device
 from search.results import answer_form
 from search.scalers import RULES
+from search.storage import first_line, open_existing_storage, redact
 from search.tasks import LoaderProblem, Problem, build_problem, resolve_task
 from search.training import skips_over
 
@@ -57,15 +59,16 @@ def measure_run_length(
 def publish_run_length(settings: Settings, summary: dict[str, Any]) -> str:
     """Writes the dashboard's study note again from ``summary``, which now holds the run length (the note was
     written as the trials ended); a warning line where that failed ("" where it did not)."""
-    import optuna
-
-    from search.publishing import publish_study_note
-    from search.storage import first_line, open_existing_storage, redact
+    from search.publishing import publish_study_note  # Plotly: only for a run that measured a run length.
 
     url = settings.run.storage
     try:
-        study = optuna.load_study(storage=open_existing_storage(url), study_name=settings.run.study_name)
-        publish_study_note(study, summary)
+        storage = open_existing_storage(url)
+        try:
+            study = optuna.load_study(storage=storage, study_name=settings.run.study_name)
+            publish_study_note(study, summary)
+        finally:
+            storage.engine.dispose()
     except Exception as e:  # The results are stored; only the dashboard's note lacks the run length.
         return f"warning: dashboard note without the run length: {redact(first_line(e), url)}"
     return ""
