@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from search.tasks.base import LossFn, OptimizerFactory
+from search.tasks._start import StartState
+from search.tasks.base import LossFn, OptimizerFactory, SchedulerFactory
 
 Batch = Any  # A tensor, or a tuple, list or dict of them, nested to any depth.
 BatchLoss = Callable[[nn.Module, Batch], torch.Tensor]
@@ -70,6 +71,11 @@ class LoaderProblem:
         seed: Seeds drawing the batches and each step's randomness, the same in every trial.
         run_steps: The optimizer steps of the real run this task stands for, or None (as
             :attr:`search.tasks.Problem.run_steps`).
+        make_scheduler: The learning-rate scheduler's factory, or None (as
+            :attr:`search.tasks.Problem.make_scheduler`).
+        scheduler_on_skipped_step: Whether it steps on skipped steps (as the Problem's field).
+        start: The checkpoint every trial continues from, or None (as :attr:`search.tasks.Problem.start`):
+            a trial from step G trains the batches of steps G, G+1, ... of the planned order.
     """
 
     model: nn.Module
@@ -84,6 +90,9 @@ class LoaderProblem:
     grad_clip: float | None = None
     seed: int = 0
     run_steps: int | None = None
+    make_scheduler: SchedulerFactory | None = None
+    scheduler_on_skipped_step: bool | None = None
+    start: StartState | None = None
     device: torch.device | None = field(default=None, repr=False)
     _drawn: dict[str, Any] = field(default_factory=dict, repr=False)  # Batches drawn, per use.
 
@@ -163,7 +172,11 @@ class LoaderProblem:
         digest = hashlib.sha256(repr((self.accumulation_steps, self.grad_clip, self.seed)).encode())
         for tensor in self.model.state_dict().values():
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
-        for step in self.planned(steps):
+        first = 0
+        if self.start is not None:
+            digest.update(f"start {self.start.digest()}".encode())
+            first = self.start.global_step
+        for step in self.planned(first + steps)[first:]:
             for batch in step:
                 _hash_batch(digest, batch)
         digest.update(b"eval")

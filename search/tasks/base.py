@@ -10,7 +10,10 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
+from search.tasks._start import StartState
+
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], torch.optim.lr_scheduler.LRScheduler]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 EvalFn = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -42,6 +45,13 @@ class Problem:
         run_steps: The optimizer steps of the real run this task stands for, or None: the answer and
             the default are then trained that long after a search, a confirmation or a diagnosis,
             their skipped steps shown (``--run-steps`` wins over it).
+        make_scheduler: Builds the learning-rate scheduler over a trial's optimizer (warm-up, cosine, any
+            ``torch.optim.lr_scheduler``), stepped once per optimizer step; None keeps the optimizer's rate.
+        scheduler_on_skipped_step: Whether the scheduler also steps on a step the scaler skipped: PyTorch's
+            AMP recipe and Lightning do, Hugging Face Trainer and accelerate do not. None: as the
+            checkpoint's framework does, else as PyTorch's recipe does.
+        start: The checkpoint every trial continues from (:func:`search.tasks.start_from`), or None: the
+            initial weights at step 0.
     """
 
     model: nn.Module
@@ -58,6 +68,9 @@ class Problem:
     eval_targets: torch.Tensor | None = None
     eval_fn: EvalFn | None = None
     run_steps: int | None = None
+    make_scheduler: SchedulerFactory | None = None
+    scheduler_on_skipped_step: bool | None = None
+    start: StartState | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -117,6 +130,8 @@ class Problem:
         if self.eval_inputs is not None:  # Absent validation data adds nothing (old fingerprints hold).
             digest.update(b"eval")
             tensors += [self.eval_inputs, self.eval_targets]
+        if self.start is not None:  # So does the absent checkpoint.
+            digest.update(f"start {self.start.digest()}".encode())
         for tensor in tensors:
             digest.update(tensor.detach().cpu().contiguous().numpy().tobytes())
         return digest.hexdigest()[:16]

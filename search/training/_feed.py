@@ -40,6 +40,8 @@ class Feed:
             on the whole training data (Problem), or the mean over the last step's batches (LoaderProblem).
         device_type: ``cpu`` or ``cuda``, for autocast and GradScaler.
         seed: Seeds each step's randomness (:func:`step_seed`).
+        first_step: The global step of ``plan[0]``: the checkpoint's step when the problem starts from one,
+            else 0. The batches and each step's seed are those of the run's global step.
     """
 
     plan: list[list[Any]]
@@ -47,6 +49,7 @@ class Feed:
     final_loss_fp32: Callable[[nn.Module], torch.Tensor]
     device_type: str
     seed: int
+    first_step: int = 0
 
 
 def step_seed(seed: int, step: int) -> int:
@@ -98,16 +101,18 @@ def seed_step(feed: Feed, step: int) -> None:
     Not ``torch.manual_seed``: it seeds every backend it knows (60 us a call here, a tenth of a
     seed-mlp step); the CPU generator alone takes 1 us, and a CUDA run seeds CUDA's too.
     """
-    seed = step_seed(feed.seed, step)
+    seed = step_seed(feed.seed, feed.first_step + step)
     torch.default_generator.manual_seed(seed)
     if feed.device_type == "cuda":
         torch.cuda.manual_seed_all(seed)
 
 
 def feed_of(problem: Problem | LoaderProblem, epochs: int, steps: int | None) -> Feed:
-    """The feed of one run: ``steps`` optimizer steps, or what ``epochs`` passes make (a tensor problem)."""
+    """The feed of one run: ``steps`` optimizer steps, or what ``epochs`` passes make (a tensor problem),
+    from the problem's start (its checkpoint's global step, else 0)."""
+    first = problem.start.global_step if problem.start is not None else 0
     if isinstance(problem, LoaderProblem):
-        planned = problem.planned(steps or problem.steps)
+        planned = problem.planned(first + (steps or problem.steps))[first:]
 
         def loader_fp32(model: nn.Module) -> torch.Tensor:
             last = planned[-1] if planned else []
@@ -115,8 +120,10 @@ def feed_of(problem: Problem | LoaderProblem, epochs: int, steps: int | None) ->
                 return torch.stack([problem.eval_loss_of(model, b) for b in last]).mean()
 
         device = next(problem.model.parameters()).device.type
-        return Feed(planned, problem.loss_of, loader_fp32, device, problem.seed)
+        return Feed(planned, problem.loss_of, loader_fp32, device, problem.seed, first)
     plan = batch_plan(problem, epochs, steps)
+    if first:  # The run's own order of batches, from its global step on.
+        plan = batch_plan(problem, steps=first + len(plan))[first:]
     inputs, targets = problem.inputs, problem.targets
 
     def tensor_loss(model: nn.Module, index: torch.Tensor | None) -> torch.Tensor:
@@ -127,7 +134,7 @@ def feed_of(problem: Problem | LoaderProblem, epochs: int, steps: int | None) ->
         with _eval_mode(model):
             return problem.loss_fn(model(inputs).float(), targets)
 
-    return Feed(plan, tensor_loss, tensor_fp32, inputs.device.type, problem.shuffle_seed)
+    return Feed(plan, tensor_loss, tensor_fp32, inputs.device.type, problem.shuffle_seed, first)
 
 
 @contextlib.contextmanager

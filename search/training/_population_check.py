@@ -100,6 +100,11 @@ def _spec(problem: Problem, amp_dtype: torch.dtype | None) -> _Spec:
             "its batches come from a loader (LoaderProblem): population mode stacks a Problem of two tensors"
             " only"
         )
+    if problem.start is not None or problem.make_scheduler is not None:
+        raise PopulationError(
+            "it continues a checkpoint or schedules its learning rate: population mode trains from the initial"
+            " weights at a constant rate"
+        )
     layers = _layers(problem.model)
     if problem.inputs.dim() != 2 or not problem.inputs.is_floating_point():
         raise PopulationError(

@@ -18,6 +18,10 @@ Where each measurement is taken, so that a plain PyTorch loop can reproduce it:
   coefficient is ``max_norm / inf = 0`` and turns every finite gradient into an exact 0.
 * **loss curve**: each step's loss under autocast, before that step's update (the sum of its
   accumulated micro-batch losses, i.e. their mean); ``final_loss`` is the last one.
+* **learning rate**: the rate each step's ``optimizer.step`` uses, read before the scheduler steps
+  (:mod:`search.training._schedule` says when it steps on a skipped step).
+* **from a checkpoint** (``problem.start``): every run loads its weights, optimizer and scheduler states
+  and trains the run's batches from its global step on, each step seeded by its global step.
 * **evaluation**: see :mod:`search.training._evaluation` (the final weights, or the last step for
   full-batch tasks).
 """
@@ -44,6 +48,7 @@ from search.training._evaluation import (
     initial_evaluation,
 )
 from search.training._feed import batch_plan, feed_of, seed_step
+from search.training._schedule import schedule_of
 
 
 @dataclass(frozen=True)
@@ -79,6 +84,8 @@ class TrainResult:
         overflows_at_minimum: How many of those overflowed (Megatron clamps and goes on skipping).
         rule: The rule whose setting the run trained (``torch``, ``deepspeed``, ...).
         min_scale: The lowest scale the rule trains at, or None where it has none (GradScaler).
+        lr_curve: The learning rate each optimizer step used.
+        first_step: The run's global step of its first step (the checkpoint's step, else 0).
     """
 
     loss_curve: list[float]
@@ -104,6 +111,8 @@ class TrainResult:
     overflows_at_minimum: int = 0
     rule: str = ""
     min_scale: float | None = None
+    lr_curve: tuple[float, ...] = ()
+    first_step: int = 0
 
 
 class StepObserver(Protocol):
@@ -149,6 +158,7 @@ def train(
     scale_rule: ScaleRule | None = None,
     observer: StepObserver | None = None,
     fp32_reference: bool = True,
+    continue_scaler: bool = False,
 ) -> TrainResult:
     """Trains a fresh copy of ``problem.model`` under mixed precision.
 
@@ -175,6 +185,9 @@ def train(
             unused). A rule has a ``min_loss_scale``: the steps taken there are counted. Reading each step's
             verdict costs one host sync a step. When the rule ends the run at its minimum scale, training
             stops there (``ended_by_rule``).
+        continue_scaler: Start GradScaler in the state the problem's checkpoint saved (its scale and its
+            count of clean steps), as the run was, instead of afresh at ``scaler_config`` (which must then
+            be that state's own setting).
 
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
@@ -193,12 +206,15 @@ def train(
     deadline = None if timeout is None else start + timeout
     device_type, plan = feed.device_type, feed.plan
     model = copy.deepcopy(problem.model)  # Every trial starts from the same initial weights (and buffers).
-    optimizer = problem.make_optimizer(model.parameters())
+    schedule = schedule_of(problem, model)
+    optimizer = schedule.optimizer
     # Under a framework's rule GradScaler still scales, unscales and finds infs, from the rule's scale; the
     # rule, not GradScaler's own update(), then sets each next scale.
     scaler = torch.amp.GradScaler(
         device_type, **(scaler_config.values if scale_rule is None else {"init_scale": scale_rule.scale})
     )
+    if continue_scaler:
+        scaler.load_state_dict(_saved_scaler_state(problem, scaler_config))
     params = list(model.parameters())
     if observer is not None:
         observer.attach(model)
@@ -207,6 +223,7 @@ def train(
     found_infs: list[torch.Tensor] = []
     zero_counts: list[torch.Tensor] = []
     grad_sizes: list[int] = []
+    rates: list[float] = []
 
     model.train()
     taken = 0
@@ -218,6 +235,7 @@ def train(
             raise TrialTimeout(f"trial timeout after {step} of {len(plan)} steps")
         optimizer.zero_grad(set_to_none=True)
         seed_step(feed, step)  # Dropout draws the same masks in every trial.
+        rates.append(schedule.learning_rate())
         step_loss = None
         for batch in micro_batches:
             with torch.autocast(device_type, dtype=amp_dtype or torch.float16, enabled=amp_dtype is not None):
@@ -257,6 +275,7 @@ def train(
                 taken = step + 1
                 break
             scaler.update(new_scale=scale_rule.scale)
+        schedule.after_step(found_infs[-1])
 
         # Bookkeeping on the device, no .item(): GradScaler keeps its scale as a tensor.
         losses.append(step_loss)
@@ -307,7 +326,18 @@ def train(
         overflows_at_minimum=overflows_at_minimum,
         rule=scaler_config.rule,
         min_scale=None if scale_rule is None else scale_rule.min_loss_scale,
+        lr_curve=tuple(rates),
+        first_step=feed.first_step,
     )
+
+
+def _saved_scaler_state(problem: Problem | LoaderProblem, setting: ScalerConfig | RuleSetting) -> dict:
+    """The checkpoint's GradScaler state, refused unless ``setting`` is that state's own setting."""
+    if problem.start is None or problem.start.scaler_state is None:
+        raise ValueError("continue_scaler needs a problem whose checkpoint saved its scaler's state")
+    if setting != problem.start.scaler_setting():
+        raise ValueError(f"continue_scaler: {setting} is not the checkpoint's scaler setting")
+    return dict(problem.start.scaler_state)
 
 
 def _zero_fraction(zero_counts: list[int], grad_sizes: list[int], skipped: list[bool]) -> float:

@@ -1,0 +1,172 @@
+"""Where trials start: the state of the user's run at one of its checkpoints.
+
+Loss-scale trouble rarely shows at step 0: gradients shrink as a model learns, spike when the learning
+rate peaks, and a restart begins its scaler again at 2^16. A :class:`StartState` lets every trial
+continue the user's run from a checkpoint instead of from the initial weights.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from search.scalers import ScalerConfig
+from search.tasks._resolve import TaskError
+
+GRADSCALER_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+
+
+class CheckpointError(TaskError):
+    """A checkpoint that cannot be read, or that does not fit the task's model."""
+
+
+@dataclass(frozen=True, eq=False)
+class StartState:
+    """The state of a run at one of its checkpoints, from which every trial continues.
+
+    Every trial loads the same state, as every trial otherwise starts from the same initial weights
+    (common random numbers): the model's weights, the optimizer's state (Adam's moments and step
+    counts), the learning-rate scheduler's state and the global step, so the schedule, the order of the
+    batches and each step's seed go on from there. The scaler's own state (GradScaler's scale and count of
+    clean steps) is what the baseline "as the run was" continues with; every other trial starts its
+    scaler afresh at its setting, as a restart with new settings does.
+
+    Example:
+        ::
+
+            from search.tasks import read_checkpoint
+
+            start = read_checkpoint("runs/bert/checkpoint-2900")
+            print(start.global_step, start.scaler_state["scale"])
+
+    Args:
+        model_state: The model's ``state_dict``.
+        global_step: Optimizer steps the run had taken (skipped ones included) when it was saved.
+        optimizer_state: The optimizer's ``state_dict``, or None (trials start it fresh).
+        scheduler_state: The learning-rate scheduler's ``state_dict``, or None.
+        scaler_state: ``GradScaler.state_dict()`` (``scale``, ``growth_factor``, ``backoff_factor``,
+            ``growth_interval``, ``_growth_tracker``), or None where the run saved none.
+        source: What it was read as, for messages: ``Hugging Face Trainer checkpoint``, ...
+        path: Where it was read from.
+        scheduler_on_skipped_step: Whether the checkpoint's framework steps the scheduler on a step the
+            scaler skipped (Hugging Face Trainer and accelerate do not; Lightning and PyTorch's AMP
+            recipe do), or None where the format does not say (a task's own setting decides).
+    """
+
+    model_state: Mapping[str, torch.Tensor]
+    global_step: int
+    optimizer_state: dict[str, Any] | None = None
+    scheduler_state: dict[str, Any] | None = None
+    scaler_state: dict[str, Any] | None = None
+    source: str = "checkpoint"
+    path: str = ""
+    scheduler_on_skipped_step: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.global_step, int) or self.global_step < 0:
+            raise CheckpointError(f"{self.where}: its step must be a whole number >= 0, got {self.global_step!r}")
+        if self.scaler_state is not None:
+            missing = [k for k in GRADSCALER_KEYS if k not in self.scaler_state]
+            if missing:
+                raise CheckpointError(f"{self.where}: its scaler state lacks {', '.join(missing)}")
+
+    @property
+    def where(self) -> str:
+        """The checkpoint as messages name it: ``Hugging Face Trainer checkpoint runs/x/checkpoint-300``."""
+        return f"{self.source} {self.path}".strip()
+
+    def digest(self) -> str:
+        """A hash of the whole state, so that every worker and resume can prove it starts from the same one."""
+        digest = hashlib.sha256(repr(self.global_step).encode())
+        for part in (self.model_state, self.optimizer_state, self.scheduler_state, self.scaler_state):
+            _hash_state(digest, part)
+        return digest.hexdigest()[:16]
+
+    def scaler_setting(self) -> ScalerConfig | None:
+        """The GradScaler setting the saved scaler trains on from where it was (its scale as ``init_scale``),
+        or None where the checkpoint saved no scaler."""
+        saved = self.scaler_state
+        if saved is None:
+            return None
+        return ScalerConfig(
+            float(saved["scale"]),
+            float(saved["growth_factor"]),
+            float(saved["backoff_factor"]),
+            int(saved["growth_interval"]),
+        )
+
+    def fresh_optimizer_state(self) -> dict[str, Any] | None:
+        """A deep copy of the optimizer state: ``Optimizer.load_state_dict`` keeps tensors already on the
+        parameters' device and dtype as they are, and the optimizer then updates them in place."""
+        return copy.deepcopy(self.optimizer_state)
+
+
+ProblemT = TypeVar("ProblemT")
+
+
+def start_from(problem: ProblemT, start: StartState) -> ProblemT:
+    """``problem`` with its model holding the checkpoint's weights and its trials continuing from ``start``.
+
+    Raises:
+        CheckpointError: The checkpoint's weights do not fit the model (missing or extra keys, other shapes).
+    """
+    model = copy.deepcopy(problem.model)
+    tied = check_fits(model, start)
+    model.load_state_dict(start.model_state, strict=not tied)
+    return replace(problem, model=model, start=start)
+
+
+def check_fits(model: nn.Module, start: StartState) -> set[str]:
+    """Refuses a checkpoint whose weights are not the model's: one line naming what differs.
+
+    Returns the model's tied weights the checkpoint leaves out (``save_pretrained`` writes an LM head tied
+    to the embedding once): they are loaded through the weight they share memory with.
+    """
+    own = model.state_dict()
+    theirs = start.model_state
+    present = {own[k].data_ptr() for k in own if k in theirs}
+    tied = {k for k in own if k not in theirs and own[k].numel() and own[k].data_ptr() in present}
+    missing = [k for k in own if k not in theirs and k not in tied]
+    extra = [k for k in theirs if k not in own]
+    shapes = [
+        f"{k} {tuple(theirs[k].shape)} for {tuple(own[k].shape)}"
+        for k in own
+        if k in theirs and isinstance(theirs[k], torch.Tensor) and theirs[k].shape != own[k].shape
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {_few(missing)}")
+    if extra:
+        problems.append(f"extra {_few(extra)}")
+    if shapes:
+        problems.append(f"other shapes: {_few(shapes)}")
+    if problems:
+        raise CheckpointError(f"{start.where} does not fit the task's model: {'; '.join(problems)}")
+    return tied
+
+
+def _few(items: list[str], shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def _hash_state(digest: Any, state: Any) -> None:
+    if isinstance(state, torch.Tensor):
+        digest.update(str(state.dtype).encode())
+        digest.update(state.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(state, Mapping):
+        for key in sorted(state, key=str):
+            digest.update(repr(key).encode())
+            _hash_state(digest, state[key])
+    elif isinstance(state, (list, tuple)):
+        digest.update(b"[")
+        for item in state:
+            _hash_state(digest, item)
+    else:
+        digest.update(repr(state).encode())

@@ -1,0 +1,242 @@
+"""Trials from a checkpoint, against a plain PyTorch loop that saves one and another that loads it and goes on.
+
+The plain loops share nothing with the trainer but the Problem they read: they draw the batch order themselves
+(``randperm(n)`` per epoch from ``shuffle_seed``), seed each step with ``torch.manual_seed((seed * 1_000_003 +
+global_step) % 2**63)`` (docs/tasks.md), save and load with ``torch.save``/``load_state_dict``, and step the
+scheduler as PyTorch's AMP recipe does (every iteration) or as Hugging Face Trainer does (only when the
+optimizer stepped: ``scaler.get_scale()`` did not fall).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+from torch import nn
+
+from plain_loop import _batches
+from search.scalers import ScalerConfig
+from search.tasks import CheckpointError, Problem, read_checkpoint, start_from
+from search.training import train
+
+SAVED_AT = 23  # The checkpoint's global step: inside the second epoch (16 steps an epoch), mid warm-up's decay.
+RUN = 12
+# Not powers of two; 3.3e6 overflows seed-style gradients at first, and regrowing every 3 clean steps by 1.7
+# brings the overflows back, so skips recur throughout and the scheduler's rule on them matters.
+SAVING = dict(init_scale=3.3e6, growth_factor=1.7, backoff_factor=0.37, growth_interval=3)
+TRIAL = ScalerConfig(5.1e5, 1.9, 0.43, 2)
+
+
+def warmup_then_decay(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+    # A callable object, not a lambda: LambdaLR saves the state of callable objects, and any scheduler will do.
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupDecay(8, 60))
+
+
+@dataclass
+class WarmupDecay:
+    warmup: int
+    total: int
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        return max(0.05, 1 - (step - self.warmup) / (self.total - self.warmup))
+
+
+def problem_with_dropout(on_skip: bool | None = None) -> Problem:
+    generator = torch.Generator().manual_seed(7)
+    inputs = torch.randn(2048, 16, generator=generator)
+    targets = (inputs[:, 0] * 2 + inputs[:, 1] * 1.5 > 0).long()
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 2))
+    return Problem(
+        model=model,
+        inputs=inputs,
+        targets=targets,
+        loss_fn=nn.CrossEntropyLoss(),
+        make_optimizer=lambda params: torch.optim.AdamW(params, lr=3e-3, weight_decay=0.01),
+        epochs=4,
+        batch_size=128,
+        shuffle_seed=11,
+        make_scheduler=warmup_then_decay,
+        scheduler_on_skipped_step=on_skip,
+    )
+
+
+@dataclass
+class PlainSteps:
+    losses: list[float]
+    scales: list[float]
+    skipped: list[bool]
+    rates: list[float]
+
+
+def plain_steps(
+    problem: Problem,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scaler: torch.amp.GradScaler,
+    first: int,
+    count: int,
+    on_skip: bool,
+) -> PlainSteps:
+    """Global steps ``first`` .. ``first + count - 1`` of the plain AMP loop, read step by step."""
+    out = PlainSteps([], [], [], [])
+    model.train()
+    for step, micro in enumerate(_batches(problem, first + count)[first:], start=first):
+        torch.manual_seed((problem.shuffle_seed * 1_000_003 + step) % 2**63)
+        optimizer.zero_grad(set_to_none=True)
+        out.rates.append(optimizer.param_groups[0]["lr"])
+        (index,) = micro
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = problem.loss_fn(model(problem.inputs[index]), problem.targets[index])
+        scaler.scale(loss).backward()
+        before = scaler.get_scale()
+        scaler.step(optimizer)
+        scaler.update()
+        skipped = scaler.get_scale() < before
+        if on_skip or not skipped:
+            scheduler.step()
+        out.losses.append(loss.item())
+        out.scales.append(scaler.get_scale())
+        out.skipped.append(skipped)
+    return out
+
+
+def save_plain_checkpoint(problem: Problem, path, on_skip: bool = True) -> PlainSteps:
+    """Trains SAVED_AT steps from the initial weights in the plain loop and saves them as a torch.save dict."""
+    model = copy.deepcopy(problem.model)
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    scaler = torch.amp.GradScaler("cpu", **SAVING)
+    done = plain_steps(problem, model, optimizer, scheduler, scaler, 0, SAVED_AT, on_skip)
+    torch.save(
+        {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "scaler": scaler.state_dict(),
+            "step": SAVED_AT,
+        },
+        path,
+    )
+    return done
+
+
+def plain_continue(problem: Problem, path, scaler: torch.amp.GradScaler | None, on_skip: bool) -> PlainSteps:
+    """Loads the checkpoint into a fresh model, optimizer and scheduler and trains RUN more steps; ``scaler``
+    None continues the saved scaler (as the run was)."""
+    saved = torch.load(path, weights_only=True)
+    model = copy.deepcopy(problem.model)
+    model.load_state_dict(saved["model"])
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.load_state_dict(saved["scaler"])
+    return plain_steps(problem, model, optimizer, scheduler, scaler, SAVED_AT, RUN, on_skip)
+
+
+def assert_same_steps(result, plain: PlainSteps) -> None:
+    assert result.first_step == SAVED_AT and result.steps == RUN
+    assert result.skipped == plain.skipped
+    assert result.scale_curve == plain.scales  # float32 scales, exactly
+    assert list(result.lr_curve) == pytest.approx(plain.rates, rel=1e-12)
+    assert result.loss_curve == pytest.approx(plain.losses, rel=1e-6)
+
+
+@pytest.mark.parametrize("on_skip", [True, False])
+def test_a_trial_continues_the_checkpoint_as_the_plain_loop_does(tmp_path, on_skip):
+    """A fresh scaler at the trial's setting (a restart with new settings), and the saved one continued (as
+    the run was): the same losses, scales, skips and learning rate per step as the plain loop that loads the
+    checkpoint; the scheduler steps on skipped steps or not as the task says."""
+    problem = problem_with_dropout(on_skip)
+    path = tmp_path / "run.pt"
+    before = save_plain_checkpoint(problem, path, on_skip)
+    start = read_checkpoint(path)
+    assert (start.global_step, start.source, start.scheduler_on_skipped_step) == (SAVED_AT, "torch.save checkpoint", None)
+    continued = start_from(problem, start)
+
+    fresh = train(continued, TRIAL, steps=RUN, fp32_reference=False)
+    plain = plain_continue(problem, path, torch.amp.GradScaler("cpu", **TRIAL.values), on_skip)
+    assert_same_steps(fresh, plain)
+    assert any(plain.skipped) and not all(plain.skipped)
+
+    as_run = train(continued, start.scaler_setting(), steps=RUN, fp32_reference=False, continue_scaler=True)
+    plain_as_run = plain_continue(problem, path, None, on_skip)
+    assert_same_steps(as_run, plain_as_run)
+    # The saved scaler is where the run left it, not at a fresh start: its count of clean steps goes on too.
+    assert start.scaler_state["scale"] == before.scales[-1] and start.scaler_setting().init_scale == before.scales[-1]
+
+
+def test_the_schedule_rule_moves_the_rate_only_on_skipped_steps():
+    """The two rules give the same rates up to the first skipped step after the start, then differ: the
+    recipe's schedule runs ahead by one step per skip."""
+    every, taken_only = (
+        train(problem_with_dropout(rule), TRIAL, steps=RUN, fp32_reference=False) for rule in (True, False)
+    )
+    first_skip = every.skipped.index(True)
+    assert every.lr_curve[: first_skip + 1] == taken_only.lr_curve[: first_skip + 1]
+    assert every.lr_curve[first_skip + 1] != taken_only.lr_curve[first_skip + 1]
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_one_line(tmp_path):
+    problem = problem_with_dropout()
+    saved = {"model": problem.model.state_dict(), "step": 5}
+    saved["model"] = dict(saved["model"]) | {"4.weight": torch.zeros(3, 3)}
+    del saved["model"]["0.bias"]
+    saved["model"]["3.weight"] = torch.zeros(2, 65)
+    torch.save(saved, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError) as e:
+        start_from(problem, read_checkpoint(tmp_path / "bad.pt"))
+    assert str(e.value) == (
+        f"torch.save checkpoint {tmp_path / 'bad.pt'} does not fit the task's model: missing 0.bias; extra"
+        " 4.weight; other shapes: 3.weight (2, 65) for (2, 64)"
+    )
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file or directory"),
+        (b"not a checkpoint", "cannot be read (UnpicklingError: "),
+        ({"model": {}}, "a torch.save dict needs the keys model, step (and optionally optimizer, scheduler,"),
+        ({"model": {}, "step": -3}, "its step is -3, not a whole number >= 0"),
+        ([1, 2], "holds a list, not a dict of states"),
+    ],
+)
+def test_unreadable_checkpoints_are_one_line(tmp_path, content, message):
+    path = tmp_path / "ckpt.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        torch.save(content, path)
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(path)
+    assert message in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
+
+
+def test_fingerprint_and_fp32_reference_follow_the_start(tmp_path):
+    """A study from the checkpoint is another problem (its fingerprint differs), and the fp32 reference and the
+    initial evaluation are those of the checkpoint's weights at its step."""
+    problem = problem_with_dropout()
+    save_plain_checkpoint(problem, tmp_path / "run.pt")
+    continued = start_from(problem, read_checkpoint(tmp_path / "run.pt"))
+    assert continued.fingerprint() != problem.fingerprint()
+    assert continued.fingerprint() == start_from(problem, read_checkpoint(tmp_path / "run.pt")).fingerprint()
+    result = train(continued, TRIAL, steps=RUN)
+    saved = torch.load(tmp_path / "run.pt", weights_only=True)
+    model = copy.deepcopy(problem.model)
+    model.load_state_dict(saved["model"])
+    model.eval()
+    with torch.no_grad():
+        initial = problem.loss_fn(model(problem.inputs).float(), problem.targets).item()
+    assert result.initial_eval_loss == pytest.approx(initial, rel=1e-6)
+    assert math.isfinite(result.fp32_zero_fraction)
+    assert replace(continued, start=None).fingerprint() != continued.fingerprint()  # the weights differ
