@@ -36,6 +36,7 @@ from typing import BinaryIO
 from search.cli import (
     OneLineParser,
     Session,
+    add_checkpoint_flag,
     check_output,
     check_run_length,
     fail,
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--seed", type=int, default=None, metavar="N", help="task seed: data and initial weights [42]"
     )
+    add_checkpoint_flag(run.add_argument)
     run.add_argument(
         "--threads",
         type=int,
@@ -171,6 +173,7 @@ _TORCH_FLAGS = (
 )
 _TRAINING_ONLY = (
     "task",
+    "checkpoint",
     "run_steps",
     "config",
     "device",
@@ -250,6 +253,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         "epochs": args.epochs,
         "steps": args.steps,
         "seed": args.seed,
+        "checkpoint": args.checkpoint,
         "threads": args.threads,
         "scaler": args.scaler,
         "storage": args.storage,
@@ -282,7 +286,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     except RuntimeError as e:  # torch.device("tpu")
         raise UsageError(f"unknown device {run.device!r}: {str(e).splitlines()[0]}") from None
     try:
-        problem = build_problem(resolve_task(run.task), run.task, run.seed).to(device)
+        problem = build_problem(resolve_task(run.task), run.task, run.seed, run.checkpoint).to(device)
         epochs = run.epochs or getattr(problem, "epochs", 0)
         steps = run_steps(problem, epochs, run.steps)
     except TaskError as e:
@@ -306,6 +310,8 @@ def _training(session: Session, args: argparse.Namespace) -> int:
             )
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
+    if problem.start is not None:  # First: every number below is of the run from there.
+        session.note(problem.start.first_line(steps))
     session.note(
         f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control (then the"
         " setting it suggests, if any, before it is suggested)"
@@ -320,8 +326,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         source = "--run-steps" if args.run_steps else "the task's run_steps"
         over = diagnosis_run_length(problem, setting, verdict, run_steps, source) if run_steps else None
     values = dict(setting.values)
+    where = "" if problem.start is None else problem.start.where
     diagnosis = TrainingDiagnosis(
-        run.task, run.seed, device_label(device), run.scaler, values, runs, verdict, over
+        run.task, run.seed, device_label(device), run.scaler, values, runs, verdict, over, where
     )
     # Everything written is made before anything is printed: a reader that goes away costs no file.
     text = json.dumps(diagnosis.to_dict(), indent=2, allow_nan=False) if args.json else None

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from search.cli import (
     OneLineParser,
     Session,
+    add_checkpoint_flag,
     check_output,
     check_run_length,
     prog_name,
@@ -104,20 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="your run's length: the answer and the default each train N steps, their skipped steps shown",
     )
     add("--seed", type=int, default=None, metavar="N", help=f"task seed: data and initial weights [{d.seed}]")
-    add(
-        "--timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="stop starting trials after SECONDS (0 = none) [0]",
-    )
-    add(
-        "--trial-timeout",
-        type=float,
-        default=None,
-        metavar="SECONDS",
-        help="fail a trial running past SECONDS (0 = none) [0]",
-    )
+    add_checkpoint_flag(add)
+    add("--timeout", type=float, metavar="SECONDS", help="stop starting trials after SECONDS (0 = none) [0]")
+    add("--trial-timeout", type=float, metavar="SECONDS", help="fail a trial past SECONDS (0 = none) [0]")
     add("--sampler", default=None, choices=SAMPLERS, help=f"Optuna sampler [{d.sampler}]")
     add("--pruner", default=None, choices=("none", "median", "hyperband"), help=f"Optuna pruner [{d.pruner}]")
     add(
@@ -253,7 +243,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
     names = (
         "trials storage study_name task device amp_dtype epochs seed timeout trial_timeout sampler "
         "pruner max_failed_trials heartbeat_interval workers devices threads storage_retry steps population "
-        "batch_memory scaler"
+        "batch_memory scaler checkpoint"
     ).split()
     return {name: getattr(args, name) for name in names}
 
@@ -377,6 +367,8 @@ def _print_notes(session: Session, plan: RunPlan) -> None:
     from search.core import growth_note
 
     settings = plan.settings
+    if plan.problem.start is not None:  # First: every number below is of the run from there.
+        session.note(plan.problem.start.first_line(plan.steps_per_trial))
     for note in plan.warnings:
         session.note(f"warning: {note}")
     if settings.run.amp_dtype == "bfloat16":

@@ -13,7 +13,15 @@ before anything heavy is imported.
 
 from search.cli._command import READER_GONE, Session, run_command, stdout_reader_gone, unreachable_line
 from search.cli._knob_flags import setting_from_flags
-from search.cli._parsing import OneLineParser, check_output, check_run_length, fail, percent, prog_name
+from search.cli._parsing import (
+    OneLineParser,
+    add_checkpoint_flag,
+    check_output,
+    check_run_length,
+    fail,
+    percent,
+    prog_name,
+)
 from search.cli._startup import COMMANDS, command_being_started, guard, started
 
 __all__ = [
@@ -21,6 +29,7 @@ __all__ = [
     "OneLineParser",
     "READER_GONE",
     "Session",
+    "add_checkpoint_flag",
     "check_output",
     "check_run_length",
     "command_being_started",

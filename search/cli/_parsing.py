@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from search.core import UsageError
@@ -34,6 +35,20 @@ def percent(text: str) -> float:
     if not math.isfinite(value) or not 0 <= value < 100:
         raise argparse.ArgumentTypeError(f"must be a percentage in [0, 100), got {text}")
     return value
+
+
+def add_checkpoint_flag(add: Callable[..., object]) -> None:
+    """``--checkpoint PATH``, as search.optimize and search.diagnose take it."""
+    add(
+        "--checkpoint",
+        metavar="PATH",
+        default=None,
+        help=(
+            "continue your run from its checkpoint (a Hugging Face Trainer checkpoint-N directory, a"
+            " Lightning .ckpt or a torch.save dict; docs/tasks.md): every run starts from its weights,"
+            " optimizer, schedule and step; the task builds the model and the data [the initial weights]"
+        ),
+    )
 
 
 def check_run_length(args: argparse.Namespace) -> None:

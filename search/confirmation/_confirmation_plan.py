@@ -131,7 +131,9 @@ def plan_confirmation(
             task = resolve_task(settings.run.task)
             from search.tasks import build_problem  # torch: only once the input is known to be good.
 
-            first_problem = build_problem(task, settings.run.task, next(iter(pending)))
+            first_problem = build_problem(
+                task, settings.run.task, next(iter(pending)), settings.run.checkpoint
+            )
         except TaskError as e:
             raise ConfirmError(str(e))
     return ConfirmationPlan(

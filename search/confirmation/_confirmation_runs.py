@@ -129,7 +129,7 @@ def run_confirmation(
                 problem = plan.first_problem if i == 0 else None  # Built while validating the input.
                 if problem is None:
                     assert task is not None
-                    problem = build_problem(task, settings.run.task, seed)
+                    problem = build_problem(task, settings.run.task, seed, settings.run.checkpoint)
                 # Every configuration on this seed: same data, same weights.
                 on_device = problem.to(plan.device)
                 for candidate in candidates:
@@ -197,7 +197,8 @@ def _check_corners(
         missing = [p for p in points if not any(_same(c["point"], p) for c in corners)]
         if missing and problem is None:
             task = resolve_task(settings.run.task)
-            problem = build_problem(task, settings.run.task, settings.run.seed).to(plan.device)
+            problem = build_problem(task, settings.run.task, settings.run.seed, settings.run.checkpoint)
+            problem = problem.to(plan.device)
         for point in tqdm(missing, desc="corners", unit="run", disable=quiet, file=sys.stderr, leave=False):
             cfg = ScalerConfig(
                 point["init_scale"],

@@ -117,6 +117,7 @@ class RunConfig:
     ) = (  # Whose loss-scale rule the trials follow (search.scalers): torch, deepspeed, megatron, fairseq.
         "torch"
     )
+    checkpoint: str = ""  # The checkpoint every run continues (search.tasks.read_checkpoint); "": none.
 
 
 @dataclass(frozen=True)

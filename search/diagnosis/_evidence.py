@@ -101,6 +101,7 @@ class RunEvidence:
         step_largest: Per step, the largest finite unscaled gradient magnitude of any parameter (nan: every
             entry zero, or the step skipped): how far each step's gradients reach, spike by spike.
         seconds: The run's wall time.
+        first_step: The user's run's global step of this run's first step (its checkpoint's, else 0).
     """
 
     label: str
@@ -120,6 +121,7 @@ class RunEvidence:
     layers: tuple[LayerForward, ...] = field(default=())
     step_largest: tuple[float, ...] = field(default=())
     seconds: float = 0.0
+    first_step: int = 0
 
     @property
     def steps(self) -> int:

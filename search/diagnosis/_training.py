@@ -60,6 +60,8 @@ class TrainingDiagnosis:
         verdict: The conclusion.
         run_length: The user's run length measured (``--run-steps``:
             :func:`search.diagnosis.diagnosis_run_length`), or None.
+        checkpoint: The checkpoint the runs continued (``StartState.where``), or "": the initial weights. Step
+            numbers are then the user's run's global steps.
     """
 
     task: str
@@ -70,6 +72,7 @@ class TrainingDiagnosis:
     runs: DiagnosisRuns
     verdict: TrainingVerdict
     run_length: dict[str, Any] | None = None
+    checkpoint: str = ""
 
     def skip_causes(self) -> list[SkipCause]:
         """Each skipped step of the fp16 run, with what overflowed."""
@@ -79,7 +82,7 @@ class TrainingDiagnosis:
         for step, skipped in enumerate(fp16.skipped):
             if skipped:
                 names = tuple(p.name for p in fp16.parameters if step in p.overflow_steps)
-                causes.append(SkipCause(step, fp16.scales[step], names, forward.get(step)))
+                causes.append(SkipCause(fp16.first_step + step, fp16.scales[step], names, forward.get(step)))
         return causes
 
     def to_dict(self) -> dict[str, Any]:
@@ -93,6 +96,8 @@ class TrainingDiagnosis:
             "scaler": self.scaler,
             "settings": self.settings,
             "steps": self.runs.fp16.planned_steps,
+            "checkpoint": self.checkpoint or None,
+            "first_step": self.runs.fp16.first_step,
             "skipped_steps": self.runs.fp16.skipped_steps,
             "skips": [
                 cause.__dict__ | {"parameters": list(cause.parameters)} for cause in self.skip_causes()
@@ -107,8 +112,11 @@ def format_training(diagnosis: TrainingDiagnosis) -> list[str]:
     runs, verdict = diagnosis.runs, diagnosis.verdict
     fp16, fp32 = runs.fp16, runs.fp32
     shown = ", ".join(f"{k} {_value(k, v)}" for k, v in diagnosis.settings.items())
+    start = ""
+    if diagnosis.checkpoint:  # Every step number below is the user's run's own.
+        start = f" from step {fp16.first_step} of {diagnosis.checkpoint}"
     lines = [
-        f"Diagnosis of {diagnosis.task} (seed {diagnosis.seed}, {fp16.planned_steps} steps,"
+        f"Diagnosis of {diagnosis.task} (seed {diagnosis.seed}, {fp16.planned_steps} steps{start},"
         f" {diagnosis.device}), {_rule_title(diagnosis.scaler)}: {shown}"
     ]
     lines.append(
@@ -154,10 +162,11 @@ def _scale_lines(fp16: RunEvidence) -> list[str]:
     if not fp16.scales:
         return ["  scale: no step taken"]
     moves = sum(1 for a, b in zip(fp16.scales, fp16.scales[1:]) if a != b)
+    first = fp16.first_step
     return [
-        f"  scale: {scale_text(fp16.scales[0])} at step 0, {scale_text(fp16.scales[-1])} at step"
-        f" {fp16.steps - 1}; lowest {scale_text(min(fp16.scales))}, highest {scale_text(max(fp16.scales))},"
-        f" {moves} changes"
+        f"  scale: {scale_text(fp16.scales[0])} at step {first}, {scale_text(fp16.scales[-1])} at step"
+        f" {first + fp16.steps - 1}; lowest {scale_text(min(fp16.scales))},"
+        f" highest {scale_text(max(fp16.scales))}, {moves} changes"
     ]
 
 

@@ -252,6 +252,7 @@ def _evidence(
         # A skipped step's overflowing parameter has no finite largest: the others' would understate the step.
         step_largest=tuple(math.nan if skip else _largest(r.largest) for r, skip in zip(readings, skipped)),
         seconds=seconds,
+        first_step=result.first_step,
     )
 
 

@@ -44,7 +44,9 @@ def settings_of(study: optuna.Study) -> Settings:
     """The settings a study was created with (its recorded user attrs), for reading it back."""
     attrs = study.user_attrs
     run = {
-        key: attrs[key] for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler") if key in attrs
+        key: attrs[key]
+        for key in ("task", "epochs", "steps", "seed", "amp_dtype", "scaler", "checkpoint")
+        if key in attrs
     }
     scaler = attrs.get("scaler", TORCH)
     space = space_layout(attrs.get("space", {}), scaler)

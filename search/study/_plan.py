@@ -107,7 +107,7 @@ def plan_run(
     # Building probes one step, whose time the cost warning multiplies by the steps of a trial: it must run on
     # the trials' threads (torch's default, one a core, is many times slower where processes share the cores).
     torch.set_num_threads(specs[0].threads)
-    problem = build_problem(resolve_task(run.task), run.task, run.seed)
+    problem = build_problem(resolve_task(run.task), run.task, run.seed, run.checkpoint)
     if not run.epochs:  # The task's own default, recorded as such in the study.
         settings = with_run(settings, epochs=problem.epochs)
         run = settings.run

@@ -62,6 +62,8 @@ def recorded_settings(settings: Settings, fingerprint: str) -> dict[str, Any]:
         "space": space,
         "penalty": data["penalty"],
         "fingerprint": fingerprint,
+        # Only where there is one: a study from the initial weights keeps the attrs it always had.
+        **({"checkpoint": settings.run.checkpoint} if settings.run.checkpoint else {}),
     }
 
 
@@ -74,6 +76,12 @@ def _differences(stored: dict[str, Any], wanted: dict[str, Any]) -> list[str]:
             if key == "fingerprint":
                 if any(k in stored and _canon(stored[k]) != _canon(wanted[k]) for k in ("task", "seed")):
                     continue  # Another task or seed builds other data and weights: that line says it.
+                if stored.get("checkpoint", "") != wanted.get("checkpoint", ""):
+                    diffs.append(
+                        f"checkpoint: study has {stored.get('checkpoint') or 'none'}, this run"
+                        f" {wanted.get('checkpoint') or 'none'}"
+                    )
+                    continue
                 diffs.append("the task's data/initial weights differ (another torch build?)")
             else:
                 diffs += _leaf_differences(key, stored[key], wanted[key])

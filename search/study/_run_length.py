@@ -46,7 +46,9 @@ def measure_run_length(
     rule = RULES[settings.run.scaler]
     device = device or resolve_device(settings.run.device)
     if problem is None:
-        problem = build_problem(resolve_task(settings.run.task), settings.run.task, settings.run.seed)
+        problem = build_problem(
+            resolve_task(settings.run.task), settings.run.task, settings.run.seed, settings.run.checkpoint
+        )
     problem = problem.to(device)
     answers = answer_form(settings.run.scaler).answer_settings(summary)
     answer = answers.get(device.type, answers.get("", next(iter(answers.values()), None)))

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
+from search.tasks._checkpoints import read_checkpoint
 from search.tasks._loader import LoaderProblem
 from search.tasks._resolve import Task, TaskError
+from search.tasks._start import start_from
 from search.tasks.base import Problem
 
 
@@ -39,8 +41,15 @@ def step_cost(problem: Problem | LoaderProblem) -> StepCost | None:
     return entry[1] if entry is not None and entry[0]() is problem else None
 
 
-def build_problem(task: Task, name: str, seed: int) -> Problem | LoaderProblem:
-    """Calls ``task(seed)``, checks that it returned a problem, and probes it (:func:`probe_step`)."""
+def build_problem(task: Task, name: str, seed: int, checkpoint: str = "") -> Problem | LoaderProblem:
+    """Calls ``task(seed)``, checks that it returned a problem, continues it from ``checkpoint`` when one is
+    given (:func:`~search.tasks.read_checkpoint`; "": from the initial weights), and probes it
+    (:func:`probe_step`).
+
+    Raises:
+        TaskError: The task cannot be built or trained; :class:`~search.tasks.CheckpointError` (a TaskError):
+            the checkpoint cannot be read or does not fit the task's model.
+    """
     try:
         problem = task(seed)
     except SystemExit as e:  # Not a success: a task that exits is an error, never exit 0.
@@ -51,6 +60,8 @@ def build_problem(task: Task, name: str, seed: int) -> Problem | LoaderProblem:
         raise TaskError(
             f"task {name!r} returned {type(problem).__name__}, expected search.tasks.Problem or LoaderProblem"
         )
+    if checkpoint:
+        problem = start_from(problem, read_checkpoint(checkpoint))
     cost = probe_step(problem, name)
     _COSTS[id(problem)] = (weakref.ref(problem, lambda _ref, key=id(problem): _COSTS.pop(key, None)), cost)
     return problem

@@ -89,7 +89,10 @@ def _hf_weights(path: Path) -> dict[str, torch.Tensor]:
     """The weights of a ``save_pretrained`` directory: safetensors (one file or shards) or a .bin."""
     from safetensors.torch import load_file  # transformers' own dependency; only this format needs it.
 
-    for index_name, loader in (("model.safetensors.index.json", load_file), ("pytorch_model.bin.index.json", _load)):
+    for index_name, loader in (
+        ("model.safetensors.index.json", load_file),
+        ("pytorch_model.bin.index.json", _load),
+    ):
         index = path / index_name
         if index.is_file():
             try:
@@ -120,7 +123,8 @@ def _lightning(path: Path, saved: dict[str, Any]) -> StartState:
         global_step=_step(path, saved.get("global_step")),
         optimizer_state=optimizers[0],
         scheduler_state=schedulers[0],
-        scaler_state=saved.get("MixedPrecision") or None,  # The AMP plugin's GradScaler, under its class name.
+        scaler_state=saved.get("MixedPrecision")
+        or None,  # The AMP plugin's GradScaler, under its class name.
         source=LIGHTNING,
         path=str(path),
         scheduler_on_skipped_step=True,
@@ -129,7 +133,7 @@ def _lightning(path: Path, saved: dict[str, Any]) -> StartState:
 
 def _lightning_weights(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A LightningModule's weights as its one child module's own: a module that holds the task's model as
-    ``self.model`` saves ``model.0.weight``, ...; the task builds the model itself, whose keys are ``0.weight``."""
+    ``self.model`` saves ``model.0.weight``, ...; the task builds that model, whose keys are ``0.weight``."""
     prefixes = {key.split(".", 1)[0] for key in state}
     if len(prefixes) == 1 and all("." in key for key in state):
         prefix = f"{next(iter(prefixes))}."

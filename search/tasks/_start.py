@@ -70,7 +70,9 @@ class StartState:
 
     def __post_init__(self) -> None:
         if not isinstance(self.global_step, int) or self.global_step < 0:
-            raise CheckpointError(f"{self.where}: its step must be a whole number >= 0, got {self.global_step!r}")
+            raise CheckpointError(
+                f"{self.where}: its step must be a whole number >= 0, got {self.global_step!r}"
+            )
         if self.scaler_state is not None:
             missing = [k for k in GRADSCALER_KEYS if k not in self.scaler_state]
             if missing:
@@ -81,8 +83,15 @@ class StartState:
         """The checkpoint as messages name it: ``Hugging Face Trainer checkpoint runs/x/checkpoint-300``."""
         return f"{self.source} {self.path}".strip()
 
+    def first_line(self, steps: int) -> str:
+        """The line a command starts with: which step of which checkpoint every run starts from."""
+        return (
+            f"from step {self.global_step} of {self.where}: every run trains steps {self.global_step} to"
+            f" {self.global_step + steps - 1}"
+        )
+
     def digest(self) -> str:
-        """A hash of the whole state, so that every worker and resume can prove it starts from the same one."""
+        """A hash of the whole state: every worker and resume can prove it starts from the same one."""
         digest = hashlib.sha256(repr(self.global_step).encode())
         for part in (self.model_state, self.optimizer_state, self.scheduler_state, self.scaler_state):
             _hash_state(digest, part)

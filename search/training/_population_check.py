@@ -102,8 +102,8 @@ def _spec(problem: Problem, amp_dtype: torch.dtype | None) -> _Spec:
         )
     if problem.start is not None or problem.make_scheduler is not None:
         raise PopulationError(
-            "it continues a checkpoint or schedules its learning rate: population mode trains from the initial"
-            " weights at a constant rate"
+            "it continues a checkpoint or schedules its learning rate: population mode trains from the"
+            " initial weights at a constant rate"
         )
     layers = _layers(problem.model)
     if problem.inputs.dim() != 2 or not problem.inputs.is_floating_point():

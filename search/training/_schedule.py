@@ -44,7 +44,9 @@ class Schedule:
         if self.on_skipped_step or not float(skipped) > 0:
             with warnings.catch_warnings():
                 # The recipe steps the scheduler after a skipped first step on purpose; PyTorch warns of it.
-                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step()` before", UserWarning)
+                warnings.filterwarnings(
+                    "ignore", "Detected call of `lr_scheduler.step()` before", UserWarning
+                )
                 self.scheduler.step()
 
 

@@ -259,9 +259,9 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     )
     if behind:
         assert (
-            f"start at init_scale 2^21 and regrow after each backoff: growth_factor {growth:g}, growth_interval 1"
-            f" (rerun this diagnosis with --init-scale 2097152 --growth-factor {growth:g} --growth-interval 1"
-            " for its own diagnosis)"
+            f"start at init_scale 2^21 and regrow after each backoff: growth_factor {growth:g},"
+            f" growth_interval 1 (rerun this diagnosis with --init-scale 2097152 --growth-factor {growth:g}"
+            " --growth-interval 1 for its own diagnosis)"
             in verdict.advice
         )
     else:

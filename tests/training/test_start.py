@@ -1,4 +1,5 @@
-"""Trials from a checkpoint, against a plain PyTorch loop that saves one and another that loads it and goes on.
+"""Trials from a checkpoint, against a plain PyTorch loop that saves one and another that loads it and goes
+on.
 
 The plain loops share nothing with the trainer but the Problem they read: they draw the batch order themselves
 (``randperm(n)`` per epoch from ``shuffle_seed``), seed each step with ``torch.manual_seed((seed * 1_000_003 +
@@ -17,12 +18,15 @@ import pytest
 import torch
 from torch import nn
 
-from plain_loop import _batches
 from search.scalers import ScalerConfig
 from search.tasks import CheckpointError, Problem, read_checkpoint, start_from
 from search.training import train
 
-SAVED_AT = 23  # The checkpoint's global step: inside the second epoch (16 steps an epoch), mid warm-up's decay.
+from plain_loop import _batches
+
+SAVED_AT = (
+    23  # The checkpoint's global step: inside the second epoch (16 steps an epoch), mid warm-up's decay.
+)
 RUN = 12
 # Not powers of two; 3.3e6 overflows seed-style gradients at first, and regrowing every 3 clean steps by 1.7
 # brings the overflows back, so skips recur throughout and the scheduler's rule on them matters.
@@ -31,7 +35,7 @@ TRIAL = ScalerConfig(5.1e5, 1.9, 0.43, 2)
 
 
 def warmup_then_decay(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-    # A callable object, not a lambda: LambdaLR saves the state of callable objects, and any scheduler will do.
+    # A callable object, not a lambda: LambdaLR saves a callable object's state; any scheduler would do.
     return torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupDecay(8, 60))
 
 
@@ -108,7 +112,7 @@ def plain_steps(
 
 
 def save_plain_checkpoint(problem: Problem, path, on_skip: bool = True) -> PlainSteps:
-    """Trains SAVED_AT steps from the initial weights in the plain loop and saves them as a torch.save dict."""
+    """Trains SAVED_AT steps from the initial weights in the plain loop; saves them as a torch.save dict."""
     model = copy.deepcopy(problem.model)
     optimizer = problem.make_optimizer(model.parameters())
     scheduler = problem.make_scheduler(optimizer)
@@ -160,7 +164,11 @@ def test_a_trial_continues_the_checkpoint_as_the_plain_loop_does(tmp_path, on_sk
     path = tmp_path / "run.pt"
     before = save_plain_checkpoint(problem, path, on_skip)
     start = read_checkpoint(path)
-    assert (start.global_step, start.source, start.scheduler_on_skipped_step) == (SAVED_AT, "torch.save checkpoint", None)
+    assert (start.global_step, start.source, start.scheduler_on_skipped_step) == (
+        SAVED_AT,
+        "torch.save checkpoint",
+        None,
+    )
     continued = start_from(problem, start)
 
     fresh = train(continued, TRIAL, steps=RUN, fp32_reference=False)
@@ -172,7 +180,10 @@ def test_a_trial_continues_the_checkpoint_as_the_plain_loop_does(tmp_path, on_sk
     plain_as_run = plain_continue(problem, path, None, on_skip)
     assert_same_steps(as_run, plain_as_run)
     # The saved scaler is where the run left it, not at a fresh start: its count of clean steps goes on too.
-    assert start.scaler_state["scale"] == before.scales[-1] and start.scaler_setting().init_scale == before.scales[-1]
+    assert (
+        start.scaler_state["scale"] == before.scales[-1]
+        and start.scaler_setting().init_scale == before.scales[-1]
+    )
 
 
 def test_the_schedule_rule_moves_the_rate_only_on_skipped_steps():
@@ -223,8 +234,8 @@ def test_unreadable_checkpoints_are_one_line(tmp_path, content, message):
 
 
 def test_fingerprint_and_fp32_reference_follow_the_start(tmp_path):
-    """A study from the checkpoint is another problem (its fingerprint differs), and the fp32 reference and the
-    initial evaluation are those of the checkpoint's weights at its step."""
+    """A study from the checkpoint is another problem (its fingerprint differs), and the fp32 reference and
+    the initial evaluation are those of the checkpoint's weights at its step."""
     problem = problem_with_dropout()
     save_plain_checkpoint(problem, tmp_path / "run.pt")
     continued = start_from(problem, read_checkpoint(tmp_path / "run.pt"))
