@@ -28,6 +28,8 @@ import sqlalchemy
 import torch
 from warm_start import WarmProcess
 
+from frameworks import fresh_accelerate  # noqa: F401 (a fixture for every test module)
+
 # One torch thread in each test process, as the service trains (search.study._workers.threads_per_process):
 # pytest-xdist runs two test processes on two cores, and intra-op threads that share cores with
 # another busy process stall at every barrier (docs/benchmarks.md measured 47x on deep-mlp).

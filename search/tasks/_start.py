@@ -123,12 +123,41 @@ def start_from(problem: ProblemT, start: StartState) -> ProblemT:
     """``problem`` with its model holding the checkpoint's weights and its trials continuing from ``start``.
 
     Raises:
-        CheckpointError: The checkpoint's weights do not fit the model (missing or extra keys, other shapes).
+        CheckpointError: The checkpoint's weights do not fit the model (missing or extra keys, other shapes),
+            or its optimizer's or scheduler's state does not fit the task's (checked here, once, rather than
+            failing every trial).
     """
     model = copy.deepcopy(problem.model)
     tied = check_fits(model, start)
     model.load_state_dict(start.model_state, strict=not tied)
+    _check_states(problem, model, start)
     return replace(problem, model=model, start=start)
+
+
+def _check_states(problem: Any, model: nn.Module, start: StartState) -> None:
+    """Loads the optimizer's and the scheduler's states into the task's own, on a copy of the model."""
+    if start.scheduler_state is not None and problem.make_scheduler is None:
+        raise CheckpointError(
+            f"{start.where} holds a learning-rate scheduler's state and the task has none: give the task"
+            " make_scheduler=..., the schedule the run used"
+        )
+    if start.scheduler_state is None and problem.make_scheduler is not None:
+        raise CheckpointError(
+            f"{start.where} holds no scheduler state, so where the task's schedule was at step"
+            f" {start.global_step} is unknown: save the scheduler's state_dict with the checkpoint"
+        )
+    what = "optimizer"
+    try:
+        optimizer = problem.make_optimizer(copy.deepcopy(model).parameters())
+        scheduler = None if problem.make_scheduler is None else problem.make_scheduler(optimizer)
+        if start.optimizer_state is not None:
+            optimizer.load_state_dict(start.fresh_optimizer_state())
+        what = "scheduler"
+        if scheduler is not None:
+            scheduler.load_state_dict(dict(start.scheduler_state))
+    except Exception as e:  # Whatever load_state_dict raises (ValueError, KeyError, ...): one line.
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise CheckpointError(f"{start.where}: its {what} state does not fit the task's {what}: {first}")
 
 
 def check_fits(model: nn.Module, start: StartState) -> set[str]:

@@ -3,20 +3,14 @@
 Every framework's snippet runs against the installed library on the CPU, and the test reads the four
 settings from the scaler object the framework really ends up using (not from the snippet's text), on
 settings that are neither powers of two nor defaults, on a change of init_scale alone, and on the
-defaults. accelerate builds no GradScaler on a CPU device (``Accelerator.__init__``: ``self.device.type
-!= "cpu"``), so its tests and the Trainer's run accelerate's own construction with ``Accelerator.device``
-reading ``cuda``: ``get_grad_scaler`` then builds the ``torch.amp.GradScaler`` it would on a GPU, on
-the CPU backend it finds. A missing framework fails naming the install command.
+defaults. accelerate's and the Trainer's scalers are built as on a GPU (:mod:`frameworks`). A missing
+framework fails naming the install command.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib
 import inspect
-from collections.abc import Iterator
-from types import ModuleType
 from unittest import mock
 
 import pytest
@@ -25,18 +19,13 @@ import torch
 from search.results import paste_lines
 from search.scalers import PARAM_NAMES, ScalerConfig
 
+from frameworks import as_on_a_gpu, need
+
 ODD = ScalerConfig(1234.5, 3.7, 0.31, 77)  # No power of two, no default.
 INIT_ONLY = ScalerConfig(1234.5, 2.0, 0.5, 2000)
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 CASES = {"odd": ODD, "init_only": INIT_ONLY, "default": DEFAULT}
 NAMED = {"odd": set(PARAM_NAMES), "init_only": {"init_scale"}, "default": set()}
-
-
-def _need(module: str) -> ModuleType:
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        pytest.fail(f"{module} is not installed ({error}); set-up step: pip install -e '.[dev]'")
 
 
 def _run(snippet: str, **namespace: object) -> dict[str, object]:
@@ -56,28 +45,6 @@ def _settings(scaler: torch.amp.GradScaler) -> tuple[float, float, float, int]:
 
 def _expected(config: ScalerConfig) -> tuple[float, float, float, int]:
     return (config.init_scale, config.growth_factor, config.backoff_factor, config.growth_interval)
-
-
-@pytest.fixture
-def fresh_accelerate() -> Iterator[None]:
-    """accelerate keeps its state in process-wide singletons: each test starts and ends with none."""
-    _need("accelerate")
-    from accelerate.state import AcceleratorState
-
-    AcceleratorState._reset_state(True)
-    yield
-    AcceleratorState._reset_state(True)
-
-
-@contextlib.contextmanager
-def _as_on_a_gpu() -> Iterator[None]:
-    """accelerate's own scaler construction, which it skips on a CPU device (for construction only)."""
-    from accelerate import Accelerator
-
-    with mock.patch.object(
-        Accelerator, "device", new_callable=mock.PropertyMock, return_value=torch.device("cuda")
-    ):
-        yield
 
 
 def test_keys_in_order_and_only_the_differing_settings_named():
@@ -121,7 +88,7 @@ def test_fsdp(case):
 @pytest.mark.parametrize("case", CASES)
 def test_accelerate(case, fresh_accelerate):
     snippet = paste_lines(CASES[case], "cuda")["accelerate"]
-    with _as_on_a_gpu():
+    with as_on_a_gpu():
         accelerator = _run(snippet)["accelerator"]
     assert accelerator.state.mixed_precision == "fp16" and accelerator.native_amp
     assert type(accelerator.scaler) is torch.amp.GradScaler
@@ -154,7 +121,7 @@ def _lightning_trainer(snippet: str, **flags: str) -> object:
 
 @pytest.mark.parametrize("case", CASES)
 def test_lightning(case):
-    _need("lightning")
+    need("lightning")
     from lightning.pytorch.plugins import MixedPrecision
 
     snippet = paste_lines(CASES[case], "cpu")["lightning"]
@@ -169,14 +136,14 @@ def test_lightning(case):
 
 
 def test_lightning_refuses_precision_next_to_the_plugin():
-    _need("lightning")
+    need("lightning")
     with pytest.raises(ValueError, match="Received both `precision=16-mixed` and `plugins="):
         _lightning_trainer(paste_lines(ODD, "cpu")["lightning"], precision="16-mixed")
 
 
 def test_lightning_names_come_from_one_package():
     """pytorch_lightning has its own classes: its Trainer refuses the snippet's lightning.pytorch plugin."""
-    pytorch_lightning = _need("pytorch_lightning")
+    pytorch_lightning = need("pytorch_lightning")
     flags = _run(paste_lines(ODD, "cpu")["lightning"].replace("trainer = Trainer(", "flags = dict("))["flags"]
     with pytest.raises(Exception, match="Found invalid type for plugin"):
         pytorch_lightning.Trainer(accelerator="cpu", devices=1, logger=False, **flags)
@@ -184,7 +151,7 @@ def test_lightning_names_come_from_one_package():
 
 def test_lightning_plain_precision_flag_has_no_scaler_on_cpu():
     """Why even the default snippet uses the plugin: the flag alone turns fp16 into bf16 on CPU."""
-    _need("lightning")
+    need("lightning")
     from lightning.pytorch import Trainer
 
     with pytest.warns(UserWarning, match="Using `precision='bf16-mixed'` instead"):
@@ -220,7 +187,7 @@ def _training_args(tmp_path, args=None) -> object:
 @pytest.mark.parametrize("case", CASES)
 def test_hf_trainer(case, tmp_path, fresh_accelerate):
     """The scaler the real Trainer's accelerator builds, then uses in two real training steps."""
-    transformers = _need("transformers")
+    transformers = need("transformers")
     snippet = paste_lines(CASES[case], "cuda")["hf_trainer"]
     namespace = _run(snippet)
     if case == "default":  # The plain Trainer with the snippet's own TrainingArguments.
@@ -229,7 +196,7 @@ def test_hf_trainer(case, tmp_path, fresh_accelerate):
         trainer_class, args = namespace["ScalerTrainer"], _training_args(tmp_path)
     assert args.fp16 and args.mixed_precision == "fp16"
     data = [{"x": torch.randn(4), "labels": torch.randn(())} for _ in range(8)]
-    with _as_on_a_gpu():
+    with as_on_a_gpu():
         trainer = trainer_class(model=_Tiny(), args=args, train_dataset=data)
     scaler = trainer.accelerator.scaler
     assert type(scaler) is torch.amp.GradScaler
@@ -243,7 +210,7 @@ def test_hf_trainer(case, tmp_path, fresh_accelerate):
 
 def test_hf_trainer_hands_the_handler_to_accelerate_on_cpu(tmp_path, fresh_accelerate):
     """Without the GPU view the settings still reach the Accelerator (which uses no scaler on CPU)."""
-    _need("transformers")
+    need("transformers")
     trainer_class = _run(paste_lines(ODD, "cpu")["hf_trainer"])["ScalerTrainer"]
     trainer = trainer_class(model=_Tiny(), args=_training_args(tmp_path))
     assert trainer.accelerator.scaler is None
@@ -252,4 +219,4 @@ def test_hf_trainer_hands_the_handler_to_accelerate_on_cpu(tmp_path, fresh_accel
 
 def test_a_missing_framework_fails_naming_the_install_command():
     with pytest.raises(pytest.fail.Exception, match=r"pip install -e '\.\[dev\]'"):
-        _need("no_such_framework_here")
+        need("no_such_framework_here")

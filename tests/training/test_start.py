@@ -1,11 +1,9 @@
 """Trials from a checkpoint, against a plain PyTorch loop that saves one and another that loads it and goes
 on.
 
-The plain loops share nothing with the trainer but the Problem they read: they draw the batch order themselves
-(``randperm(n)`` per epoch from ``shuffle_seed``), seed each step with ``torch.manual_seed((seed * 1_000_003 +
-global_step) % 2**63)`` (docs/tasks.md), save and load with ``torch.save``/``load_state_dict``, and step the
-scheduler as PyTorch's AMP recipe does (every iteration) or as Hugging Face Trainer does (only when the
-optimizer stepped: ``scaler.get_scale()`` did not fall).
+The plain loops (:mod:`plain_resume`) share nothing with the trainer but the Problem they read: they draw
+the batch order themselves (``randperm(n)`` per epoch from ``shuffle_seed``), save and load with
+``torch.save``/``load_state_dict``, and step the scheduler as the task says.
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from search.tasks import CheckpointError, Problem, read_checkpoint, start_from
 from search.training import train
 
 from plain_loop import _batches
+from plain_resume import PlainSteps, assert_same_steps, plain_steps
 
 SAVED_AT = (
     23  # The checkpoint's global step: inside the second epoch (16 steps an epoch), mid warm-up's decay.
@@ -70,45 +69,11 @@ def problem_with_dropout(on_skip: bool | None = None) -> Problem:
     )
 
 
-@dataclass
-class PlainSteps:
-    losses: list[float]
-    scales: list[float]
-    skipped: list[bool]
-    rates: list[float]
-
-
-def plain_steps(
-    problem: Problem,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    scaler: torch.amp.GradScaler,
-    first: int,
-    count: int,
-    on_skip: bool,
-) -> PlainSteps:
-    """Global steps ``first`` .. ``first + count - 1`` of the plain AMP loop, read step by step."""
-    out = PlainSteps([], [], [], [])
-    model.train()
-    for step, micro in enumerate(_batches(problem, first + count)[first:], start=first):
-        torch.manual_seed((problem.shuffle_seed * 1_000_003 + step) % 2**63)
-        optimizer.zero_grad(set_to_none=True)
-        out.rates.append(optimizer.param_groups[0]["lr"])
-        (index,) = micro
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(problem.inputs[index]), problem.targets[index])
-        scaler.scale(loss).backward()
-        before = scaler.get_scale()
-        scaler.step(optimizer)
-        scaler.update()
-        skipped = scaler.get_scale() < before
-        if on_skip or not skipped:
-            scheduler.step()
-        out.losses.append(loss.item())
-        out.scales.append(scaler.get_scale())
-        out.skipped.append(skipped)
-    return out
+def tensor_losses(problem: Problem, first: int, count: int) -> list:
+    """The loss of each of global steps ``first`` ... ``first + count - 1`` (the plain loop's own batches)."""
+    plan = _batches(problem, first + count)[first:]
+    x, y = problem.inputs, problem.targets
+    return [lambda model, i=index: problem.loss_fn(model(x[i]), y[i]) for (index,) in plan]
 
 
 def save_plain_checkpoint(problem: Problem, path, on_skip: bool = True) -> PlainSteps:
@@ -117,7 +82,8 @@ def save_plain_checkpoint(problem: Problem, path, on_skip: bool = True) -> Plain
     optimizer = problem.make_optimizer(model.parameters())
     scheduler = problem.make_scheduler(optimizer)
     scaler = torch.amp.GradScaler("cpu", **SAVING)
-    done = plain_steps(problem, model, optimizer, scheduler, scaler, 0, SAVED_AT, on_skip)
+    losses = tensor_losses(problem, 0, SAVED_AT)
+    done = plain_steps(model, optimizer, scheduler, scaler, losses, 0, problem.shuffle_seed, on_skip)
     torch.save(
         {
             "model": model.state_dict(),
@@ -144,15 +110,8 @@ def plain_continue(problem: Problem, path, scaler: torch.amp.GradScaler | None, 
     if scaler is None:
         scaler = torch.amp.GradScaler("cpu")
         scaler.load_state_dict(saved["scaler"])
-    return plain_steps(problem, model, optimizer, scheduler, scaler, SAVED_AT, RUN, on_skip)
-
-
-def assert_same_steps(result, plain: PlainSteps) -> None:
-    assert result.first_step == SAVED_AT and result.steps == RUN
-    assert result.skipped == plain.skipped
-    assert result.scale_curve == plain.scales  # float32 scales, exactly
-    assert list(result.lr_curve) == pytest.approx(plain.rates, rel=1e-12)
-    assert result.loss_curve == pytest.approx(plain.losses, rel=1e-6)
+    losses = tensor_losses(problem, SAVED_AT, RUN)
+    return plain_steps(model, optimizer, scheduler, scaler, losses, SAVED_AT, problem.shuffle_seed, on_skip)
 
 
 @pytest.mark.parametrize("on_skip", [True, False])
@@ -173,12 +132,12 @@ def test_a_trial_continues_the_checkpoint_as_the_plain_loop_does(tmp_path, on_sk
 
     fresh = train(continued, TRIAL, steps=RUN, fp32_reference=False)
     plain = plain_continue(problem, path, torch.amp.GradScaler("cpu", **TRIAL.values), on_skip)
-    assert_same_steps(fresh, plain)
+    assert_same_steps(fresh, plain, SAVED_AT)
     assert any(plain.skipped) and not all(plain.skipped)
 
     as_run = train(continued, start.scaler_setting(), steps=RUN, fp32_reference=False, continue_scaler=True)
     plain_as_run = plain_continue(problem, path, None, on_skip)
-    assert_same_steps(as_run, plain_as_run)
+    assert_same_steps(as_run, plain_as_run, SAVED_AT)
     # The saved scaler is where the run left it, not at a fresh start: its count of clean steps goes on too.
     assert (
         start.scaler_state["scale"] == before.scales[-1]
