@@ -3,6 +3,9 @@
 * a Hugging Face Trainer ``checkpoint-N/`` directory: weights in ``model.safetensors`` (sharded or not) or
   ``pytorch_model.bin``, ``optimizer.pt``, ``scheduler.pt``, ``scaler.pt`` when the run had one,
   ``trainer_state.json`` (its ``global_step``);
+* an accelerate ``save_state`` directory: ``model.safetensors`` or ``pytorch_model.bin``, ``optimizer.bin``,
+  ``scheduler.bin``, ``scaler.pt``; accelerate keeps no global step, so the directory is named ``step_N``
+  as accelerate's own examples name theirs (``examples/complete_nlp_example.py``: ``f"step_{overall_step}"``);
 * a Lightning ``.ckpt`` file: ``state_dict``, ``optimizer_states``, ``lr_schedulers``, ``global_step`` and
   the ``MixedPrecision`` plugin's GradScaler state;
 * a plain ``torch.save`` dict with the keys of PyTorch's AMP recipe (``model``, ``optimizer``, ``scaler``)
@@ -23,6 +26,7 @@ import torch
 from search.tasks._start import CheckpointError, StartState
 
 HF_TRAINER = "Hugging Face Trainer checkpoint"
+ACCELERATE = "accelerate checkpoint"
 LIGHTNING = "Lightning checkpoint"
 PLAIN = "torch.save checkpoint"
 PLAIN_KEYS = ("model", "step")  # Required; "optimizer", "scheduler" and "scaler" are read when present.
@@ -38,9 +42,11 @@ def read_checkpoint(path: str | Path) -> StartState:
     if path.is_dir():
         if (path / "trainer_state.json").is_file():
             return _hf_trainer(path)
+        if any(path.glob("random_states_*.pkl")) or (path / "optimizer.bin").is_file():
+            return _accelerate(path)
         raise CheckpointError(
-            f"checkpoint {path}: a directory without trainer_state.json is not a Hugging Face Trainer"
-            " checkpoint (give a checkpoint-N directory, a Lightning .ckpt or a torch.save file)"
+            f"checkpoint {path}: a directory that is neither a Hugging Face Trainer checkpoint"
+            " (trainer_state.json) nor an accelerate save_state (optimizer.bin, random_states_0.pkl)"
         )
     if not path.exists():
         raise CheckpointError(f"checkpoint {path}: no such file or directory")
@@ -80,6 +86,28 @@ def _hf_trainer(path: Path) -> StartState:
         scheduler_state=_load_if(path / "scheduler.pt"),
         scaler_state=scaler or None,  # Saved empty ({}) when the Trainer's scaler was disabled.
         source=HF_TRAINER,
+        path=str(path),
+        scheduler_on_skipped_step=False,
+    )
+
+
+def _accelerate(path: Path) -> StartState:
+    name = path.resolve().name
+    if not (name.startswith("step_") and name[5:].isdigit()):
+        raise CheckpointError(
+            f"checkpoint {path}: accelerate's save_state keeps no global step; name the directory step_N, N"
+            " the optimizer steps taken, as accelerate's examples do"
+        )
+    if any(path.glob("optimizer_1.bin")) or any(path.glob("pytorch_model_1.bin")):
+        raise CheckpointError(f"checkpoint {path}: several models or optimizers; a task trains one of each")
+    scaler = _load(path / "scaler.pt") if (path / "scaler.pt").is_file() else None
+    return StartState(
+        model_state=_hf_weights(path),
+        global_step=int(name[5:]),
+        optimizer_state=_load_if(path / "optimizer.bin"),
+        scheduler_state=_load_if(path / "scheduler.bin"),
+        scaler_state=scaler or None,
+        source=ACCELERATE,
         path=str(path),
         scheduler_on_skipped_step=False,
     )

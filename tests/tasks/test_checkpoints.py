@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
 from search.scalers import ScalerConfig
-from search.tasks import LoaderProblem, read_checkpoint, start_from
+from search.tasks import LoaderProblem, Problem, read_checkpoint, start_from
 from search.training import train
 
 from frameworks import as_on_a_gpu, need
+from plain_loop import _batches
 from plain_resume import assert_same_steps, plain_steps
 
+# The plain loops and Lightning step the scheduler after a skipped first step, as PyTorch's recipe does.
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
 TRIAL = ScalerConfig(7.3e3, 1.6, 0.41, 2)  # No power of two; overflows and regrows within a few steps.
 SAVED_AT, MORE = 3, 6
 SEED = 5
@@ -135,3 +139,181 @@ def test_a_hugging_face_trainer_checkpoint_continues_as_the_plain_loop_does(tmp_
 
     as_run = train(problem, start.scaler_setting(), steps=MORE, fp32_reference=False, continue_scaler=True)
     assert_same_steps(as_run, plain_hf_continue(hf_task(), directory, None)[1], SAVED_AT)
+
+
+LIGHTNING_SAVED_AT, LIGHTNING_MORE = 5, 6
+LIGHTNING_SCALER = dict(init_scale=9.1e4, growth_factor=1.3, backoff_factor=0.62, growth_interval=2)
+
+
+def lightning_problem() -> Problem:
+    """A task whose model is the one a LightningModule holds as ``self.model``."""
+    generator = torch.Generator().manual_seed(3)
+    inputs = torch.randn(256, 8, generator=generator) * 4
+    torch.manual_seed(3)
+    return Problem(
+        model=nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1)),
+        inputs=inputs,
+        targets=inputs[:, :1] * 3,
+        loss_fn=nn.MSELoss(),
+        make_optimizer=lambda params: torch.optim.SGD(params, lr=2e-3, momentum=0.9),
+        make_scheduler=lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, step_size=3, gamma=0.7),
+        epochs=1,
+        batch_size=32,
+        shuffle_seed=9,
+    )
+
+
+def continue_plainly(
+    states: tuple, first: int, more: int, on_skip: bool, scaler: torch.amp.GradScaler | None
+):
+    """lightning_problem's model, optimizer and scheduler loaded with ``states`` (weights, optimizer,
+    scheduler, scaler), then ``more`` steps of the plain loop on the task's own batches from global step ``first``;
+    ``scaler`` None continues the saved scaler."""
+    problem = lightning_problem()
+    weights, optimizer_state, scheduler_state, scaler_state = states
+    model = problem.model
+    model.load_state_dict(weights)
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    optimizer.load_state_dict(optimizer_state)
+    scheduler.load_state_dict(scheduler_state)
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.load_state_dict(scaler_state)
+    x, y = problem.inputs, problem.targets
+    losses = [
+        lambda m, i=index: problem.loss_fn(m(x[i]), y[i])
+        for (index,) in _batches(problem, first + more)[first:]
+    ]
+    return plain_steps(model, optimizer, scheduler, scaler, losses, first, problem.shuffle_seed, on_skip)
+
+
+def write_lightning_checkpoint(tmp_path) -> str:
+    """The real Lightning Trainer trains LIGHTNING_SAVED_AT steps under its fp16 plugin and saves a .ckpt."""
+    lightning = need("lightning.pytorch")
+    from lightning.pytorch.plugins import MixedPrecision
+
+    problem = lightning_problem()
+
+    class Module(lightning.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = problem.model
+
+        def training_step(self, batch, batch_index):  # noqa: ANN001, ANN201
+            return problem.loss_fn(self.model(batch[0]), batch[1])
+
+        def configure_optimizers(self):  # noqa: ANN201
+            optimizer = problem.make_optimizer(self.parameters())
+            scheduler = problem.make_scheduler(optimizer)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    data = DataLoader(list(zip(problem.inputs, problem.targets)), batch_size=32)
+    plugin = MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu", **LIGHTNING_SCALER))
+    trainer = lightning.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=LIGHTNING_SAVED_AT,
+        plugins=[plugin],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Module(), data)
+    path = tmp_path / "run.ckpt"
+    trainer.save_checkpoint(path)
+    return str(path)
+
+
+def test_a_lightning_checkpoint_continues_as_the_plain_loop_does(tmp_path):
+    """Lightning steps the scheduler on every step, skipped or not (its training loop's update_lr_schedulers),
+    and saves GradScaler's state under its plugin's name."""
+    path = write_lightning_checkpoint(tmp_path)
+    start = read_checkpoint(path)
+    assert (start.global_step, start.source, start.scheduler_on_skipped_step) == (
+        5,
+        "Lightning checkpoint",
+        True,
+    )
+    saved = torch.load(path, weights_only=False)
+    assert start.scaler_state == saved["MixedPrecision"] and start.scaler_state["growth_factor"] == 1.3
+    problem = start_from(lightning_problem(), start)
+
+    states = (
+        {k.removeprefix("model."): v for k, v in saved["state_dict"].items()},
+        saved["optimizer_states"][0],
+        saved["lr_schedulers"][0],
+        saved["MixedPrecision"],
+    )
+
+    def plain(scaler: torch.amp.GradScaler | None):
+        return continue_plainly(states, saved["global_step"], LIGHTNING_MORE, True, scaler)
+
+    fresh = train(problem, TRIAL, steps=LIGHTNING_MORE, fp32_reference=False)
+    expected = plain(torch.amp.GradScaler("cpu", **TRIAL.values))
+    assert_same_steps(fresh, expected, 5)
+    assert any(expected.skipped) and not all(expected.skipped)
+    as_run = train(
+        problem, start.scaler_setting(), steps=LIGHTNING_MORE, fp32_reference=False, continue_scaler=True
+    )
+    assert_same_steps(as_run, plain(None), 5)
+
+
+ACCELERATE_SAVED_AT = 4
+
+
+def write_accelerate_checkpoint(tmp_path) -> str:
+    """A plain accelerate loop trains ACCELERATE_SAVED_AT steps in fp16 and saves its state as its examples
+    do, in ``step_N``."""
+    need("accelerate")
+    from accelerate import Accelerator
+    from accelerate.utils import GradScalerKwargs
+
+    problem = lightning_problem()
+    with as_on_a_gpu():  # accelerate builds its GradScaler only on a GPU: built as there.
+        accelerator = Accelerator(
+            mixed_precision="fp16", kwargs_handlers=[GradScalerKwargs(**LIGHTNING_SCALER)]
+        )
+    model = problem.model
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    data = DataLoader(list(zip(problem.inputs, problem.targets)), batch_size=32)
+    model, optimizer, data, scheduler = accelerator.prepare(model, optimizer, data, scheduler)
+    for _, (x, y) in zip(range(ACCELERATE_SAVED_AT), data):
+        with accelerator.autocast():
+            loss = problem.loss_fn(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad()
+    directory = tmp_path / f"step_{ACCELERATE_SAVED_AT}"
+    accelerator.save_state(str(directory))
+    return str(directory)
+
+
+def test_an_accelerate_checkpoint_continues_as_the_plain_loop_does(tmp_path, fresh_accelerate):
+    """accelerate does not step the scheduler on a skipped step (its AcceleratedScheduler.step returns)."""
+    directory = write_accelerate_checkpoint(tmp_path)
+    start = read_checkpoint(directory)
+    assert (start.global_step, start.source) == (ACCELERATE_SAVED_AT, "accelerate checkpoint")
+    assert start.scheduler_on_skipped_step is False
+    from safetensors.torch import load_file
+
+    states = (
+        load_file(f"{directory}/model.safetensors"),
+        torch.load(f"{directory}/optimizer.bin", weights_only=True),
+        torch.load(f"{directory}/scheduler.bin", weights_only=True),
+        torch.load(f"{directory}/scaler.pt", weights_only=True),
+    )
+    assert states[3]["scale"] < LIGHTNING_SCALER["init_scale"]  # the run backed off before it was saved
+    problem = start_from(lightning_problem(), start)
+    fresh = train(problem, TRIAL, steps=LIGHTNING_MORE, fp32_reference=False)
+    expected = continue_plainly(states, 4, LIGHTNING_MORE, False, torch.amp.GradScaler("cpu", **TRIAL.values))
+    assert_same_steps(fresh, expected, 4)
+    skip = expected.skipped.index(True)
+    assert skip < LIGHTNING_MORE - 1 and fresh.lr_curve[skip + 1] == fresh.lr_curve[skip]
+    as_run = train(
+        problem, start.scaler_setting(), steps=LIGHTNING_MORE, fp32_reference=False, continue_scaler=True
+    )
+    assert_same_steps(as_run, continue_plainly(states, 4, LIGHTNING_MORE, False, None), 4)

@@ -23,6 +23,8 @@ from search.training import train
 from plain_loop import _batches
 from plain_resume import PlainSteps, assert_same_steps, plain_steps
 
+# The plain loops and Lightning step the scheduler after a skipped first step, as PyTorch's recipe does.
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
 SAVED_AT = (
     23  # The checkpoint's global step: inside the second epoch (16 steps an epoch), mid warm-up's decay.
 )
