@@ -167,8 +167,8 @@ def continue_plainly(
     states: tuple, first: int, more: int, on_skip: bool, scaler: torch.amp.GradScaler | None
 ):
     """lightning_problem's model, optimizer and scheduler loaded with ``states`` (weights, optimizer,
-    scheduler, scaler), then ``more`` steps of the plain loop on the task's own batches from global step ``first``;
-    ``scaler`` None continues the saved scaler."""
+    scheduler, scaler), then ``more`` steps of the plain loop on the task's own batches from global step
+    ``first``; ``scaler`` None continues the saved scaler."""
     problem = lightning_problem()
     weights, optimizer_state, scheduler_state, scaler_state = states
     model = problem.model
