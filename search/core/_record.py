@@ -12,6 +12,9 @@ service writes into a trial, so that no other module spells a key:
   configurations (docs/fairness.md), enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is
   PyTorch's default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a
   search started from suggests (its ``suggested_setting``), enqueued once after them;
+* ``lr_curve`` (:data:`LR_CURVE`): the learning rate each step used, written only by a run whose rate
+  changes (a task with a schedule); ``first_step`` (:data:`FIRST_STEP`): the user's run's global step of
+  the run's first step, written only by a run from a checkpoint (``--checkpoint``);
 * under a rule with a minimum scale (a framework's, ``--scaler``), also ``ended_by_rule``,
   ``steps_at_minimum`` and ``overflows_at_minimum`` (:data:`RULE_ATTRS`);
 * ``population`` (:data:`POPULATION`): written only by a member of a population
@@ -61,6 +64,8 @@ FAILURE = "failure"
 LEARNED = "learned"
 LOSS_CURVE = "loss_curve"
 SCALE_CURVE = "scale_curve"
+LR_CURVE = "lr_curve"  # only where the rate changes over the run
+FIRST_STEP = "first_step"  # only on a run from a checkpoint
 DEVICE = "device"
 TRAIN_SECONDS = "train_seconds"
 POPULATION = "population"  # size of the population a trial trained in; population mode only

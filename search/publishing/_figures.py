@@ -2,7 +2,9 @@
 
 Each trial stores its per-step ``loss_curve`` and ``scale_curve`` (the rule's scale after each update) and
 the steps it skipped, as the trainer measured them, as user attrs; a study that stored no skipped steps has
-them read off the scale curve (a GradScaler skip is a drop of the scale) and the trial's ``init_scale``.
+them read off the scale curve (a GradScaler skip is a drop of the scale) and the trial's ``init_scale``. A
+task with a schedule stores each step's learning rate too (drawn under the scale), and a run from a
+checkpoint its first global step (the steps are then numbered as the user's run numbers them).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import plotly.graph_objects as go
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
-from search.core import LOSS_CURVE, SCALE_CURVE, SpaceConfig, scaler_config, skipped_of
+from search.core import FIRST_STEP, LOSS_CURVE, LR_CURVE, SCALE_CURVE, SpaceConfig, scaler_config, skipped_of
 
 # One colour per role, so that the best/default/worst read the same in every figure.
 COLOURS = ("#1f77b4", "#2ca02c", "#d62728", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f")
@@ -37,24 +39,28 @@ def trial_curves(
 def curves_figure(
     named: Sequence[tuple[str, FrozenTrial]], space: SpaceConfig, title: str = "Training curves"
 ) -> go.Figure:
-    """Loss (top) and loss scale (bottom, log axis) per optimizer step, skipped steps marked with x.
+    """Loss (top) and loss scale (log axis) per optimizer step, skipped steps marked with x; under them the
+    learning rate, where a trial's changed.
 
     Args:
         named: (label, trial) pairs, e.g. ``[("best #78", t), ("seed-1 (default)", d)]``.
         space: The study's search space (to read each trial's init_scale).
         title: Figure title.
     """
+    scheduled = any(trial.user_attrs.get(LR_CURVE) for _, trial in named)
+    titles = ("loss (autocast forward pass, before the step)", "loss scale after update()")
     figure = make_subplots(
-        rows=2,
+        rows=3 if scheduled else 2,
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.08,
-        subplot_titles=("loss (autocast forward pass, before the step)", "loss scale after update()"),
+        subplot_titles=titles + (("learning rate of the step",) if scheduled else ()),
     )
     for i, (label, trial) in enumerate(named):
         colour = COLOURS[i % len(COLOURS)]
         loss, scale, skipped = trial_curves(trial, space)
-        steps = list(range(1, len(loss) + 1))
+        first = int(trial.user_attrs.get(FIRST_STEP, 0))  # Counted from 1, as the user's run counts them.
+        steps = list(range(first + 1, first + len(loss) + 1))
         group = f"trial-{trial.number}"
         figure.add_trace(
             go.Scatter(x=steps, y=loss, name=label, legendgroup=group, line={"color": colour}, mode="lines"),
@@ -63,7 +69,7 @@ def curves_figure(
         )
         figure.add_trace(
             go.Scatter(
-                x=list(range(1, len(scale) + 1)),
+                x=steps[: len(scale)],
                 y=scale,
                 name=label,
                 legendgroup=group,
@@ -78,7 +84,7 @@ def curves_figure(
             marks = [e for e in skipped if e < len(loss)]
             figure.add_trace(
                 go.Scatter(
-                    x=[e + 1 for e in marks],
+                    x=[first + e + 1 for e in marks],
                     y=[loss[e] for e in marks],
                     name=f"{label}: {len(skipped)} skipped",
                     legendgroup=group,
@@ -91,7 +97,7 @@ def curves_figure(
             )
             figure.add_trace(
                 go.Scatter(
-                    x=[e + 1 for e in skipped if e < len(scale)],
+                    x=[first + e + 1 for e in skipped if e < len(scale)],
                     y=[scale[e] for e in skipped if e < len(scale)],
                     legendgroup=group,
                     showlegend=False,
@@ -102,8 +108,25 @@ def curves_figure(
                 row=2,
                 col=1,
             )
+        rates = trial.user_attrs.get(LR_CURVE)
+        if rates:
+            figure.add_trace(
+                go.Scatter(
+                    x=steps[: len(rates)],
+                    y=rates,
+                    legendgroup=group,
+                    showlegend=False,
+                    line={"color": colour, "shape": "hv"},
+                    mode="lines",
+                    hovertemplate="step %{x}: learning rate %{y:.3g}<extra></extra>",
+                ),
+                row=3,
+                col=1,
+            )
     figure.update_yaxes(title_text="loss", row=1, col=1)
     figure.update_yaxes(title_text="scale", type="log", exponentformat="power", row=2, col=1)
-    figure.update_xaxes(title_text="optimizer step", row=2, col=1)
+    if scheduled:
+        figure.update_yaxes(title_text="learning rate", row=3, col=1)
+    figure.update_xaxes(title_text="optimizer step", row=3 if scheduled else 2, col=1)
     figure.update_layout(title=title, hovermode="x unified", legend={"groupclick": "togglegroup"})
     return figure

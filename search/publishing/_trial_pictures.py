@@ -7,7 +7,8 @@ the server is started with, and the artifact's record in the study's system attr
 (``dashboard:artifacts:<trial id>:<artifact id>``, where the dashboard's own uploads go).
 
 So :func:`write_pictures` draws one small SVG per finished trial (loss on top, GradScaler's scale on a
-log axis below, skipped steps marked in red; a few kB, no plotting library) into a
+log axis below, the learning rate under it where a schedule moved it, skipped steps marked in red; a few kB,
+no plotting library) into a
 :class:`~optuna.artifacts.FileSystemArtifactStore` and returns the records to store. It runs when
 ``search.dashboard`` publishes, not after every trial: nothing is drawn unless someone browses. The
 artifact id is derived from the study and trial ids, so a second run finds the picture it made; a
@@ -29,7 +30,7 @@ import optuna
 from optuna.artifacts import ArtifactMeta, FileSystemArtifactStore
 from optuna.trial import FrozenTrial
 
-from search.core import SpaceConfig
+from search.core import FIRST_STEP, LR_CURVE, SpaceConfig
 from search.publishing._figures import trial_curves
 from search.storage import TrialWriter, settings_of, storage_of, study_id_of, trial_id_of
 
@@ -95,10 +96,14 @@ def _panel(
 
 
 def curves_svg(trial: FrozenTrial, space: SpaceConfig) -> str:
-    """The SVG of one trial: loss per optimizer step, and the loss scale after each update()."""
+    """The SVG of one trial: loss per optimizer step, the loss scale after each update(), and the learning
+    rate of each step where a schedule moved it."""
     loss, scale, skipped = trial_curves(trial, space)
+    rates = trial.user_attrs.get(LR_CURVE) or []
+    panels = 3 if rates else 2
     steps = max(len(loss), len(scale))
-    height = _TOP + 2 * _PANEL + _GAP + _BOTTOM
+    first = int(trial.user_attrs.get(FIRST_STEP, 0))  # A run from a checkpoint: the user's run's steps.
+    height = _TOP + panels * _PANEL + (panels - 1) * _GAP + _BOTTOM
     head = (
         f"trial {trial.number}: {len(skipped)} of {steps} steps skipped" if steps else f"trial {trial.number}"
     )
@@ -111,11 +116,12 @@ def curves_svg(trial: FrozenTrial, space: SpaceConfig) -> str:
     ]
     parts += _panel(loss, _TOP, steps, False, skipped, f"{head} · loss per step")
     parts += _panel(scale, _TOP + _PANEL + _GAP, steps, True, skipped, "loss scale after update() (log2)")
-    bottom = _TOP + 2 * _PANEL + _GAP
-    parts.append(f'<text x="{_LEFT}" y="{bottom + 16}" font-size="11">1</text>')
-    parts.append(
-        f'<text x="{_WIDTH - _RIGHT}" y="{bottom + 16}" font-size="11" text-anchor="end">{steps}</text>'
-    )
+    if rates:
+        parts += _panel(rates, _TOP + 2 * (_PANEL + _GAP), steps, False, skipped, "learning rate of the step")
+    bottom = _TOP + panels * _PANEL + (panels - 1) * _GAP
+    parts.append(f'<text x="{_LEFT}" y="{bottom + 16}" font-size="11">{first + 1}</text>')
+    right = f'x="{_WIDTH - _RIGHT}" y="{bottom + 16}" font-size="11" text-anchor="end"'
+    parts.append(f"<text {right}>{first + steps}</text>")
     parts.append(
         f'<text x="{(_WIDTH + _LEFT) / 2:.0f}" y="{bottom + 28}" font-size="11" text-anchor="middle">'
         "optimizer step (red ticks: skipped)</text>"

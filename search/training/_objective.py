@@ -17,6 +17,8 @@ import torch
 
 from search.core import (
     ENDED_BY_RULE,
+    FIRST_STEP,
+    LR_CURVE,
     OVERFLOW_STEPS,
     OVERFLOWS_AT_MINIMUM,
     POPULATION,
@@ -206,6 +208,10 @@ def outcome_of(
         # The skipped steps as measured (found_inf), under every rule: nothing reads them back from the scale.
         OVERFLOW_STEPS: [step for step, skipped in enumerate(result.skipped) if skipped],
     }
+    if len(set(result.lr_curve)) > 1:  # A schedule: the rate of each step. A constant rate is the task's.
+        attrs[LR_CURVE] = list(result.lr_curve)
+    if result.first_step:
+        attrs[FIRST_STEP] = result.first_step
     if result.min_scale is not None:  # A rule with a minimum scale: what it did there.
         attrs[ENDED_BY_RULE] = result.ended_by_rule
         attrs[STEPS_AT_MINIMUM] = result.steps_at_minimum

@@ -212,3 +212,31 @@ def test_fingerprint_and_fp32_reference_follow_the_start(tmp_path):
     assert result.initial_eval_loss == pytest.approx(initial, rel=1e-6)
     assert math.isfinite(result.fp32_zero_fraction)
     assert replace(continued, start=None).fingerprint() != continued.fingerprint()  # the weights differ
+
+
+def test_the_record_holds_each_steps_rate_and_the_first_step_and_the_figures_draw_them(tmp_path):
+    """A trial from a checkpoint of a scheduled task stores the rate of each step (the plain loop's) and its
+    first global step; the curves figure numbers its steps as the run does and draws the rate under the
+    scale. A task with a constant rate stores neither."""
+    import optuna
+
+    from search.core import DEFAULTS, FIRST_STEP, LR_CURVE
+    from search.publishing import curves_figure
+    from search.training import run_trial
+
+    problem = problem_with_dropout(True)
+    save_plain_checkpoint(problem, tmp_path / "run.pt")
+    continued = start_from(problem, read_checkpoint(tmp_path / "run.pt"))
+    kwargs = dict(steps=RUN, amp_dtype=torch.float16, penalty=DEFAULTS.penalty, device_label="cpu")
+    out = run_trial(continued, TRIAL, **kwargs)
+    plain = plain_continue(problem, tmp_path / "run.pt", torch.amp.GradScaler("cpu", **TRIAL.values), True)
+    assert out.user_attrs[LR_CURVE] == plain.rates and out.user_attrs[FIRST_STEP] == SAVED_AT
+    trial = optuna.trial.create_trial(value=out.value, params={}, distributions={}, user_attrs=out.user_attrs)
+    figure = curves_figure([("from the checkpoint", trial)], DEFAULTS.space)
+    rate_traces = [t for t in figure.data if t.yaxis == "y3"]
+    assert len(rate_traces) == 1 and list(rate_traces[0].y) == plain.rates
+    assert list(rate_traces[0].x) == list(range(SAVED_AT + 1, SAVED_AT + RUN + 1))
+    assert figure.data[0].x[0] == SAVED_AT + 1
+
+    constant = run_trial(replace(problem, make_scheduler=None), TRIAL, **kwargs)
+    assert LR_CURVE not in constant.user_attrs and FIRST_STEP not in constant.user_attrs
