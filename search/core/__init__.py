@@ -49,6 +49,7 @@ from search.core._validation import MAX_POPULATION, MAX_STUDY_NAME, SAMPLERS
 
 if TYPE_CHECKING:  # Loaded on first use: _record and _space import optuna (about 1 s).
     from search.core._record import (
+        AS_RUN_BASELINE,
         BASELINE,
         CHECK,
         CONFIG,
@@ -104,6 +105,7 @@ if TYPE_CHECKING:  # Loaded on first use: _record and _space import optuna (abou
         POW2_NAME,
         PYTORCH_DEFAULT,
         SEED_BASELINES,
+        as_run_trial,
         baseline_trials,
         diagnosis_trial,
         distributions,
@@ -128,6 +130,7 @@ __all__ = [
     "DEFAULTS",
     "DEFAULT_BASELINE",
     "DEVICE",
+    "AS_RUN_BASELINE",
     "DIAGNOSIS_BASELINE",
     "ENDED_BY_RULE",
     "EVAL_LOSS",
@@ -183,6 +186,7 @@ __all__ = [
     "deferred_interrupts",
     "device_kind",
     "device_label",
+    "as_run_trial",
     "diagnosis_trial",
     "distributions",
     "holding",

@@ -11,7 +11,9 @@ service writes into a trial, so that no other module spells a key:
 * ``baseline`` (:data:`BASELINE`): ``seed-1`` ... ``seed-5`` on the original example's five
   configurations (docs/fairness.md), enqueued once per study; ``seed-1`` (:data:`DEFAULT_BASELINE`) is
   PyTorch's default GradScaler; ``diagnosis`` (:data:`DIAGNOSIS_BASELINE`) on the setting the diagnosis a
-  search started from suggests (its ``suggested_setting``), enqueued once after them;
+  search started from suggests (its ``suggested_setting``), enqueued once after them; ``as-run``
+  (:data:`AS_RUN_BASELINE`) in a study from a checkpoint that saved GradScaler's state: the run as it was,
+  its scaler continued from that state (scale and count of clean steps), beside the default started afresh;
 * ``lr_curve`` (:data:`LR_CURVE`): the learning rate each step used, written only by a run whose rate
   changes (a task with a schedule); ``first_step`` (:data:`FIRST_STEP`): the user's run's global step of
   the run's first step, written only by a run from a checkpoint (``--checkpoint``);
@@ -127,6 +129,7 @@ DEFAULT_BASELINE = (
 )  # PyTorch's default GradScaler settings (seed-1), its first baseline
 # The setting a diagnosis suggests, trained first by a search started from it (--from-diagnosis).
 DIAGNOSIS_BASELINE = "diagnosis"
+AS_RUN_BASELINE = "as-run"  # a checkpoint's own scaler, continued
 DEFAULT_TAGS = tuple(rule.default_tag for rule in RULES.values())  # Each rule's default baseline
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)  # what counts toward --trials
 

@@ -16,7 +16,7 @@ from typing import Any
 import optuna
 from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
 
-from search.core._record import DIAGNOSIS_BASELINE
+from search.core._record import AS_RUN_BASELINE, DIAGNOSIS_BASELINE
 from search.core._settings import ParamRange, SpaceConfig
 from search.scalers import (
     BOOL,
@@ -167,6 +167,17 @@ def diagnosis_trial(
     return kept, notes
 
 
+def as_run_trial(
+    setting: dict[str, float], space: SpaceConfig, scaler: str = TORCH
+) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The checkpoint's own scaler setting (its saved scale as ``init_scale``) as the params of ``space``,
+    tagged :data:`AS_RUN_BASELINE`: trained even outside a searched range, as the default is, so that what a
+    restart costs is seen; left out with a note where the config fixes or rounds a knob otherwise."""
+    values = {name: setting[name] for name in RULES[scaler].names}
+    point = ((AS_RUN_BASELINE, values),)
+    return _points(point, space, scaler, "the checkpoint's scaler has", AS_RUN_BASELINE)
+
+
 def _points(
     points: Iterable[tuple[str, Mapping[str, Any]]],
     space: SpaceConfig,
@@ -192,9 +203,10 @@ def _points(
             params[name] = int(value) if isinstance(dist, IntDistribution) else value
         outside = [n for n, v in params.items() if not dists[n].low <= v <= dists[n].high]
         if outside and tag == keep_outside:
+            what = "the run as it was" if tag == AS_RUN_BASELINE else f"{rule.maker}'s default"
             notes.append(
-                f"baseline {tag} ({rule.maker}'s default): {', '.join(outside)} outside the search space,"
-                " trained there all the same, so the answer is seen beside the default"
+                f"baseline {tag} ({what}): {', '.join(outside)} outside the search space, trained there all"
+                f" the same, so the answer is seen beside {what}"
             )
         elif outside:
             notes.append(f"baseline {tag} left out: {', '.join(outside)} outside the search space")

@@ -9,12 +9,14 @@ from typing import Any
 import optuna
 
 from search.core import (
+    AS_RUN_BASELINE,
     BASELINE,
     DIAGNOSIS_BASELINE,
     STUDY_DIAGNOSIS,
     IncompatibleStudyError,
     PenaltyConfig,
     Settings,
+    as_run_trial,
     baseline_trials,
     diagnosis_trial,
     own_space,
@@ -202,8 +204,13 @@ def prepare_study(
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
     attrs: dict[str, Any] | None = None,
+    as_run: dict[str, float] | None = None,
 ) -> StudyHandle:
-    """Creates the study (recording settings and ``attrs``, enqueuing the baselines once) or loads it."""
+    """Creates the study (recording settings and ``attrs``, enqueuing the baselines once) or loads it.
+
+    ``as_run``: the GradScaler setting the study's checkpoint saved (its scale as ``init_scale``), trained as
+    baseline ``as-run`` with that scaler continued; None where there is none.
+    """
     name = settings.study_name
     try:
         study = optuna.create_study(
@@ -215,11 +222,13 @@ def prepare_study(
     if "task" not in study.user_attrs:
         for key, value in {**(attrs or {}), **recorded_settings(settings, fingerprint)}.items():
             study.set_user_attr(key, value)  # The extras first: a study that has "task" has them too.
-    notes += _enqueue_missing_baselines(study, settings)
+    notes += _enqueue_missing_baselines(study, settings, as_run)
     return StudyHandle(study, tuple(notes))
 
 
-def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[str]:
+def _enqueue_missing_baselines(
+    study: optuna.Study, settings: Settings, as_run: dict[str, float] | None = None
+) -> list[str]:
     """Enqueues each baseline (``seed-1`` ..., or the rule's default) that has no finished, waiting or running
     trial yet, and in a study searched from a diagnosis (user attr ``diagnosis``) the setting it suggests,
     baseline ``diagnosis``.
@@ -238,12 +247,20 @@ def _enqueue_missing_baselines(study: optuna.Study, settings: Settings) -> list[
             suggested_setting, settings.space, baselines, settings.run.scaler
         )
         baselines, notes = baselines + suggested, notes + left_out
+    if as_run is not None and settings.run.scaler == TORCH:  # GradScaler's state: GradScaler's rule only.
+        kept, left_out = as_run_trial(as_run, settings.space)
+        baselines, notes = baselines + kept, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     added = with_retry(
         lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),
         what="enqueuing baselines",
         budget=settings.run.storage_retry,
     )
+    if any(t.user_attrs.get(BASELINE) == AS_RUN_BASELINE for t in added):
+        notes.append(
+            f"baseline {AS_RUN_BASELINE}: the run as it was at the checkpoint, its scaler continued from"
+            f" {setting_text(as_run)}, beside the default started afresh"
+        )
     if any(t.user_attrs.get(BASELINE) == DIAGNOSIS_BASELINE for t in added):
         notes.append(
             f"baseline {DIAGNOSIS_BASELINE}: the setting the diagnosis suggests, "

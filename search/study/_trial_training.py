@@ -16,7 +16,16 @@ import optuna
 import torch
 from optuna.trial import TrialState
 
-from search.core import DEVICE, FAIL_REASON, FAIL_TRACEBACK, Interrupted, Settings, process_token
+from search.core import (
+    AS_RUN_BASELINE,
+    BASELINE,
+    DEVICE,
+    FAIL_REASON,
+    FAIL_TRACEBACK,
+    Interrupted,
+    Settings,
+    process_token,
+)
 from search.core import WORKER as WORKER_ATTR
 from search.scalers import RuleSetting, ScalerConfig
 from search.tasks import TaskError
@@ -70,7 +79,15 @@ class TrialTraining:
     ) -> TrialOutcome:
         """Trains one trial; pruning reports go to ``trial`` (the replica's copy, or a queued trial)."""
         should_prune = _pruning_judge(trial) if self.pruner is not None and prune else None
-        outcome = run_trial(self.problem, scaler_config, should_prune=should_prune, **self._training_kwargs())
+        # The run as it was: the checkpoint's own scaler goes on from its state, not afresh at its setting.
+        continued = trial.user_attrs.get(BASELINE) == AS_RUN_BASELINE
+        outcome = run_trial(
+            self.problem,
+            scaler_config,
+            should_prune=should_prune,
+            continue_scaler=continued,
+            **self._training_kwargs(),
+        )
         outcome.user_attrs[WORKER_ATTR] = WORKER
         return outcome
 

@@ -60,6 +60,7 @@ def run_trial(
     timeout: float | None = None,
     should_prune: Callable[[int, float], bool] | None = None,
     n_reports: int = 10,
+    continue_scaler: bool = False,
 ) -> TrialOutcome:
     """Trains once and returns what the trial records.
 
@@ -76,6 +77,8 @@ def run_trial(
         should_prune: Called at up to ``n_reports`` evenly spaced steps with the loss so far;
             True stops the run as PRUNED. None disables pruning and its host syncs.
         n_reports: Number of sparse reports for pruning (each one a sync, never a storage call).
+        continue_scaler: Continue the scaler the problem's checkpoint saved (baseline ``as-run``; see
+            :func:`~search.training.train`).
     """
     intermediate: dict[int, float] = {}
     checkpoints: tuple[int, ...] = ()
@@ -95,6 +98,7 @@ def run_trial(
         timeout=timeout,
         checkpoints=checkpoints,
         should_stop=stop,
+        continue_scaler=continue_scaler,
     )
     return outcome_of(result, penalty, device_label, intermediate)
 

@@ -238,3 +238,28 @@ def listening_worker(spec: object) -> int:
 def seed_run_length(seed: int) -> Problem:
     """seed-mlp standing for a real run of 60 steps (``run_steps``): twice its trials' 30."""
     return replace(build_seed(seed), run_steps=60)
+
+
+class WarmupDecay:
+    """A learning-rate factor: linear warm-up over ``warmup`` steps, then linear decay to 5% at ``total``
+    (an object, not a lambda: LambdaLR saves an object's state with the scheduler's)."""
+
+    def __init__(self, warmup: int, total: int) -> None:
+        self.warmup, self.total = warmup, total
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        return max(0.05, 1 - (step - self.warmup) / (self.total - self.warmup))
+
+
+def scheduled(seed: int) -> Problem:
+    """The seed task in mini-batches of 128 under AdamW with a warm-up-then-decay schedule, stepped on
+    skipped steps too (PyTorch's AMP recipe)."""
+    return replace(
+        build_seed(seed),
+        batch_size=128,
+        make_optimizer=lambda params: torch.optim.AdamW(params, lr=3e-3),
+        make_scheduler=lambda optimizer: torch.optim.lr_scheduler.LambdaLR(optimizer, WarmupDecay(8, 60)),
+        epochs=2,
+    )

@@ -1,0 +1,131 @@
+"""``search.optimize --checkpoint``: a search from the user's checkpoint, its schedule and its scaler.
+
+The checkpoint is written by a plain PyTorch AMP loop (its scaler backed off on the way); the study's
+baselines are then checked against plain loops that load it: the default started afresh (``seed-1``) and the
+run as it was (``as-run``, the saved scaler continued), step by step.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import optuna
+import pytest
+import torch
+
+from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
+
+from conftest import run_cli
+from plain_loop import _batches
+from plain_resume import plain_steps
+from tasks_for_tests import scheduled
+
+SAVED_AT, STEPS = 20, 10
+SAVING = dict(init_scale=3.3e6, growth_factor=1.7, backoff_factor=0.37, growth_interval=3)
+pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
+
+
+def losses_of(problem, first: int, count: int) -> list:
+    x, y = problem.inputs, problem.targets
+    return [
+        lambda m, i=index: problem.loss_fn(m(x[i]), y[i])
+        for (index,) in _batches(problem, first + count)[first:]
+    ]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    problem = scheduled(42)
+    model = copy.deepcopy(problem.model)
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    scaler = torch.amp.GradScaler("cpu", **SAVING)
+    plain_steps(model, optimizer, scheduler, scaler, losses_of(problem, 0, SAVED_AT), 0, 42, True)
+    path = tmp_path_factory.mktemp("checkpoint") / "run.pt"
+    state = {"model": model, "optimizer": optimizer, "scheduler": scheduler, "scaler": scaler}
+    torch.save({k: v.state_dict() for k, v in state.items()} | {"step": SAVED_AT}, path)
+    return path
+
+
+def plain_from(path, scaler: torch.amp.GradScaler | None):
+    """The plain loop that loads the checkpoint and takes STEPS more; ``scaler`` None continues the saved."""
+    problem = scheduled(42)
+    saved = torch.load(path, weights_only=True)
+    model = copy.deepcopy(problem.model)
+    model.load_state_dict(saved["model"])
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    optimizer.load_state_dict(saved["optimizer"])
+    scheduler.load_state_dict(saved["scheduler"])
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.load_state_dict(saved["scaler"])
+    return plain_steps(
+        model, optimizer, scheduler, scaler, losses_of(problem, SAVED_AT, STEPS), SAVED_AT, 42, True
+    )
+
+
+def test_a_search_from_a_checkpoint_trains_the_run_as_it_was_beside_the_default(tmp_path, checkpoint):
+    args = [
+        "--task",
+        "tasks_for_tests:scheduled",
+        "--checkpoint",
+        checkpoint,
+        "--steps",
+        STEPS,
+        "--trials",
+        7,
+    ]
+    proc = run_cli([*args, "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first == (
+        f"search.optimize: from step {SAVED_AT} of torch.save checkpoint {checkpoint}: every run trains steps"
+        f" {SAVED_AT} to {SAVED_AT + STEPS - 1}"
+    )
+    study = optuna.load_study(study_name="tasks_for_tests-scheduled", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert study.user_attrs["checkpoint"] == str(checkpoint)
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    by_tag = {t.user_attrs.get("baseline"): t for t in done}
+    assert sum(t.user_attrs.get("baseline") == AS_RUN_BASELINE for t in done) == 1
+    saved = torch.load(checkpoint, weights_only=True)["scaler"]
+    as_run = by_tag[AS_RUN_BASELINE]
+    assert as_run.params["init_scale"] == saved["scale"] < SAVING["init_scale"]  # it had backed off
+    assert (as_run.params["growth_factor"], as_run.params["growth_interval"]) == (1.7, 3)
+    for trial, scaler in ((as_run, None), (by_tag[DEFAULT_BASELINE], torch.amp.GradScaler("cpu"))):
+        plain = plain_from(checkpoint, scaler)
+        assert trial.user_attrs["scale_curve"] == plain.scales and trial.user_attrs[LR_CURVE] == plain.rates
+        assert trial.user_attrs["overflow_steps"] == [i for i, s in enumerate(plain.skipped) if s]
+        assert trial.user_attrs["loss_curve"] == pytest.approx(plain.losses, rel=1e-6)
+        assert trial.user_attrs[FIRST_STEP] == SAVED_AT
+    assert "as-run" in proc.stdout  # the summary shows the run as it was beside the default
+
+
+def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoint):
+    args = ["--task", "tasks_for_tests:scheduled", "--steps", STEPS, "--trials", 5, "--quiet"]
+    assert run_cli([*args, "--checkpoint", checkpoint], tmp_path).returncode == 0
+    proc = run_cli(args, tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert f"checkpoint: study has {checkpoint}, this run none" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file or directory"),
+        (b"\x80\x03garbage", "cannot be read"),
+        (
+            {"model": {}, "step": 3},
+            "does not fit the task's model: missing 0.weight, 0.bias, 2.weight and 1 more",
+        ),
+    ],
+)
+def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, content, message):
+    path = tmp_path / "ckpt.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        torch.save(content, path)
+    proc = run_cli(["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--trials", 3], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
