@@ -30,8 +30,7 @@ import argparse
 import json
 import shlex
 import sys
-from collections.abc import Iterator, Sequence
-from typing import BinaryIO
+from collections.abc import Sequence
 
 from search.cli import (
     OneLineParser,
@@ -227,19 +226,12 @@ def _main(session: Session, argv: list[str]) -> int:
 
 
 def _read(args: argparse.Namespace):  # noqa: ANN202 (search.diagnosis.LogReading, lazily imported)
-    from search.diagnosis import LogError, read_log
+    from search.diagnosis import LogError, read_log_file
 
-    source = "(standard input)" if args.log == "-" else args.log
     try:
-        # Lines end at "\n" only: a progress bar's "\r" is not a new line (grep -n numbers them the same way).
-        if args.log == "-":
-            return read_log(_lines(sys.stdin.buffer), args.steps), source
-        with open(args.log, "rb") as f:
-            return read_log(_lines(f), args.steps), source
-    except OSError as e:
-        raise UsageError(f"--log {args.log}: {e.strerror or e}") from None
+        return read_log_file(args.log, args.steps)
     except LogError as e:
-        raise UsageError(f"--log {source}: {e}") from None
+        raise UsageError(str(e)) from None
 
 
 def _training(session: Session, args: argparse.Namespace) -> int:
@@ -267,14 +259,20 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     except (ConfigError, TaskError) as e:
         raise UsageError(str(e)) from None
     recording = args.storage is not None or args.study_name is not None
-    setting = _setting(args, settings.run.scaler)
+    setting, chosen = _setting(args, settings.run.scaler)
     if args.html:
         check_output("--html", args.html)
 
     import torch  # From here on the task is trained.
 
     from search.core import device_label, resolve_device
-    from search.diagnosis import TrainingDiagnosis, diagnose_training, diagnosis_run_length, format_training
+    from search.diagnosis import (
+        TrainingDiagnosis,
+        checkpoint_setting,
+        diagnose_training,
+        diagnosis_run_length,
+        format_training,
+    )
     from search.study import threads_per_process
     from search.tasks import build_problem, resolve_task
     from search.training import run_steps
@@ -310,8 +308,10 @@ def _training(session: Session, args: argparse.Namespace) -> int:
             )
         except (StorageError, IncompatibleStudyError) as e:
             raise UsageError(str(e)) from None
+    setting, continued = checkpoint_setting(problem, setting, chosen)
     if problem.start is not None:  # First: every number below is of the run from there.
-        session.note(problem.start.first_line(steps))
+        as_run = "; these settings: its own scaler, continued (a setting's flags diagnose a restart)"
+        session.note(problem.start.first_line(steps) + (as_run if continued else ""))
     session.note(
         f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control (then the"
         " setting it suggests, if any, before it is suggested)"
@@ -319,14 +319,16 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     # Ctrl-C: one line, exit 130, nothing recorded or written (a raise lost in a __del__ during training is
     # raised again by the observer at the next step, or after the runs).
     with interrupts_as_exceptions():
-        runs, verdict = diagnose_training(
-            problem, setting, epochs=epochs, steps=run.steps or None, penalty=settings.penalty
-        )
+        trained = dict(epochs=epochs, steps=run.steps or None, penalty=settings.penalty)
+        runs, verdict = diagnose_training(problem, setting, **trained, continue_scaler=continued)
         run_steps = args.run_steps or problem.run_steps  # The flag, else what the task declares.
         source = "--run-steps" if args.run_steps else "the task's run_steps"
-        over = diagnosis_run_length(problem, setting, verdict, run_steps, source) if run_steps else None
+        over = None
+        if run_steps:
+            over = diagnosis_run_length(problem, setting, verdict, run_steps, source, continued)
     values = dict(setting.values)
     where = "" if problem.start is None else problem.start.where
+    where += ", its scaler continued" if continued else ""
     diagnosis = TrainingDiagnosis(
         run.task, run.seed, device_label(device), run.scaler, values, runs, verdict, over, where
     )
@@ -356,7 +358,7 @@ def _training(session: Session, args: argparse.Namespace) -> int:
 
 
 # The flags that say which run was diagnosed, repeated in the search command a recorded diagnosis suggests.
-_RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "seed", "scaler")
+_RUN_FLAGS = ("config", "storage", "study_name", "task", "epochs", "steps", "seed", "scaler", "checkpoint")
 
 
 def _search_line(args: argparse.Namespace, record: dict, settings, searched: bool) -> str:  # noqa: ANN001
@@ -380,15 +382,12 @@ def _search_line(args: argparse.Namespace, record: dict, settings, searched: boo
     return f"{line} {PASSWORD_MASKED}" if masked else line
 
 
-def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting)
-    """The settings to diagnose, from the flags (:func:`search.cli.setting_from_flags`)."""
+def _setting(args: argparse.Namespace, scaler: str):  # noqa: ANN202 (ScalerConfig | RuleSetting, bool)
+    """The settings to diagnose, from the flags (:func:`search.cli.setting_from_flags`), and whether the
+    user chose any (a checkpoint's own scaler is diagnosed otherwise)."""
     flags = {flag: getattr(args, flag[2:].replace("-", "_")) for flag, _, _ in _TORCH_FLAGS}
-    return setting_from_flags(scaler, flags, args.knob)
-
-
-def _lines(binary: BinaryIO) -> Iterator[str]:
-    for raw in binary:
-        yield raw.decode("utf-8", errors="replace")
+    chosen = bool(args.knob) or any(value is not None for value in flags.values())
+    return setting_from_flags(scaler, flags, args.knob), chosen
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ from search.diagnosis._log_reading import (
     LogReading,
     format_reading,
     read_log,
+    read_log_file,
 )
 from search.diagnosis._narrowing import (
     NO_START,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     )
     from search.diagnosis._training_runs import (
         bf16_supported,
+        checkpoint_setting,
         diagnose_training,
         diagnosis_run_length,
         diagnosis_runs,
@@ -135,6 +137,7 @@ __all__ = [
     "diagnosis_conflict",
     "diagnosis_record",
     "diagnosis_start",
+    "checkpoint_setting",
     "diagnose_training",
     "diagnosis_run_length",
     "diagnosis_runs",
@@ -148,6 +151,7 @@ __all__ = [
     "read_diagnosis",
     "read_line",
     "read_log",
+    "read_log_file",
     "read_recorded_diagnosis",
     "record_diagnosis",
     "recorded_diagnosis",

@@ -21,9 +21,10 @@ Read from the lines :mod:`search.diagnosis._log_lines` knows, without re-running
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 from search.diagnosis._log_lines import GROWTH, HYSTERESIS, MINIMUM, OVERFLOW, PROGRESS, LogLine, read_line
 
@@ -89,6 +90,30 @@ class LogReading:
                 for n, s, v in self.scale_trace
             ],
         }
+
+
+def read_log_file(path: str, steps: int | None = None) -> tuple[LogReading, str]:
+    """Reads the log at ``path`` (``-``: standard input) as :func:`read_log` does; (reading, its name).
+
+    Raises:
+        LogError: The file cannot be opened, or holds no loss-scale line (one line, naming it).
+    """
+    source = "(standard input)" if path == "-" else path
+    try:
+        if path == "-":
+            return read_log(_lines(sys.stdin.buffer), steps), source
+        with open(path, "rb") as f:
+            return read_log(_lines(f), steps), source
+    except OSError as e:
+        raise LogError(f"--log {path}: {e.strerror or e}") from None
+    except LogError as e:
+        raise LogError(f"--log {source}: {e}") from None
+
+
+def _lines(binary: BinaryIO) -> Iterator[str]:
+    # Lines end at "\n" only: a progress bar's "\r" is not a new line (grep -n numbers them the same way).
+    for raw in binary:
+        yield raw.decode("utf-8", errors="replace")
 
 
 def read_log(text_lines: Iterable[str], steps: int | None = None) -> LogReading:

@@ -45,6 +45,7 @@ def diagnosis_runs(
     steps: int | None = None,
     penalty: PenaltyConfig = PenaltyConfig(),
     controls: Sequence[str] = ("fp32", "bf16"),
+    continue_scaler: bool = False,
 ) -> DiagnosisRuns:
     """Trains ``setting`` in fp16 and the controls (module docstring).
 
@@ -65,6 +66,8 @@ def diagnosis_runs(
         steps: As :func:`search.training.train`.
         penalty: The thresholds a trial is judged by (its failure code is part of the evidence).
         controls: ``fp32`` (always trained) and ``bf16`` (trained where the device supports it).
+        continue_scaler: The fp16 run continues the scaler the problem's checkpoint saved (``setting`` is
+            then its own, :func:`checkpoint_setting`).
     """
     device = next(problem.model.parameters()).device
     if isinstance(problem, Problem) and not epochs and not steps:
@@ -72,7 +75,13 @@ def diagnosis_runs(
     fp16_observer = RunObserver()
     fp16, fp16_seconds = _timed(
         lambda: train(
-            problem, setting, epochs=epochs, steps=steps, observer=fp16_observer, fp32_reference=False
+            problem,
+            setting,
+            epochs=epochs,
+            steps=steps,
+            observer=fp16_observer,
+            fp32_reference=False,
+            continue_scaler=continue_scaler,
         )
     )
     scales = [reading.scale for reading in fp16_observer.readings]
@@ -111,10 +120,14 @@ def diagnose_training(
     epochs: int = 0,
     steps: int | None = None,
     penalty: PenaltyConfig = PenaltyConfig(),
+    continue_scaler: bool = False,
 ) -> tuple[DiagnosisRuns, TrainingVerdict]:
     """A whole training diagnosis of ``setting``: its runs and their verdict, whose suggestion (if any) was
-    trained before it is given (:mod:`search.diagnosis._suggestion_check`)."""
-    runs = diagnosis_runs(problem, setting, epochs=epochs, steps=steps, penalty=penalty)
+    trained before it is given (:mod:`search.diagnosis._suggestion_check`); ``continue_scaler``: as
+    :func:`diagnosis_runs` (the suggestion is a restart: its scaler starts afresh)."""
+    runs = diagnosis_runs(
+        problem, setting, epochs=epochs, steps=steps, penalty=penalty, continue_scaler=continue_scaler
+    )
     verdict = judge(runs.fp16, runs.fp32, runs.bf16, setting, penalty)
     suggested = suggestion_of(verdict, setting)
     if suggested is None:
@@ -125,12 +138,25 @@ def diagnose_training(
     return runs, checked_suggestion(verdict, setting, trained, runs.fp16, penalty)
 
 
+def checkpoint_setting(
+    problem: Problem | LoaderProblem, setting: ScalerConfig | RuleSetting, chosen: bool
+) -> tuple[ScalerConfig | RuleSetting, bool]:
+    """The setting a diagnosis trains, and whether it continues the checkpoint's scaler: from a checkpoint
+    that saved GradScaler's state, with no setting ``chosen`` by the user, the run as it was (its scaler goes
+    on from that state); else ``setting``, its scaler started afresh (a restart)."""
+    saved = None if problem.start is None else problem.start.scaler_setting()
+    if chosen or saved is None or setting.rule != saved.rule:
+        return setting, False
+    return saved, True
+
+
 def diagnosis_run_length(
     problem: Problem | LoaderProblem,
     setting: ScalerConfig | RuleSetting,
     verdict: TrainingVerdict,
     run_steps: int,
     source: str = "--run-steps",
+    continue_scaler: bool = False,
 ) -> dict[str, Any]:
     """The user's run length (``search.diagnose --run-steps N``), measured: the diagnosed setting and the
     suggestion the verdict gives (if any) each train ``run_steps`` steps in fp16 as a trial does; their
@@ -142,7 +168,8 @@ def diagnosis_run_length(
     suggested = suggestion_of(verdict, setting) if kept else None
     if suggested is not None:
         runs["suggested"] = suggested
-    return {"steps": run_steps, "source": source, **skips_over(problem, runs, run_steps)}
+    continued = ("diagnosed",) if continue_scaler else ()  # The run as it was; a suggestion is a restart.
+    return {"steps": run_steps, "source": source, **skips_over(problem, runs, run_steps, continued)}
 
 
 def suggestion_run(

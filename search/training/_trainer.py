@@ -374,13 +374,18 @@ def fp32_zero_fraction(problem: Problem | LoaderProblem, epochs: int = 0, steps:
 
 
 def skips_over(
-    problem: Problem | LoaderProblem, settings: dict[str, ScalerConfig | RuleSetting], steps: int
+    problem: Problem | LoaderProblem,
+    settings: dict[str, ScalerConfig | RuleSetting],
+    steps: int,
+    continued: tuple[str, ...] = (),
 ) -> dict[str, dict[str, Any]]:
     """Each labelled setting trained ``steps`` steps in fp16 as a trial is (the user's run length,
-    ``--run-steps``): its values, skipped steps and evaluation, by label."""
+    ``--run-steps``): its values, skipped steps and evaluation, by label; those ``continued`` continue the
+    checkpoint's scaler (``continue_scaler``)."""
     out = {}
     for label, setting in settings.items():
-        result = train(problem, setting, steps=steps, fp32_reference=False)
+        as_run = label in continued
+        result = train(problem, setting, steps=steps, fp32_reference=False, continue_scaler=as_run)
         out[label] = {
             "settings": dict(setting.values),
             "skipped": int(sum(result.skipped)),

@@ -1,13 +1,15 @@
-"""``search.optimize --checkpoint``: a search from the user's checkpoint, its schedule and its scaler.
+"""``--checkpoint``: a search and a diagnosis from the user's checkpoint, its schedule and its scaler.
 
 The checkpoint is written by a plain PyTorch AMP loop (its scaler backed off on the way); the study's
 baselines are then checked against plain loops that load it: the default started afresh (``seed-1``) and the
-run as it was (``as-run``, the saved scaler continued), step by step.
+run as it was (``as-run``, the saved scaler continued), step by step; so is the diagnosis's fp16 run.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import math
 
 import optuna
 import pytest
@@ -83,7 +85,9 @@ def test_a_search_from_a_checkpoint_trains_the_run_as_it_was_beside_the_default(
         f"search.optimize: from step {SAVED_AT} of torch.save checkpoint {checkpoint}: every run trains steps"
         f" {SAVED_AT} to {SAVED_AT + STEPS - 1}"
     )
-    study = optuna.load_study(study_name="tasks_for_tests-scheduled", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    study = optuna.load_study(
+        study_name="tasks_for_tests-scheduled", storage=f"sqlite:///{tmp_path / 'study.db'}"
+    )
     assert study.user_attrs["checkpoint"] == str(checkpoint)
     done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
     by_tag = {t.user_attrs.get("baseline"): t for t in done}
@@ -129,3 +133,26 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, conten
     proc = run_cli(["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--trials", 3], tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
+
+
+def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_given(tmp_path, checkpoint):
+    """No GradScaler flag: the run as it was (the saved scaler continued); a flag: that setting, afresh."""
+    args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", checkpoint, "--steps", STEPS]
+    proc = run_cli([*args, "--json", "d.json"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0, proc.stderr
+    continued = "; these settings: its own scaler, continued (a setting's flags diagnose a restart)"
+    assert proc.stderr.splitlines()[0].endswith(continued)
+    data = json.loads((tmp_path / "d.json").read_text())
+    saved = torch.load(checkpoint, weights_only=True)["scaler"]
+    assert data["first_step"] == SAVED_AT and data["checkpoint"].endswith(", its scaler continued")
+    assert data["settings"]["init_scale"] == saved["scale"]
+    plain = plain_from(checkpoint, None)
+    fp16 = data["runs"]["fp16"]
+    assert fp16["skipped"] == plain.skipped and fp16["losses"] == pytest.approx(plain.losses, rel=1e-6)
+    assert [s["step"] for s in data["skips"]] == [SAVED_AT + i for i, s in enumerate(plain.skipped) if s]
+    assert f"scale: 2^{math.log2(fp16['scales'][0]):.1f} at step {SAVED_AT}," in proc.stdout
+
+    proc = run_cli([*args, "--init-scale", 65536, "--json", "f.json"], tmp_path, module="search.diagnose")
+    fresh = json.loads((tmp_path / "f.json").read_text())
+    assert proc.returncode == 0 and not fresh["checkpoint"].endswith("continued")
+    assert fresh["runs"]["fp16"]["skipped"] == plain_from(checkpoint, torch.amp.GradScaler("cpu")).skipped
