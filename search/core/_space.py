@@ -203,10 +203,12 @@ def _points(
             params[name] = int(value) if isinstance(dist, IntDistribution) else value
         outside = [n for n, v in params.items() if not dists[n].low <= v <= dists[n].high]
         if outside and tag == keep_outside:
-            what = "the run as it was" if tag == AS_RUN_BASELINE else f"{rule.maker}'s default"
+            what, beside = (f"{rule.maker}'s default", "the default")
+            if tag == AS_RUN_BASELINE:
+                what, beside = "the run as it was", "it"
             notes.append(
                 f"baseline {tag} ({what}): {', '.join(outside)} outside the search space, trained there all"
-                f" the same, so the answer is seen beside {what}"
+                f" the same, so the answer is seen beside {beside}"
             )
         elif outside:
             notes.append(f"baseline {tag} left out: {', '.join(outside)} outside the search space")

@@ -23,7 +23,7 @@ from search.core import (
     waiting_baseline,
 )
 from search.diagnosis import DiagnosedRun, diagnosis_conflict, setting_text
-from search.scalers import RULES, TORCH
+from search.scalers import RULES, TORCH, RuleSetting, ScalerConfig
 from search.storage import TrialWriter, with_retry
 
 # Study user attrs that define what the trials measure; a resume must match them.
@@ -204,7 +204,7 @@ def prepare_study(
     sampler: optuna.samplers.BaseSampler,
     pruner: optuna.pruners.BasePruner,
     attrs: dict[str, Any] | None = None,
-    as_run: dict[str, float] | None = None,
+    as_run: ScalerConfig | RuleSetting | None = None,
 ) -> StudyHandle:
     """Creates the study (recording settings and ``attrs``, enqueuing the baselines once) or loads it.
 
@@ -227,7 +227,7 @@ def prepare_study(
 
 
 def _enqueue_missing_baselines(
-    study: optuna.Study, settings: Settings, as_run: dict[str, float] | None = None
+    study: optuna.Study, settings: Settings, as_run: ScalerConfig | RuleSetting | None = None
 ) -> list[str]:
     """Enqueues each baseline (``seed-1`` ..., or the rule's default) that has no finished, waiting or running
     trial yet, and in a study searched from a diagnosis (user attr ``diagnosis``) the setting it suggests,
@@ -247,8 +247,8 @@ def _enqueue_missing_baselines(
             suggested_setting, settings.space, baselines, settings.run.scaler
         )
         baselines, notes = baselines + suggested, notes + left_out
-    if as_run is not None and settings.run.scaler == TORCH:  # GradScaler's state: GradScaler's rule only.
-        kept, left_out = as_run_trial(as_run, settings.space)
+    if as_run is not None and as_run.rule == settings.run.scaler:  # A saved scaler of the study's own rule.
+        kept, left_out = as_run_trial(dict(as_run.values), settings.space, settings.run.scaler)
         baselines, notes = baselines + kept, notes + left_out
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     added = with_retry(
@@ -259,7 +259,7 @@ def _enqueue_missing_baselines(
     if any(t.user_attrs.get(BASELINE) == AS_RUN_BASELINE for t in added):
         notes.append(
             f"baseline {AS_RUN_BASELINE}: the run as it was at the checkpoint, its scaler continued from"
-            f" {setting_text(as_run)}, beside the default started afresh"
+            f" {setting_text(dict(as_run.values))}, beside the default started afresh"
         )
     if any(t.user_attrs.get(BASELINE) == DIAGNOSIS_BASELINE for t in added):
         notes.append(

@@ -105,18 +105,12 @@ def start_study(
         sampler,
         pruner or optuna.pruners.NopPruner(),
         plan.study_attrs,
-        as_run=_saved_scaler(plan.problem),
+        as_run=None if plan.problem.start is None else plan.problem.start.scaler_setting(),
     )
     if note is not None:
         for line in handle.notes:
             note(f"note: {line}")
     return handle
-
-
-def _saved_scaler(problem: Any) -> dict[str, float] | None:
-    """The GradScaler setting the problem's checkpoint saved, by name, or None."""
-    setting = None if problem.start is None else problem.start.scaler_setting()
-    return None if setting is None else dict(setting.values)
 
 
 def progress_bar(settings: Settings, done: int, quiet: bool, desc: str) -> tqdm:

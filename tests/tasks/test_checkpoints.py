@@ -50,10 +50,24 @@ def samples() -> list[dict[str, torch.Tensor]]:
     ]
 
 
-def trainer_groups(params) -> torch.optim.Optimizer:  # noqa: ANN001
-    # The Trainer's two groups: weights with weight decay, biases without (Trainer.create_optimizer).
-    weight, bias = list(params)
-    return torch.optim.AdamW([{"params": [weight]}, {"params": [bias], "weight_decay": 0.0}], lr=5e-3)
+def trainer_groups(model: nn.Module):  # noqa: ANN201
+    """The Trainer's two optimizer groups, as docs/tasks.md builds them: weights with weight decay, the rest
+    without (``Trainer.get_decay_parameter_names``), in parameter order."""
+    from transformers import Trainer
+
+    decays = [n in Trainer.get_decay_parameter_names(None, model) for n, _ in model.named_parameters()]
+
+    def optimizer(params) -> torch.optim.Optimizer:  # noqa: ANN001
+        params = list(params)
+        return torch.optim.AdamW(
+            [
+                {"params": [p for p, d in zip(params, decays) if d]},
+                {"params": [p for p, d in zip(params, decays) if not d], "weight_decay": 0.0},
+            ],
+            lr=5e-3,
+        )
+
+    return optimizer
 
 
 def cosine(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
@@ -64,10 +78,11 @@ def cosine(optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRSched
 
 def hf_task() -> LoaderProblem:
     torch.manual_seed(SEED)
+    model = Tiny()
     return LoaderProblem(
-        model=Tiny(),
+        model=model,
         train_batches=DataLoader(samples(), batch_size=4, shuffle=True),
-        make_optimizer=trainer_groups,
+        make_optimizer=trainer_groups(model),
         steps=MORE,
         make_scheduler=cosine,
         seed=SEED,
@@ -106,7 +121,7 @@ def plain_hf_continue(problem: LoaderProblem, directory: str, scaler: torch.amp.
     step = json.loads(open(f"{directory}/trainer_state.json").read())["global_step"]
     model = Tiny()
     model.load_state_dict(load_file(f"{directory}/model.safetensors"))
-    optimizer = trainer_groups(model.parameters())
+    optimizer = trainer_groups(model)(model.parameters())
     scheduler = cosine(optimizer)
     optimizer.load_state_dict(torch.load(f"{directory}/optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(f"{directory}/scheduler.pt", weights_only=True))
