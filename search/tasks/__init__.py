@@ -9,7 +9,7 @@ the same seed gives the same data and initial weights in every process.
 * ``_build``: building and checking the Problem;
 * ``_start``: the state of the user's run that trials continue from (:class:`StartState`);
 * ``_checkpoints``: reading it from a Hugging Face Trainer, a Lightning or a plain checkpoint;
-* ``seed_mlp``, ``deep_mlp``, ``sum_outliers``: the built-in tasks (named in ``_resolve``'s
+* ``seed_mlp``, ``deep_mlp``, ``sum_outliers``, ``late_mlp``: the built-in tasks (named in ``_resolve``'s
   ``BUILTIN_TASKS``).
 """
 

@@ -18,6 +18,7 @@ BUILTIN_TASKS: dict[str, str] = {
     "deep-mlp-spikes": "search.tasks.deep_mlp:build_spikes",
     "deep-mlp-sum": "search.tasks.deep_mlp:build_sum",
     "sum-outliers": "search.tasks.sum_outliers:build",
+    "late-mlp": "search.tasks.late_mlp:build",
 }
 
 
