@@ -295,8 +295,11 @@ def _main(session: Session, argv: list[str]) -> int:
             args.allow_changed_settings,
             keep=session.keep,
             diagnosed_steps=None if start is None else start.steps,
+            diagnosed_from=None if start is None else start.first_step,
             from_diagnosis=start is not None,
         )
+        if plan.problem.start is not None:  # First: every number below is of the run from there.
+            session.note(plan.problem.start.first_line(plan.steps_per_trial))
         if start is not None:
             from search.core import STUDY_DIAGNOSIS
 
@@ -367,8 +370,6 @@ def _print_notes(session: Session, plan: RunPlan) -> None:
     from search.core import growth_note
 
     settings = plan.settings
-    if plan.problem.start is not None:  # First: every number below is of the run from there.
-        session.note(plan.problem.start.first_line(plan.steps_per_trial))
     for note in plan.warnings:
         session.note(f"warning: {note}")
     if settings.run.amp_dtype == "bfloat16":

@@ -75,6 +75,7 @@ class DiagnosisStart:
             file.
         setting: Its ``suggested_setting`` (GradScaler's four settings by name), which the search trains first
             (baseline ``diagnosis``); None where it suggests none (a framework's rule, or an older file).
+        first_step: The global step its runs started from (its checkpoint's; 0: the initial weights).
     """
 
     source: str
@@ -89,6 +90,7 @@ class DiagnosisStart:
     path: str | None = None
     recorded_at: str | None = None
     setting: dict[str, float] | None = None
+    first_step: int = 0
 
     def attrs(self, space: SpaceConfig) -> dict[str, Any]:
         """What the study records of it (user attr ``diagnosis``): the verdict, the scales and the ranges
@@ -210,6 +212,7 @@ def _start(data: dict[str, Any], source: str, path: str | None) -> DiagnosisStar
         steps if _whole(steps) else None,
         path,
         setting=_setting(source, data.get("suggested_setting")),
+        first_step=int(data.get("first_step") or 0),  # A diagnosis without the key trained from step 0.
     )
 
 

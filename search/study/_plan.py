@@ -53,6 +53,7 @@ def plan_run(
     keep: Callable[[optuna.storages.RDBStorage], object] = lambda storage: storage,
     diagnosed_steps: int | None = None,
     from_diagnosis: bool = False,
+    diagnosed_from: int | None = None,
 ) -> RunPlan:
     """Checks a run of ``settings`` and opens its storage; ``keep`` is handed the opened storage.
 
@@ -64,6 +65,8 @@ def plan_run(
         diagnosed_steps: The steps a ``--from-diagnosis`` file trained: a run of other steps per trial is
             refused before anything is written (the diagnosis's growth window is about that length).
         from_diagnosis: The space was narrowed by ``--from-diagnosis``.
+        diagnosed_from: The global step that diagnosis started from (its checkpoint's, else 0): a run from
+            another step is refused (its gradients are another run's).
 
     Raises:
         NothingToRun: ``--trials 0`` and the SQLite file does not exist (said once the flags are checked,
@@ -120,6 +123,12 @@ def plan_run(
             f"--from-diagnosis: it diagnosed {diagnosed_steps} steps and this run trains {steps_per_trial} "
             "a trial (its growth window is about the run's length): diagnose with --steps "
             f"{steps_per_trial}, or search with --steps {diagnosed_steps}"
+        )
+    first = 0 if problem.start is None else problem.start.global_step
+    if diagnosed_from is not None and diagnosed_from != first:
+        raise UsageError(
+            f"--from-diagnosis: it diagnosed the run from step {diagnosed_from} and this run starts at step"
+            f" {first}: diagnose with this run's --checkpoint"
         )
     if run.population > 1:  # Before storage is opened: a task that cannot be stacked writes nothing.
         _check_population(settings, problem)

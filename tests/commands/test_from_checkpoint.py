@@ -19,7 +19,7 @@ from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
 
 from conftest import run_cli
 from plain_loop import _batches
-from plain_resume import plain_steps
+from plain_resume import plain_steps, write_late_checkpoint
 from tasks_for_tests import scheduled
 
 SAVED_AT, STEPS = 20, 10
@@ -156,3 +156,30 @@ def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_
     fresh = json.loads((tmp_path / "f.json").read_text())
     assert proc.returncode == 0 and not fresh["checkpoint"].endswith("continued")
     assert fresh["runs"]["fp16"]["skipped"] == plain_from(checkpoint, torch.amp.GradScaler("cpu")).skipped
+
+
+def test_late_mlp_from_step_0_and_from_its_checkpoint(tmp_path):
+    """The task where the trouble comes late: from step 0 the diagnosis finds nothing wrong with the default;
+    from the checkpoint at step 320 (written by the plain loop) it says underflow, and the search it starts
+    answers with a larger init_scale, the default's row underflowing beside it. A diagnosis from step 0 is
+    refused as the start of a search from step 320."""
+    late = write_late_checkpoint(tmp_path / "late-320.pt")
+    common = ["--task", "late-mlp", "--steps", 64]
+    proc = run_cli([*common, "--json", "d0.json"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0 and json.loads((tmp_path / "d0.json").read_text())["verdict"] == "healthy"
+    proc = run_cli([*common, "--checkpoint", late, "--json", "d.json"], tmp_path, module="search.diagnose")
+    diagnosis = json.loads((tmp_path / "d.json").read_text())
+    assert proc.returncode == 0 and diagnosis["verdict"] == "underflow" and diagnosis["first_step"] == 320
+
+    searched = [*common, "--checkpoint", late, "--trials", 12, "--quiet", "--best-out", "best.json"]
+    refused = run_cli([*searched, "--from-diagnosis", "d0.json"], tmp_path)
+    assert refused.returncode == 2 and "it diagnosed the run from step 0 and this run starts at step 320" in (
+        refused.stderr
+    )
+    assert not (tmp_path / "study.db").exists()
+    proc = run_cli([*searched, "--from-diagnosis", "d.json"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads((tmp_path / "best.json").read_text())
+    assert best["verdict"] == "change" and best["best"]["cpu"]["init_scale"] >= 2.0**18
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if line.startswith("  ")}
+    assert "underflow" in rows["seed-1"] and "underflow" in rows["as-run"]

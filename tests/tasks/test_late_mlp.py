@@ -18,6 +18,8 @@ from search.scalers import ScalerConfig
 from search.tasks import read_checkpoint, start_from
 from search.tasks.late_mlp import GROUP, LATE_STEP, build
 
+from plain_resume import write_late_checkpoint
+
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 STEPS = 64
 
@@ -57,23 +59,7 @@ def fresh(problem):
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    """The plain loop's run to step 320 at PyTorch's default GradScaler, saved as a torch.save dict."""
-    problem = build(42)
-    model, optimizer = fresh(problem)
-    scaler = torch.amp.GradScaler("cpu")
-    for step in range(LATE_STEP):
-        x, y = problem.train_batches[step]
-        torch.manual_seed((problem.seed * 1_000_003 + step) % 2**63)
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    path = tmp_path_factory.mktemp("late") / "late-320.pt"
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
-    torch.save(state | {"step": LATE_STEP}, path)
-    return path
+    return write_late_checkpoint(tmp_path_factory.mktemp("late") / "late-320.pt")
 
 
 def test_the_second_group_reads_zero_until_step_320():
