@@ -18,7 +18,7 @@ import optuna
 import plotly.graph_objects as go
 from optuna.trial import TrialState
 
-from search.core import DIAGNOSIS_BASELINE, baseline_of
+from search.core import DIAGNOSIS_BASELINE, FIRST_STEP, baseline_of
 from search.publishing.report._diagnoses import _diagnosis_section
 from search.publishing.report._failures import _failures_section
 from search.publishing.report._reading import ReportSnapshot
@@ -159,6 +159,9 @@ def build_report(
             "seed": snapshot.settings.run.seed,
             "amp_dtype": snapshot.settings.run.amp_dtype,
             "scaler": scaler,
+            "checkpoint": snapshot.settings.run.checkpoint or None,
+            # The global step the trials started from (their checkpoint's), as they recorded it.
+            "first_step": next((t.user_attrs[FIRST_STEP] for t in done if FIRST_STEP in t.user_attrs), 0),
         },
         "states": {s.name: states.get(s.name, 0) for s in TrialState},
         "n_complete": len(done),

@@ -133,6 +133,9 @@ def render_html(report: Report) -> str:
 def _length(settings: dict) -> str:
     """How long each trial trained: its steps when the study counts steps (``--steps``, or a loader task's
     own), else its epochs."""
+    start = ""
+    if settings.get("checkpoint"):  # Steps counted as the user's run counts them.
+        start = f" from step {settings.get('first_step', 0)} of checkpoint {settings['checkpoint']}"
     if settings.get("steps_per_trial"):
-        return f"{settings['steps_per_trial']} steps a trial"
-    return f"{settings['epochs']} epochs" if settings["epochs"] else "the task's own steps a trial"
+        return f"{settings['steps_per_trial']} steps a trial{start}"
+    return (f"{settings['epochs']} epochs" if settings["epochs"] else "the task's own steps a trial") + start

@@ -45,9 +45,10 @@ def _curves_section(
     section = Section(
         "curves",
         SECTION_TITLES["curves"],
-        f"Loss per optimizer step (top) and {rule.title}'s loss scale after each update (bottom, log axis) of"
+        f"Loss per optimizer step (top) and {rule.title}'s loss scale after each update (below, log axis) of"
         f" the answer's trial (when the verdict is a change; else the best trial), {rule.maker}'s default"
-        f" ({tag}) and the worst trial that stayed finite; x marks a skipped step (inf/NaN gradients).",
+        f" ({tag}) and the worst trial that stayed finite, with each step's learning rate under them where a"
+        " schedule moved it; x marks a skipped step (inf/NaN gradients).",
     )
     shown = showcase(done)
     default = shown.default
