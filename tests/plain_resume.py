@@ -63,27 +63,3 @@ def assert_same_steps(result, plain: PlainSteps, first: int) -> None:  # noqa: A
     assert list(result.lr_curve) == plain.rates
     assert result.loss_curve == plain.losses
 
-
-def write_late_checkpoint(path):  # noqa: ANN001, ANN201
-    """late-mlp's run to step 320 in a plain AMP loop at PyTorch's default GradScaler, saved by torch.save
-    as a dict (model, optimizer, scaler, step); returns ``path``."""
-    import copy
-
-    from search.tasks.late_mlp import LATE_STEP, build
-
-    problem = build(42)
-    model = copy.deepcopy(problem.model)
-    optimizer = problem.make_optimizer(model.parameters())
-    scaler = torch.amp.GradScaler("cpu")
-    for step in range(LATE_STEP):
-        x, y = problem.train_batches[step]
-        torch.manual_seed((problem.seed * 1_000_003 + step) % 2**63)
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.float16):
-            loss = problem.loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict()}
-    torch.save(state | {"step": LATE_STEP}, path)
-    return path

@@ -243,8 +243,8 @@ def _gradient_lines(fp16: RunEvidence, fp32: RunEvidence, verdict: TrainingVerdi
         f" {LOST_SHARE:.0%} of its squared gradient norm at or above 2^-24 over"
         f" {_first(fp32.start_steps)}; noise: under 2^{math.log2(NOISE_SHARE):.0f} of the model's squared"
         " gradient norm there, zero or rounding noise (as softmax makes the attention key bias's), left out"
-        " of the needed scale and of underflow; rounds to 0: its non-zero gradients at step 0, where both"
-        " runs have the same weights, that are"
+        " of the needed scale and of underflow; rounds to 0: its non-zero gradients at the first step, where"
+        " both runs have the same weights, that are"
         f" 2^{math.log2(FP16_ROUNDS_TO_ZERO):.0f} or less at the fp16 run's scale)"
     )
     return lines

@@ -15,11 +15,12 @@ import optuna
 import pytest
 import torch
 
+from examples.late_checkpoint import write_late_checkpoint
 from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
 
 from conftest import run_cli
 from plain_loop import _batches
-from plain_resume import plain_steps, write_late_checkpoint
+from plain_resume import plain_steps
 from tasks_for_tests import scheduled
 
 SAVED_AT, STEPS = 20, 10

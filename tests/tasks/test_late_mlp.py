@@ -13,12 +13,11 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from examples.late_checkpoint import write_late_checkpoint
 from search.diagnosis import diagnose_training
 from search.scalers import ScalerConfig
 from search.tasks import read_checkpoint, start_from
 from search.tasks.late_mlp import GROUP, LATE_STEP, build
-
-from plain_resume import write_late_checkpoint
 
 DEFAULT = ScalerConfig(2.0**16, 2.0, 0.5, 2000)
 STEPS = 64
