@@ -8,6 +8,7 @@ as Hugging Face Trainer does (only when the optimizer stepped, i.e. ``scaler.get
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -55,6 +56,30 @@ def plain_steps(
     return out
 
 
+def loaded(
+    model: nn.Module,
+    make_optimizer: Callable,
+    make_scheduler: Callable | None,
+    states: tuple,
+    scaler: torch.amp.GradScaler | None,
+) -> tuple:
+    """(model, optimizer, scheduler, scaler) holding a checkpoint's ``states`` (weights, optimizer, scheduler,
+    scaler), loaded as a user's resume loads them: the optimizer and scheduler built first, then their states
+    (copies: ``load_state_dict`` keeps the saved tensors, and the optimizer updates them in place);
+    ``scaler`` None: a GradScaler holding the saved state."""
+    weights, optimizer_state, scheduler_state, scaler_state = states
+    model.load_state_dict(weights)
+    optimizer = make_optimizer(model.parameters())
+    scheduler = None if make_scheduler is None else make_scheduler(optimizer)
+    optimizer.load_state_dict(copy.deepcopy(optimizer_state))
+    if scheduler is not None:
+        scheduler.load_state_dict(copy.deepcopy(scheduler_state))
+    if scaler is None:
+        scaler = torch.amp.GradScaler("cpu")
+        scaler.load_state_dict(scaler_state)
+    return model, optimizer, scheduler, scaler
+
+
 def assert_same_steps(result, plain: PlainSteps, first: int) -> None:  # noqa: ANN001 (a TrainResult)
     """The trainer's run from a checkpoint took the plain loop's steps: skips, scales, rates and losses."""
     assert result.first_step == first and result.steps == len(plain.losses)
@@ -63,3 +88,10 @@ def assert_same_steps(result, plain: PlainSteps, first: int) -> None:  # noqa: A
     assert list(result.lr_curve) == plain.rates
     assert result.loss_curve == plain.losses
 
+
+def write_content(path, content) -> None:  # noqa: ANN001
+    """A checkpoint file as a test wants it: raw bytes, a ``torch.save`` of ``content``, or nothing (None)."""
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        torch.save(content, path)

@@ -68,15 +68,7 @@ def curves_figure(
             col=1,
         )
         figure.add_trace(
-            go.Scatter(
-                x=steps[: len(scale)],
-                y=scale,
-                name=label,
-                legendgroup=group,
-                showlegend=False,
-                line={"color": colour, "shape": "hv"},
-                mode="lines",
-            ),
+            _held(steps[: len(scale)], scale, group, colour, name=label),
             row=2,
             col=1,
         )
@@ -111,13 +103,11 @@ def curves_figure(
         rates = trial.user_attrs.get(LR_CURVE)
         if rates:
             figure.add_trace(
-                go.Scatter(
-                    x=steps[: len(rates)],
-                    y=rates,
-                    legendgroup=group,
-                    showlegend=False,
-                    line={"color": colour, "shape": "hv"},
-                    mode="lines",
+                _held(
+                    steps[: len(rates)],
+                    rates,
+                    group,
+                    colour,
                     hovertemplate="step %{x}: learning rate %{y:.3g}<extra></extra>",
                 ),
                 row=3,
@@ -130,3 +120,9 @@ def curves_figure(
     figure.update_xaxes(title_text="optimizer step", row=3 if scheduled else 2, col=1)
     figure.update_layout(title=title, hovermode="x unified", legend={"groupclick": "togglegroup"})
     return figure
+
+
+def _held(x: list[int], y: list, group: str, colour: str, **extra: str) -> go.Scatter:
+    """A value held from one step to the next (a scale, a learning rate), in a trial's legend group."""
+    line = {"color": colour, "shape": "hv"}
+    return go.Scatter(x=x, y=y, legendgroup=group, showlegend=False, line=line, mode="lines", **extra)

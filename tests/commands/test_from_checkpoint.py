@@ -20,7 +20,7 @@ from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
 
 from conftest import run_cli
 from plain_loop import _batches
-from plain_resume import plain_steps
+from plain_resume import loaded, plain_steps, write_content
 from tasks_for_tests import scheduled
 
 SAVED_AT, STEPS = 20, 10
@@ -54,15 +54,10 @@ def plain_from(path, scaler: torch.amp.GradScaler | None):
     """The plain loop that loads the checkpoint and takes STEPS more; ``scaler`` None continues the saved."""
     problem = scheduled(42)
     saved = torch.load(path, weights_only=True)
-    model = copy.deepcopy(problem.model)
-    model.load_state_dict(saved["model"])
-    optimizer = problem.make_optimizer(model.parameters())
-    scheduler = problem.make_scheduler(optimizer)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    if scaler is None:
-        scaler = torch.amp.GradScaler("cpu")
-        scaler.load_state_dict(saved["scaler"])
+    states = tuple(saved[k] for k in ("model", "optimizer", "scheduler", "scaler"))
+    model, optimizer, scheduler, scaler = loaded(
+        copy.deepcopy(problem.model), problem.make_optimizer, problem.make_scheduler, states, scaler
+    )
     return plain_steps(
         model, optimizer, scheduler, scaler, losses_of(problem, SAVED_AT, STEPS), SAVED_AT, 42, True
     )
@@ -127,10 +122,7 @@ def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoin
 )
 def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, content, message):
     path = tmp_path / "ckpt.pt"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content is not None:
-        torch.save(content, path)
+    write_content(path, content)
     proc = run_cli(["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--trials", 3], tmp_path)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])

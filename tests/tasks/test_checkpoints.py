@@ -21,7 +21,7 @@ from search.training import train
 
 from frameworks import as_on_a_gpu, need
 from plain_loop import _batches
-from plain_resume import assert_same_steps, plain_steps
+from plain_resume import assert_same_steps, loaded, plain_steps
 
 # The plain loops and Lightning step the scheduler after a skipped first step, as PyTorch's recipe does.
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
@@ -119,15 +119,13 @@ def plain_hf_continue(problem: LoaderProblem, directory: str, scaler: torch.amp.
     from safetensors.torch import load_file
 
     step = json.loads(open(f"{directory}/trainer_state.json").read())["global_step"]
+    states = [load_file(f"{directory}/model.safetensors")]
+    states += [
+        torch.load(f"{directory}/{name}", weights_only=True) for name in ("optimizer.pt", "scheduler.pt")
+    ]
+    states.append(torch.load(f"{directory}/scaler.pt", weights_only=True))
     model = Tiny()
-    model.load_state_dict(load_file(f"{directory}/model.safetensors"))
-    optimizer = trainer_groups(model)(model.parameters())
-    scheduler = cosine(optimizer)
-    optimizer.load_state_dict(torch.load(f"{directory}/optimizer.pt", weights_only=True))
-    scheduler.load_state_dict(torch.load(f"{directory}/scheduler.pt", weights_only=True))
-    if scaler is None:
-        scaler = torch.amp.GradScaler("cpu")
-        scaler.load_state_dict(torch.load(f"{directory}/scaler.pt", weights_only=True))
+    model, optimizer, scheduler, scaler = loaded(model, trainer_groups(model), cosine, tuple(states), scaler)
     # The task's batches as docs/tasks.md draws them: the loader iterated with the global RNG seeded.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(problem.seed)
@@ -143,6 +141,7 @@ def test_a_hugging_face_trainer_checkpoint_continues_as_the_plain_loop_does(tmp_
     assert start.scheduler_on_skipped_step is False  # transformers' trainer.py: not after a skipped step
     saved = torch.load(f"{directory}/scaler.pt", weights_only=True)
     assert start.scaler_setting() == ScalerConfig(saved["scale"], 2.0, 0.5, 2000)
+    assert start.optimizer_state["state"]  # Adam's moments: the run took steps before it was saved
     problem = start_from(hf_task(), start)
 
     fresh = train(problem, TRIAL, steps=MORE, fp32_reference=False)
@@ -157,7 +156,7 @@ def test_a_hugging_face_trainer_checkpoint_continues_as_the_plain_loop_does(tmp_
 
 
 LIGHTNING_SAVED_AT, LIGHTNING_MORE = 5, 6
-LIGHTNING_SCALER = dict(init_scale=9.1e4, growth_factor=1.3, backoff_factor=0.62, growth_interval=2)
+LIGHTNING_SCALER = dict(init_scale=3.1e3, growth_factor=1.3, backoff_factor=0.62, growth_interval=2)
 
 
 def lightning_problem() -> Problem:
@@ -185,16 +184,9 @@ def continue_plainly(
     scheduler, scaler), then ``more`` steps of the plain loop on the task's own batches from global step
     ``first``; ``scaler`` None continues the saved scaler."""
     problem = lightning_problem()
-    weights, optimizer_state, scheduler_state, scaler_state = states
-    model = problem.model
-    model.load_state_dict(weights)
-    optimizer = problem.make_optimizer(model.parameters())
-    scheduler = problem.make_scheduler(optimizer)
-    optimizer.load_state_dict(optimizer_state)
-    scheduler.load_state_dict(scheduler_state)
-    if scaler is None:
-        scaler = torch.amp.GradScaler("cpu")
-        scaler.load_state_dict(scaler_state)
+    model, optimizer, scheduler, scaler = loaded(
+        problem.model, problem.make_optimizer, problem.make_scheduler, states, scaler
+    )
     x, y = problem.inputs, problem.targets
     losses = [
         lambda m, i=index: problem.loss_fn(m(x[i]), y[i])
@@ -253,6 +245,7 @@ def test_a_lightning_checkpoint_continues_as_the_plain_loop_does(tmp_path):
     )
     saved = torch.load(path, weights_only=False)
     assert start.scaler_state == saved["MixedPrecision"] and start.scaler_state["growth_factor"] == 1.3
+    assert saved["optimizer_states"][0]["state"]  # momentum buffers: the run took steps before it was saved
     problem = start_from(lightning_problem(), start)
 
     states = (
@@ -322,6 +315,7 @@ def test_an_accelerate_checkpoint_continues_as_the_plain_loop_does(tmp_path, fre
         torch.load(f"{directory}/scaler.pt", weights_only=True),
     )
     assert states[3]["scale"] < LIGHTNING_SCALER["init_scale"]  # the run backed off before it was saved
+    assert states[1]["state"]  # and took steps: momentum buffers
     problem = start_from(lightning_problem(), start)
     fresh = train(problem, TRIAL, steps=LIGHTNING_MORE, fp32_reference=False)
     expected = continue_plainly(states, 4, LIGHTNING_MORE, False, torch.amp.GradScaler("cpu", **TRIAL.values))

@@ -21,7 +21,7 @@ from search.tasks import CheckpointError, Problem, read_checkpoint, start_from
 from search.training import train
 
 from plain_loop import _batches
-from plain_resume import PlainSteps, assert_same_steps, plain_steps
+from plain_resume import PlainSteps, assert_same_steps, loaded, plain_steps, write_content
 
 # The plain loops and Lightning step the scheduler after a skipped first step, as PyTorch's recipe does.
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
@@ -103,15 +103,10 @@ def plain_continue(problem: Problem, path, scaler: torch.amp.GradScaler | None, 
     """Loads the checkpoint into a fresh model, optimizer and scheduler and trains RUN more steps; ``scaler``
     None continues the saved scaler (as the run was)."""
     saved = torch.load(path, weights_only=True)
-    model = copy.deepcopy(problem.model)
-    model.load_state_dict(saved["model"])
-    optimizer = problem.make_optimizer(model.parameters())
-    scheduler = problem.make_scheduler(optimizer)
-    optimizer.load_state_dict(saved["optimizer"])
-    scheduler.load_state_dict(saved["scheduler"])
-    if scaler is None:
-        scaler = torch.amp.GradScaler("cpu")
-        scaler.load_state_dict(saved["scaler"])
+    states = tuple(saved[k] for k in ("model", "optimizer", "scheduler", "scaler"))
+    model, optimizer, scheduler, scaler = loaded(
+        copy.deepcopy(problem.model), problem.make_optimizer, problem.make_scheduler, states, scaler
+    )
     losses = tensor_losses(problem, SAVED_AT, RUN)
     return plain_steps(model, optimizer, scheduler, scaler, losses, SAVED_AT, problem.shuffle_seed, on_skip)
 
@@ -185,10 +180,7 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_one_line(tmp_path):
 )
 def test_unreadable_checkpoints_are_one_line(tmp_path, content, message):
     path = tmp_path / "ckpt.pt"
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif content is not None:
-        torch.save(content, path)
+    write_content(path, content)
     with pytest.raises(CheckpointError) as e:
         read_checkpoint(path)
     assert message in str(e.value) and "\n" not in str(e.value) and str(path) in str(e.value)
