@@ -151,20 +151,19 @@ def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_
     assert fresh["runs"]["fp16"]["skipped"] == plain_from(checkpoint, torch.amp.GradScaler("cpu")).skipped
 
 
-def test_late_mlp_from_step_0_and_from_its_checkpoint(tmp_path):
-    """The task where the trouble comes late: from step 0 the diagnosis finds nothing wrong with the default;
-    from the checkpoint at step 320 (written by the plain loop) it says underflow, and the search it starts
-    answers with a larger init_scale, the default's row underflowing beside it. A diagnosis from step 0 is
-    refused as the start of a search from step 320."""
+def test_late_mlp_from_its_checkpoint(tmp_path):
+    """The task where the trouble comes late (tests/tasks/test_late_mlp.py: healthy from step 0): from the
+    checkpoint at step 320, written by the plain loop, the diagnosis says underflow, and the search it starts
+    answers with a larger init_scale, the default's row underflowing beside it. A diagnosis of the run from
+    another step is refused as the start of this search, and nothing is written."""
     late = write_late_checkpoint(tmp_path / "late-320.pt")
-    common = ["--task", "late-mlp", "--steps", 64]
-    proc = run_cli([*common, "--json", "d0.json"], tmp_path, module="search.diagnose")
-    assert proc.returncode == 0 and json.loads((tmp_path / "d0.json").read_text())["verdict"] == "healthy"
-    proc = run_cli([*common, "--checkpoint", late, "--json", "d.json"], tmp_path, module="search.diagnose")
+    common = ["--task", "late-mlp", "--steps", 64, "--checkpoint", late]
+    proc = run_cli([*common, "--json", "d.json"], tmp_path, module="search.diagnose")
     diagnosis = json.loads((tmp_path / "d.json").read_text())
     assert proc.returncode == 0 and diagnosis["verdict"] == "underflow" and diagnosis["first_step"] == 320
+    (tmp_path / "d0.json").write_text(json.dumps(diagnosis | {"first_step": 0}))
 
-    searched = [*common, "--checkpoint", late, "--trials", 12, "--quiet", "--best-out", "best.json"]
+    searched = [*common, "--trials", 12, "--quiet", "--best-out", "best.json"]
     refused = run_cli([*searched, "--from-diagnosis", "d0.json"], tmp_path)
     assert refused.returncode == 2 and "it diagnosed the run from step 0 and this run starts at step 320" in (
         refused.stderr
