@@ -50,8 +50,9 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-def plain_from(path, scaler: torch.amp.GradScaler | None):
-    """The plain loop that loads the checkpoint and takes STEPS more; ``scaler`` None continues the saved."""
+def plain_from(path, scaler: torch.amp.GradScaler | None, count: int = STEPS):
+    """The plain loop that loads the checkpoint and takes ``count`` more steps; ``scaler`` None continues the
+    saved one."""
     problem = scheduled(42)
     saved = torch.load(path, weights_only=True)
     states = tuple(saved[k] for k in ("model", "optimizer", "scheduler", "scaler"))
@@ -59,7 +60,7 @@ def plain_from(path, scaler: torch.amp.GradScaler | None):
         copy.deepcopy(problem.model), problem.make_optimizer, problem.make_scheduler, states, scaler
     )
     return plain_steps(
-        model, optimizer, scheduler, scaler, losses_of(problem, SAVED_AT, STEPS), SAVED_AT, 42, True
+        model, optimizer, scheduler, scaler, losses_of(problem, SAVED_AT, count), SAVED_AT, 42, True
     )
 
 
@@ -101,6 +102,37 @@ def test_a_search_from_a_checkpoint_trains_the_run_as_it_was_beside_the_default(
     assert "as-run" in proc.stdout  # the summary shows the run as it was beside the default
 
 
+def test_the_run_length_and_the_confirmation_go_on_from_the_checkpoint(tmp_path, checkpoint):
+    """--run-steps trains the default from the checkpoint as the plain loop does over that many steps, and
+    search.confirm rebuilds the study's problem from the checkpoint the study recorded: every run starts at
+    its step."""
+    args = [
+        "--task",
+        "tasks_for_tests:scheduled",
+        "--checkpoint",
+        checkpoint,
+        "--steps",
+        STEPS,
+        "--trials",
+        6,
+    ]
+    proc = run_cli([*args, "--run-steps", 25, "--best-out", "best.json", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    default = json.loads((tmp_path / "best.json").read_text())["run_length"]["default"]
+    assert default["skipped"] == sum(plain_from(checkpoint, torch.amp.GradScaler("cpu"), 25).skipped)
+    study = "tasks_for_tests-scheduled"
+    proc = run_cli(
+        ["--study-name", study, "--seeds", 2, "--top", 1, "--no-corners", "--quiet"],
+        tmp_path,
+        "search.confirm",
+    )
+    assert proc.returncode == 0, proc.stderr
+    runs = optuna.load_study(
+        study_name=f"{study}.confirm", storage=f"sqlite:///{tmp_path / 'study.db'}"
+    ).trials
+    assert runs and all(t.user_attrs[FIRST_STEP] == SAVED_AT and LR_CURVE in t.user_attrs for t in runs)
+
+
 def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoint):
     args = ["--task", "tasks_for_tests:scheduled", "--steps", STEPS, "--trials", 5, "--quiet"]
     assert run_cli([*args, "--checkpoint", checkpoint], tmp_path).returncode == 0
@@ -123,9 +155,14 @@ def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoin
 def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, content, message):
     path = tmp_path / "ckpt.pt"
     write_content(path, content)
-    proc = run_cli(["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--trials", 3], tmp_path)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
+    task = ["--task", "tasks_for_tests:scheduled", "--checkpoint", path]
+    for args, module in (
+        ([*task, "--trials", 3], "search.optimize"),
+        ([*task, "--json", "d.json"], "search.diagnose"),
+    ):
+        proc = run_cli(args, tmp_path, module)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
 
 
 def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_given(tmp_path, checkpoint):

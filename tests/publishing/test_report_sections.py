@@ -391,12 +391,11 @@ def test_importances_say_which_settings_acted_in_no_run(study_dir):
         return out
 
     message = build_report(snapshot).section("importances").message or ""
-    assert acted(snapshot.trials) == {
-        "growth_factor",
-        "growth_interval",
-        "backoff_factor",
-    }  # this study: all act
-    assert "acted in no complete trial" not in message
+    # The sampled trials differ from run to run (the sampler's seed holds host and process): whether a scale
+    # grew in one of them is read from the study, and the message must say as much.
+    idle = {"growth_factor", "growth_interval", "backoff_factor"} - acted(snapshot.trials)
+    assert ("acted in no complete trial" in message) == bool(idle)
+    assert all(name in message for name in idle)
     # The same trials with a scale that never moved from its start: no growth, no skip.
     flat = []
     for t in snapshot.trials:
