@@ -148,11 +148,11 @@ class LoaderProblem:
         loss = self.eval_loss(model, batch) if self.eval_loss is not None else self.loss_of(model, batch)
         return loss.float()
 
-    def planned(self, steps: int) -> list[list[Batch]]:
-        """The micro-batches of each of ``steps`` optimizer steps, drawn once (then kept) on :attr:`device`.
-        """
-        drawn = self._draw("train", self.train_batches, steps * self.accumulation_steps, cycle=True)
+    def planned(self, steps: int, first: int = 0) -> list[list[Batch]]:
+        """The micro-batches of each of ``steps`` optimizer steps from step ``first``, drawn once (then kept)
+        on :attr:`device`; the batches of the steps before ``first`` are drawn but not kept."""
         per = self.accumulation_steps
+        drawn = self._draw("train", self.train_batches, (first + steps) * per, cycle=True, skip=first * per)
         return [drawn[i * per : (i + 1) * per] for i in range(steps)]
 
     def evaluation_batches(self, steps: int | None = None) -> list[Batch]:
@@ -160,11 +160,14 @@ class LoaderProblem:
         (at most those of ``steps`` steps; None: those drawn for the trials, which are drawn first)."""
         if self.eval_batches is not None:
             return self._draw("eval", self.eval_batches, None, cycle=False)
+        first = 0 if self.start is None else self.start.global_step  # The trials' own batches, from there.
+        key = f"train@{first * self.accumulation_steps}" if first else "train"
         if steps is not None:
-            self.planned(steps)
-        if "train" not in self._drawn:
+            self.planned(steps, first)
+        if key not in self._drawn:
             raise BatchError("no training batches drawn yet: the trials' steps decide which ones judge them")
-        return self._drawn["train"][: self._drawn.get("train_pass", len(self._drawn["train"]))]
+        drawn = self._drawn[key]
+        return drawn[: self._drawn.get("train_pass", len(drawn))]
 
     def fingerprint(self, steps: int) -> str:
         """A short hash of the initial weights, the batches of ``steps`` steps, the evaluation batches
@@ -176,7 +179,7 @@ class LoaderProblem:
         if self.start is not None:
             digest.update(f"start {self.start.digest()}".encode())
             first = self.start.global_step
-        for step in self.planned(first + steps)[first:]:
+        for step in self.planned(steps, first):
             for batch in step:
                 _hash_batch(digest, batch)
         digest.update(b"eval")
@@ -185,35 +188,42 @@ class LoaderProblem:
         return digest.hexdigest()[:16]
 
     def planned_bytes(self, steps: int) -> int:
-        """Bytes the batches of ``steps`` steps and the evaluation take, held once per process."""
-        train = self.planned(steps)
+        """Bytes the batches of ``steps`` steps (from the start's step) and the evaluation take, held once per
+        process."""
+        train = self.planned(steps, 0 if self.start is None else self.start.global_step)
         batches = [b for step in train for b in step] + list(self.evaluation_batches(steps))
         return sum(t.numel() * t.element_size() for b in batches for t in tensors_of(b))
 
-    def _draw(self, key: str, source: Batches, count: int | None, cycle: bool) -> list[Batch]:
-        """``count`` batches of ``source`` (all of one pass when None), drawn with the RNG seeded."""
+    def _draw(self, key: str, source: Batches, count: int | None, cycle: bool, skip: int = 0) -> list[Batch]:
+        """``count`` batches of ``source`` (all of one pass when None), drawn with the RNG seeded. The first
+        ``skip`` are drawn, so that the order is the run's, but not kept (a run from a checkpoint's step)."""
+        key = f"{key}@{skip}" if skip else key
+        kept = None if count is None else count - skip
         cached = self._drawn.get(key)
-        if cached is not None and (count is None or len(cached) >= count):
-            return cached if count is None else cached[:count]
+        if cached is not None and (kept is None or len(cached) >= kept):
+            return cached if kept is None else cached[:kept]
         drawn: list[Batch] = []
+        seen = 0
         with torch.random.fork_rng(devices=[]):  # The caller's RNG is left as it was.
             torch.manual_seed(self.seed)
-            while count is None or len(drawn) < count:
-                before = len(drawn)
+            while count is None or seen < count:
+                before = seen
                 for batch in _iterate(source):
-                    drawn.append(to_device(detached(batch), self.device))
-                    if count is not None and len(drawn) >= count:
+                    seen += 1
+                    if seen > skip:
+                        drawn.append(to_device(detached(batch), self.device))
+                    if count is not None and seen >= count:
                         break
-                if key == "train" and before == 0:
-                    self._drawn["train_pass"] = len(drawn)
-                if len(drawn) == before:
+                if key.startswith("train") and before == 0:
+                    self._drawn["train_pass"] = seen  # One pass of the loader: the evaluation's at most.
+                if seen == before:
                     raise BatchError(
-                        f"{key}_batches gave {'no' if not drawn else f'only {len(drawn)}'} batches"
+                        f"{key.split('@')[0]}_batches gave {'no' if not seen else f'only {seen}'} batches"
                         + (
                             f" of the {count} that {count // max(1, self.accumulation_steps)} steps need:"
                             " give a DataLoader or a callable returning a fresh iterable (a generator runs"
                             " once)"
-                            if drawn
+                            if seen
                             else ""
                         )
                     )

@@ -112,7 +112,7 @@ def feed_of(problem: Problem | LoaderProblem, epochs: int, steps: int | None) ->
     from the problem's start (its checkpoint's global step, else 0)."""
     first = problem.start.global_step if problem.start is not None else 0
     if isinstance(problem, LoaderProblem):
-        planned = problem.planned(first + (steps or problem.steps))[first:]
+        planned = problem.planned(steps or problem.steps, first)
 
         def loader_fp32(model: nn.Module) -> torch.Tensor:
             last = planned[-1] if planned else []

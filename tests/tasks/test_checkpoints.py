@@ -150,6 +150,10 @@ def test_a_hugging_face_trainer_checkpoint_continues_as_the_plain_loop_does(tmp_
     assert_same_steps(fresh, plain, SAVED_AT)
     skip = plain.skipped.index(True)
     assert skip < MORE - 1 and fresh.lr_curve[skip + 1] == fresh.lr_curve[skip]  # no schedule step on a skip
+    # The batches of the steps before the checkpoint were drawn (the order is the run's) but not kept.
+    assert {k: len(v) for k, v in problem._drawn.items() if k.startswith("train@")} == {
+        f"train@{SAVED_AT}": MORE
+    }
 
     as_run = train(problem, start.scaler_setting(), steps=MORE, fp32_reference=False, continue_scaler=True)
     assert_same_steps(as_run, plain_hf_continue(hf_task(), directory, None)[1], SAVED_AT)
