@@ -125,7 +125,7 @@ def _hf_weights(path: Path) -> dict[str, torch.Tensor]:
         if index.is_file():
             try:
                 shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-            except (OSError, ValueError, KeyError) as e:
+            except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CheckpointError(f"checkpoint {path}: {index_name} cannot be read ({e})")
             weights: dict[str, torch.Tensor] = {}
             for shard in shards:

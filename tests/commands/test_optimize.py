@@ -15,6 +15,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from search.core import ROUNDING_OF
 from search.optimize import main
 from search.study import sampler_seed
 
@@ -296,7 +297,9 @@ def test_changed_settings_can_be_forced(existing, monkeypatch, capsys):
     assert main(["--trials", "13", "--epochs", "10", "--allow-changed-settings", "--quiet"]) == 0
     err = capsys.readouterr().err
     assert "resuming 'seed-mlp' with changed settings: epochs" in err
-    assert len(optuna.load_study(storage="sqlite:///study.db", study_name="seed-mlp").trials) == 13
+    trials = optuna.load_study(storage="sqlite:///study.db", study_name="seed-mlp").trials
+    # Beyond the 13, a rounding of the answer's line where the sampled trials gave a change to round.
+    assert len([t for t in trials if ROUNDING_OF not in t.user_attrs]) == 13
 
 
 def test_help_documents_every_flag():
