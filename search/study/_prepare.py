@@ -250,6 +250,11 @@ def _enqueue_missing_baselines(
     if as_run is not None and as_run.rule == settings.run.scaler:  # A saved scaler of the study's own rule.
         kept, left_out = as_run_trial(dict(as_run.values), settings.space, settings.run.scaler)
         baselines, notes = baselines + kept, notes + left_out
+    elif as_run is not None:
+        notes.append(
+            f"baseline {AS_RUN_BASELINE} not trained: the checkpoint saved {RULES[as_run.rule].title}'s"
+            f" state, and this study follows {RULES[settings.run.scaler].title}'s rule"
+        )
     waiting = [waiting_baseline(tag, params) for tag, params in baselines]
     added = with_retry(
         lambda: TrialWriter(study).enqueue_once(waiting, BASELINE),

@@ -133,6 +133,17 @@ def test_the_run_length_and_the_confirmation_go_on_from_the_checkpoint(tmp_path,
     assert runs and all(t.user_attrs[FIRST_STEP] == SAVED_AT and LR_CURVE in t.user_attrs for t in runs)
 
 
+def test_under_a_framework_s_rule_the_saved_gradscaler_is_not_trained_as_the_run_was(tmp_path, checkpoint):
+    args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", checkpoint, "--steps", 4, "--trials", 2]
+    proc = run_cli([*args, "--scaler", "deepspeed", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "note: baseline as-run not trained: the checkpoint saved GradScaler's state, and this study follows"
+        " DeepSpeed's rule" in proc.stderr
+    )
+    assert "as-run" not in proc.stdout
+
+
 def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoint):
     args = ["--task", "tasks_for_tests:scheduled", "--steps", STEPS, "--trials", 5, "--quiet"]
     assert run_cli([*args, "--checkpoint", checkpoint], tmp_path).returncode == 0
