@@ -284,7 +284,7 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
         "--task",
         "tasks_for_tests:slow",
         "--epochs",
-        "4",
+        "12",  # The one population sleeps ~2.4 s: a busy machine's slow polls still see it RUNNING.
         "--heartbeat-interval",
         "1",
         "--quiet",
@@ -292,7 +292,7 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
     proc = start_cli(args, tmp_path)
     deadline = time.time() + 120
     running: list[optuna.trial.FrozenTrial] = []
-    while time.time() < deadline and len(running) < 4:  # the population trains ~0.8 s: seen RUNNING
+    while time.time() < deadline and len(running) < 4 and proc.poll() is None:  # seen RUNNING, or it ended
         time.sleep(0.1)
         try:
             # Opened as the service opens it: a poll while the command creates the schema must not race it.
