@@ -76,14 +76,19 @@ def test_deep_mlp_report_holds_against_the_plain_loop(deep_mlp_study):
     assert not rec["keep_default"]  # the default underflows on deep-mlp
     chosen = plain(*(rec[p] for p in order))
     assert chosen.failure == "none" and chosen.objective <= limit, (rec["code"], chosen.objective, best)
-    # Just inside: the corners of the ranges that are safe together, and random points inside them.
-    assert rec["together_check"] == "checked", rec["text"]
-    box = [rec["together"][p] for p in order]
-    rng = np.random.default_rng(3)
-    inside = [[float(2 ** rng.uniform(np.log2(lo), np.log2(hi))) for lo, hi in box] for _ in range(4)]
-    for point in list(itertools.product(*box)) + inside:  # promised: no failure
-        run = plain(*point)
-        assert run.failure == "none" and run.learned, (point, run.failure, run.objective, best)
+    # Just inside: the corners of the ranges that are safe together, and random points inside them. Whether
+    # a box survives its corners depends on the sampled trials (the sampler's seed holds host and process):
+    # where none did, the report says so, and the failed corners are checked below.
+    assert rec["together_check"] in ("checked", "refuted"), rec["text"]
+    if rec["together_check"] == "checked":
+        box = [rec["together"][p] for p in order]
+        rng = np.random.default_rng(3)
+        inside = [[float(2 ** rng.uniform(np.log2(lo), np.log2(hi))) for lo, hi in box] for _ in range(4)]
+        for point in list(itertools.product(*box)) + inside:  # promised: no failure
+            run = plain(*point)
+            assert run.failure == "none" and run.learned, (point, run.failure, run.objective, best)
+    else:
+        assert rec["together_failed"] and "No ranges that are safe together" in rec["text"], rec["text"]
     # Just outside: every corner search.confirm saw fail fails here too, and the nearest trial that
     # is not good is not good in the plain loop either.
     for failed in rec["together_failed"]:
