@@ -50,6 +50,11 @@ def checkpoint(tmp_path_factory):
     return path
 
 
+def scheduled_from(checkpoint) -> list:  # noqa: ANN001
+    """The flags of a search of the scheduled task from ``checkpoint``, STEPS steps a trial."""
+    return ["--task", "tasks_for_tests:scheduled", "--checkpoint", checkpoint, "--steps", STEPS]
+
+
 def plain_from(path, scaler: torch.amp.GradScaler | None, count: int = STEPS):
     """The plain loop that loads the checkpoint and takes ``count`` more steps; ``scaler`` None continues the
     saved one."""
@@ -65,16 +70,7 @@ def plain_from(path, scaler: torch.amp.GradScaler | None, count: int = STEPS):
 
 
 def test_a_search_from_a_checkpoint_trains_the_run_as_it_was_beside_the_default(tmp_path, checkpoint):
-    args = [
-        "--task",
-        "tasks_for_tests:scheduled",
-        "--checkpoint",
-        checkpoint,
-        "--steps",
-        STEPS,
-        "--trials",
-        7,
-    ]
+    args = [*scheduled_from(checkpoint), "--trials", 7]
     proc = run_cli([*args, "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     first = proc.stderr.splitlines()[0]
@@ -106,16 +102,7 @@ def test_the_run_length_and_the_confirmation_go_on_from_the_checkpoint(tmp_path,
     """--run-steps trains the default from the checkpoint as the plain loop does over that many steps, and
     search.confirm rebuilds the study's problem from the checkpoint the study recorded: every run starts at
     its step."""
-    args = [
-        "--task",
-        "tasks_for_tests:scheduled",
-        "--checkpoint",
-        checkpoint,
-        "--steps",
-        STEPS,
-        "--trials",
-        6,
-    ]
+    args = [*scheduled_from(checkpoint), "--trials", 6]
     proc = run_cli([*args, "--run-steps", 25, "--best-out", "best.json", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     default = json.loads((tmp_path / "best.json").read_text())["run_length"]["default"]
@@ -178,7 +165,7 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, conten
 
 def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_given(tmp_path, checkpoint):
     """No GradScaler flag: the run as it was (the saved scaler continued); a flag: that setting, afresh."""
-    args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", checkpoint, "--steps", STEPS]
+    args = scheduled_from(checkpoint)
     proc = run_cli([*args, "--json", "d.json"], tmp_path, module="search.diagnose")
     assert proc.returncode == 0, proc.stderr
     continued = "; these settings: its own scaler, continued (a setting's flags diagnose a restart)"
