@@ -138,3 +138,33 @@ def test_states_that_do_not_fit_the_task_are_one_line():
             scaler_state={"scale": 2.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 9},
         )
     assert StartState(weights, 1).scaler_setting() is None
+
+
+def test_a_tied_weight_left_out_of_the_checkpoint_is_loaded_through_the_one_it_shares():
+    """save_pretrained writes an LM head tied to the embedding once: the key left out is not missing."""
+
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(5, 3)
+            self.head = nn.Linear(3, 5, bias=False)
+            self.head.weight = self.embed.weight
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(self.embed(x))
+
+    torch.manual_seed(1)
+    problem = Problem(
+        Tied(),
+        torch.zeros(4, dtype=torch.long),
+        torch.zeros(4, dtype=torch.long),
+        nn.CrossEntropyLoss(),
+        lambda p: torch.optim.SGD(p, lr=0.1),
+        1,
+    )
+    saved = {"embed.weight": torch.full((5, 3), 0.25)}
+    model = start_from(problem, StartState(saved, 2)).model
+    assert torch.equal(model.head.weight, saved["embed.weight"]) and model.head.weight is model.embed.weight
+    # Either key of the tied pair will do; a key the model does not have will not.
+    with pytest.raises(CheckpointError, match="does not fit the task's model: extra extra$"):
+        start_from(problem, StartState({"head.weight": torch.zeros(5, 3), "extra": torch.zeros(1)}, 2))
