@@ -271,10 +271,16 @@ def _run(plan: ConfirmationPlan, args: argparse.Namespace) -> int:
     assert collected is not None
     seeds, stats, corners = collected
     steps = counted_steps(settings.run.epochs, settings.run.steps, plan.trials)
+    seeded = "new data and initial weights each"
+    if settings.run.checkpoint:  # The weights are the checkpoint's: only the data are new.
+        from search.core import FIRST_STEP
+
+        first = next((t.user_attrs[FIRST_STEP] for t in plan.trials if FIRST_STEP in t.user_attrs), 0)
+        seeded = f"new data each, every run from step {first} of checkpoint {settings.run.checkpoint}"
     print(f"Confirmation of study {plan.study_name!r} ({plan.n_complete} complete trials) in {mask_url(url)}")
     print(
         f"  {len(plan.candidates)} configs x {len(seeds)} seeds (data seeds {seeds[0]}..{seeds[-1]}: "
-        "new data and initial weights each), "
+        f"{seeded}), "
         + (f"{steps} optimizer steps" if steps else f"{settings.run.epochs} epochs")
         + f", {settings.run.amp_dtype} on {plan.device.type}"
         + f", {RULES[settings.run.scaler].title}'s loss-scale rule"

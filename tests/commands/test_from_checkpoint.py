@@ -114,6 +114,8 @@ def test_the_run_length_and_the_confirmation_go_on_from_the_checkpoint(tmp_path,
         "search.confirm",
     )
     assert proc.returncode == 0, proc.stderr
+    seeded = f"(data seeds 43..44: new data each, every run from step {SAVED_AT} of checkpoint {checkpoint})"
+    assert seeded in proc.stdout, proc.stdout
     runs = optuna.load_study(
         study_name=f"{study}.confirm", storage=f"sqlite:///{tmp_path / 'study.db'}"
     ).trials
