@@ -17,6 +17,7 @@ import torch
 
 from examples.late_checkpoint import write_late_checkpoint
 from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
+from search.publishing.report import build_report, load_snapshot
 
 from conftest import run_cli
 from plain_loop import _batches
@@ -116,6 +117,9 @@ def test_the_run_length_and_the_confirmation_go_on_from_the_checkpoint(tmp_path,
     assert proc.returncode == 0, proc.stderr
     seeded = f"(data seeds 43..44: new data each, every run from step {SAVED_AT} of checkpoint {checkpoint})"
     assert seeded in proc.stdout, proc.stdout
+    report = build_report(load_snapshot(f"sqlite:///{tmp_path / 'study.db'}", study))
+    assert "new data seeds, every run from the study's checkpoint" in report.section("confirmation").intro
+    assert report.data["settings"]["first_step"] == SAVED_AT
     runs = optuna.load_study(
         study_name=f"{study}.confirm", storage=f"sqlite:///{tmp_path / 'study.db'}"
     ).trials

@@ -306,10 +306,13 @@ def _together_cell(rec: Recommendation, param: str) -> str:
 
 
 def _confirmation_section(snapshot: ReportSnapshot) -> Section:
+    seeds = "new data/initialisation seeds"
+    if snapshot.settings.run.checkpoint:  # The weights are the checkpoint's on every seed.
+        seeds = "new data seeds, every run from the study's checkpoint"
     section = Section(
         "confirmation",
         SECTION_TITLES["confirmation"],
-        "Re-runs of the best configurations and of the default on new data/initialisation seeds "
+        f"Re-runs of the best configurations and of the default on {seeds} "
         f"(python -m search.confirm, stored in the sibling study {snapshot.study_name}{CONFIRM_SUFFIX}).",
     )
     data = snapshot.confirmation
