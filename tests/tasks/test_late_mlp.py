@@ -83,7 +83,8 @@ def test_from_step_0_the_default_is_healthy_and_the_second_path_is_zero_by_const
 def test_from_its_checkpoint_the_default_underflows_where_2_to_the_20_learns(checkpoint):
     """From step 320 the plain fp16 loop at 2^16 gets an all-zero gradient for the second path's input
     layer at every step, where the plain fp32 loop's is non-zero, and ends far behind it; 2^20 closes most
-    of that gap (how much differs by a few per cent between CPUs' fp16 kernels). The diagnosis from the same checkpoint says underflow and needs a scale above 2^16."""
+    of that gap (how much differs by a few per cent between CPUs' fp16 kernels). The diagnosis from the
+    same checkpoint says underflow and needs a scale above 2^16."""
     problem = build(42)
     saved = torch.load(checkpoint, weights_only=True)
 
