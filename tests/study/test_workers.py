@@ -142,6 +142,8 @@ def test_two_workers_on_mariadb_under_megatrons_rule(mysql_url, tmp_path):
     args = [
         "--trials",
         "16",
+        "--epochs",
+        "10",  # Enough for most sampled starts to learn, so the summary has Megatron's flags to paste.
         "--workers",
         "2",
         "--storage",
@@ -264,7 +266,8 @@ def test_sigterm_to_one_worker_stops_only_that_worker(tmp_path):
 
 
 def test_hosts_starting_at_the_same_second_enqueue_baselines_once(postgres_url, tmp_path):
-    procs = [start_cli(["--trials", "9", "--storage", postgres_url, "--quiet"], tmp_path) for _ in range(3)]
+    args = ["--trials", "9", "--epochs", "3", "--storage", postgres_url, "--quiet"]
+    procs = [start_cli(args, tmp_path) for _ in range(3)]
     results = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in results]
     trials = trials_of(postgres_url, "seed-mlp")
