@@ -17,6 +17,9 @@ from search.optimize import main
 from conftest import interrupt_at, load, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
+# Where a test checks what an interrupt or a dead worker leaves in storage, not a trial's numbers: 3 steps.
+SHORT = ["--epochs", "3"]
+
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
@@ -127,7 +130,7 @@ def test_the_interrupt_message_says_what_became_of_the_trial(
     where = search.storage._recorder.TrialRecorder if target == "recorder" else search.study._trial_training
     interrupt_at(monkeypatch, where, name, call, before)
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "8", "--quiet"]) == 130
+    assert main(["--trials", "8", *SHORT, "--quiet"]) == 130
     err = capsys.readouterr().err
     assert f"interrupted by SIGINT; {message}" in err and "recorded as FAIL" not in err.replace(
         message, ""
@@ -144,7 +147,7 @@ def test_an_interrupt_between_trials_says_no_trial_was_in_flight(tmp_path, monke
 
     interrupt_at(monkeypatch, search.study._trial_loop.Runner, "_fail_stale_trials", 3, True)
     monkeypatch.chdir(tmp_path)
-    assert main(["--trials", "8", "--quiet"]) == 130
+    assert main(["--trials", "8", *SHORT, "--quiet"]) == 130
     assert "interrupted by SIGINT; no trial was in flight" in capsys.readouterr().err
     assert [t.state for t in load(tmp_path).get_trials()][:3] == [TrialState.COMPLETE] * 2 + [
         TrialState.WAITING
@@ -221,7 +224,7 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
     import datetime
     import sqlite3
 
-    proc = run_cli(["--trials", "9", "--heartbeat-interval", "1", "--quiet"], tmp_path)
+    proc = run_cli(["--trials", "9", *SHORT, "--heartbeat-interval", "1", "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     db = tmp_path / "study.db"
     with sqlite3.connect(db) as c:  # seed-3's trial becomes the claim of a worker that died
@@ -234,13 +237,13 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
         c.execute("DELETE FROM trial_heartbeats WHERE trial_id = ?", (tid,))
         c.execute("INSERT INTO trial_heartbeats (trial_id, heartbeat) VALUES (?, ?)", (tid, beat))
     # A long interval: the claim is not stale yet, so this run cannot know the worker is dead.
-    early = run_cli(["--trials", "8", "--heartbeat-interval", "3600", "--quiet"], tmp_path)
+    early = run_cli(["--trials", "8", *SHORT, "--heartbeat-interval", "3600", "--quiet"], tmp_path)
     assert early.returncode == 1, early.stderr
     assert "not done: baseline seed-3 is RUNNING in another worker" in early.stderr
     assert early.stderr.count("\n") == 1 and "Traceback" not in early.stderr
     # Once silent for twice the interval it is failed, queued again and re-run, though 8 trials are finished.
     time.sleep(2.5)
-    late = run_cli(["--trials", "8", "--heartbeat-interval", "1", "--quiet"], tmp_path)
+    late = run_cli(["--trials", "8", *SHORT, "--heartbeat-interval", "1", "--quiet"], tmp_path)
     assert late.returncode == 0, late.stderr
     study = optuna.load_study(storage=f"sqlite:///{db}", study_name="seed-mlp")
     finished = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
@@ -248,7 +251,7 @@ def test_a_finished_study_with_a_dead_workers_baseline_is_not_done(tmp_path):
     assert tags == ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
     assert not [t for t in study.trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
     # And now it is done: a further run writes nothing and exits 0.
-    again = run_cli(["--trials", "8", "--quiet"], tmp_path)
+    again = run_cli(["--trials", "8", *SHORT, "--quiet"], tmp_path)
     assert again.returncode == 0 and "already holds" in again.stdout
 
 
