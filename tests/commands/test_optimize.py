@@ -19,7 +19,7 @@ from search.core import ROUNDING_OF
 from search.optimize import main
 from search.study import sampler_seed
 
-from conftest import cli_env, load, read_only_media, run_cli, run_process
+from conftest import cli_env, load, read_only_media, run_cli, run_process, start_cli
 
 REQUIRED_ATTRS = {
     "final_loss",
@@ -88,14 +88,15 @@ def test_same_params_in_two_processes_give_identical_results(finished, tmp_path)
 
 
 def test_resume_semantics_of_trials(tmp_path):
-    assert run_cli(["--trials", "7", "--quiet"], tmp_path).returncode == 0
+    short = ["--epochs", "3"]  # What a resume counts and samples, not what a trial learns.
+    assert run_cli(["--trials", "7", *short, "--quiet"], tmp_path).returncode == 0
     assert len(load(tmp_path).get_trials()) == 7
     before = (tmp_path / "study.db").read_bytes()
-    again = run_cli(["--trials", "7"], tmp_path)
+    again = run_cli(["--trials", "7", *short], tmp_path)
     assert again.returncode == 0 and "already holds 7 finished trials" in again.stdout
     assert "seed-1" in again.stdout
     assert (tmp_path / "study.db").read_bytes() == before, "a finished study is not written to"
-    more = run_cli(["--trials", "10", "--quiet"], tmp_path)
+    more = run_cli(["--trials", "10", *short, "--quiet"], tmp_path)
     assert more.returncode == 0, more.stderr
     trials = load(tmp_path).get_trials()
     assert len(trials) == 10
@@ -335,7 +336,8 @@ def test_a_study_measured_with_the_old_definitions_is_not_resumed(tmp_path, old)
     other numbers: resuming one is refused, even with --allow-changed-settings."""
     import sqlalchemy
 
-    assert run_cli(["--trials", "5", "--quiet"], tmp_path).returncode == 0
+    short = ["--epochs", "3"]  # The refusal is checked, not the trials' numbers.
+    assert run_cli(["--trials", "5", *short, "--quiet"], tmp_path).returncode == 0
     engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'study.db'}")
     with engine.begin() as c:  # What a study made by the previous version looks like.
         if old is None:
@@ -345,7 +347,7 @@ def test_a_study_measured_with_the_old_definitions_is_not_resumed(tmp_path, old)
     engine.dispose()
     before = (tmp_path / "study.db").read_bytes()
     for extra in ([], ["--allow-changed-settings"]):
-        proc = run_cli(["--trials", "8", "--quiet", *extra], tmp_path)
+        proc = run_cli(["--trials", "8", *short, "--quiet", *extra], tmp_path)
         assert proc.returncode == 2
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
         assert "measured with definition v1" in proc.stderr and "not comparable" in proc.stderr
@@ -415,14 +417,7 @@ def test_a_reader_that_closes_stdout_early_is_not_a_storage_failure(tmp_path):
     written, and the command ends quietly with 141 (128 + SIGPIPE), as a Unix tool does."""
     # 3 epochs a trial: what is checked is the pipe, not the training.
     args = ["--trials", "6", "--epochs", "3", "--quiet", "--best-out", "best.json"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "search.optimize", *args],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli(args, tmp_path)
     proc.stdout.close()  # The reader is gone before the command writes a byte.
     err = proc.stderr.read()
     assert proc.wait(timeout=240) == 141, err
