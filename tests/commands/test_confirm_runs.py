@@ -13,7 +13,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -24,7 +23,7 @@ from scipy import stats
 
 from search.results import DEFAULT_LABEL, summarize_confirmation
 
-from conftest import built_once, cli_env, run_cli
+from conftest import built_once, run_cli, start_cli
 
 SIBLING = "seed-mlp.confirm"
 
@@ -221,16 +220,10 @@ def test_summary_is_none_without_a_confirmation(study_dir, tmp_path):
 def test_sigint_keeps_finished_runs_and_a_rerun_completes_them(study_dir):
     db = study_dir / "study.db"
     url = f"sqlite:///{db}"
-    proc = subprocess.Popen(  # A real process: the signal is the point.
-        # 3 configs x 3 seeds, then the corners of this study's boxes (32): some 40 runs, 0.1-0.5 s each, so
-        # SIGINT after the first two always lands mid-way (the rerun below shows it had runs left to do).
-        [sys.executable, "-m", "search.confirm", "--top", "2", "--seeds", "3", "--quiet"],
-        cwd=study_dir,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # A real process: the signal is the point. 3 configs x 3 seeds, then the corners of this study's boxes
+    # (32): some 40 runs, 0.1-0.5 s each, so SIGINT after the first two always lands mid-way (the rerun below
+    # shows it had runs left to do).
+    proc = start_cli(["--top", "2", "--seeds", "3", "--quiet"], study_dir, module="search.confirm")
     deadline = time.monotonic() + 120
     stored = 0
     while time.monotonic() < deadline and proc.poll() is None:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import math
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from search.diagnose import main as diagnose_main
 
-from conftest import cli_env, run_cli
+from conftest import run_cli, start_cli
 
 
 def test_deep_mlp_reads_as_an_underflow_in_text_json_and_page(tmp_path):
@@ -129,24 +127,8 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path, monkeypatch, 
 def test_ctrl_c_while_it_trains_is_one_line_exit_130_and_records_and_writes_nothing(tmp_path):
     """The command records signals from its start; it used to train on through a Ctrl-C, record the diagnosis
     and exit 0. A real process: the signal is the point."""
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "search.diagnose",
-            "--steps",
-            "50000",
-            "--storage",
-            "sqlite:///s.db",
-            "--json",
-            "d.json",
-        ],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    args = ["--steps", "50000", "--storage", "sqlite:///s.db", "--json", "d.json"]
+    proc = start_cli(args, tmp_path, module="search.diagnose")
     # Printed as the three runs begin: 150000 steps, a minute and more (5000 may end first on a busy machine).
     note = proc.stderr.readline()
     assert note.startswith("search.diagnose: training 50000 steps three times"), note

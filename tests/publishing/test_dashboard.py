@@ -17,7 +17,7 @@ from optuna_dashboard import get_note, save_note
 from search.publishing import _publish as publishing
 from search.storage import open_storage, settings_of
 
-from conftest import cli_env, run_cli
+from conftest import cli_env, run_cli, start_cli
 
 
 @pytest.fixture(scope="module")
@@ -190,14 +190,7 @@ def test_a_real_dashboard_server_serves_the_figures_and_curves(study_dir, tmp_pa
 
     shutil.copy(study_dir / "study.db", tmp_path / "study.db")  # It publishes (the pictures) before serving.
     port = _free_port()
-    server = subprocess.Popen(  # A real process: a server on a port.
-        [sys.executable, "-m", "search.dashboard", "--port", str(port)],
-        cwd=tmp_path,
-        env=cli_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server = start_cli(["--port", port], tmp_path, module="search.dashboard")  # A real server on a port.
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.time() + 60
