@@ -271,7 +271,9 @@ def test_postgres_confirmation_masks_the_password(postgres_url, tmp_path):
     # A space whose range excludes the default's init_scale (2^16): the default is still run,
     # with its stored distribution widened to contain it.
     (tmp_path / "high.toml").write_text("[space.init_scale]\nlow = 1048576.0\nhigh = 1e9\n")
-    proc = run_cli(["--trials", "6", "--storage", url, "--config", "high.toml", "--quiet"], tmp_path)
+    # 3 steps a trial: the password and the default's widened range are checked, not what 30 steps learn.
+    search = ["--trials", "6", "--epochs", "3", "--storage", url, "--config", "high.toml", "--quiet"]
+    proc = run_cli(search, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "baseline seed-1 (PyTorch's default): init_scale outside the search space" in proc.stderr
     search_default = [t for t in _trials(url, "seed-mlp") if t.user_attrs.get("baseline") == "seed-1"]
