@@ -118,10 +118,11 @@ def run_cli(
     return subprocess.CompletedProcess([module, *args], code, stdout.getvalue(), stderr.getvalue())
 
 
-def real_study(factory: pytest.TempPathFactory, name: str, trials: int) -> pathlib.Path:
-    """A directory holding ``study.db``: a real seed-mlp search of ``trials`` trials (5 baselines first)."""
+def real_study(factory: pytest.TempPathFactory, name: str, trials: int, *args: str) -> pathlib.Path:
+    """A directory holding ``study.db``: a real seed-mlp search of ``trials`` trials (5 baselines first), run
+    with the command's further ``args``."""
     directory = factory.mktemp(name)
-    proc = run_cli(["--trials", str(trials), "--quiet"], directory)
+    proc = run_cli(["--trials", str(trials), *args, "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
     return directory
 

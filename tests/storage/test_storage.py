@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 import pathlib
 import shutil
@@ -11,6 +12,9 @@ from search.optimize import main
 from search.storage import StorageError, mask_url, open_storage, redact
 
 from conftest import real_study, run_cli
+
+# What a storage holds and says is checked here, not a trial's numbers: 3 steps a trial, not 30.
+SHORT = ["--epochs", "3"]
 
 
 def test_mask_url_hides_passwords():
@@ -41,7 +45,7 @@ def test_redact_leaves_the_masked_url_readable():
 
 
 def test_sqlite_is_wal_with_a_busy_timeout(tmp_path):
-    proc = run_cli(["--trials", "5", "--quiet"], tmp_path)
+    proc = run_cli(["--trials", "5", *SHORT, "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     storage = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
     with storage.engine.connect() as c:
@@ -63,7 +67,7 @@ def test_unusable_sqlite_paths_are_refused_without_creating_anything(tmp_path):
 @pytest.mark.parametrize("fixture", ["postgres_url", "mysql_url"])
 def test_the_command_runs_on_a_database_server(request, tmp_path, fixture):
     url = request.getfixturevalue(fixture)
-    proc = run_cli(["--trials", "8", "--storage", url], tmp_path)
+    proc = run_cli(["--trials", "8", *SHORT, "--storage", url], tmp_path)
     assert proc.returncode == 0, proc.stderr
     study = optuna.load_study(storage=url, study_name="seed-mlp")
     done = study.get_trials(states=(TrialState.COMPLETE,))
@@ -76,25 +80,23 @@ def test_the_command_runs_on_a_database_server(request, tmp_path, fixture):
         "seed-5",
     ]
     assert not os.path.exists(tmp_path / "study.db")
-    again = run_cli(["--trials", "10", "--storage", url, "--quiet"], tmp_path)
+    again = run_cli(["--trials", "10", *SHORT, "--storage", url, "--quiet"], tmp_path)
     assert again.returncode == 0 and len(optuna.load_study(storage=url, study_name="seed-mlp").trials) == 10
 
 
 def test_password_never_appears_in_output(postgres_url, tmp_path):
     # A wrong password on a trust-auth server still connects; a wrong port shows the error path.
     url = postgres_url.replace("postgres@", "postgres:hunter2@")
-    ok = run_cli(["--trials", "5", "--storage", url], tmp_path)
-    bad = run_cli(["--trials", "5", "--storage", url.replace(":5432", ":1")], tmp_path)
+    ok = run_cli(["--trials", "5", *SHORT, "--storage", url], tmp_path)
+    bad = run_cli(["--trials", "5", *SHORT, "--storage", url.replace(":5432", ":1")], tmp_path)
     assert ok.returncode == 0 and bad.returncode == 2
     for proc in (ok, bad):
         assert "hunter2" not in proc.stdout + proc.stderr
     assert "postgres:***@" in bad.stderr
     # The same password in the query string (libpq reads it there): masked in output and in the report.
     query = postgres_url + "?password=hunter3"
-    ok = run_cli(
-        ["--trials", "5", "--storage", query], tmp_path
-    )  # Finished already: the summary, no training.
-    bad = run_cli(["--trials", "5", "--storage", query.replace(":5432", ":1")], tmp_path)
+    ok = run_cli(["--trials", "5", *SHORT, "--storage", query], tmp_path)  # Finished already: no training.
+    bad = run_cli(["--trials", "5", *SHORT, "--storage", query.replace(":5432", ":1")], tmp_path)
     report = run_cli(["--storage", query, "--out", "r.html"], tmp_path, module="search.report")
     assert ok.returncode == 0 and bad.returncode == 2 and report.returncode == 0, (
         ok.stderr + bad.stderr + report.stderr
@@ -104,24 +106,29 @@ def test_password_never_appears_in_output(postgres_url, tmp_path):
     assert "?password=***" in bad.stderr and "hunter3" not in (tmp_path / "r.html").read_text()
 
 
-def test_concurrent_first_opens_of_a_new_database(tmp_path):
-    """Several processes creating Optuna's schema in one new SQLite file at once all succeed."""
-    import subprocess
-    import sys
+def _first_open(url: str, go) -> None:
+    """One process: once the others are ready too, opens the storage, which creates Optuna's schema."""
+    go.wait()
+    open_storage(url, 60).engine.dispose()
 
-    code = (
-        "import sys; from search.storage._open import open_storage; "
-        "open_storage(sys.argv[1], 60).engine.dispose(); print('ok')"
-    )
+
+def test_concurrent_first_opens_of_a_new_database(tmp_path):
+    """Several processes creating Optuna's schema in one new SQLite file at once all succeed.
+
+    Forked from this one (a fresh interpreter each only added seconds of imports): four real processes with
+    their own connections, held at a barrier so that they open the file at the same moment.
+    """
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        for _ in range(4)
-    ]
-    results = [p.communicate(timeout=120) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0, 0, 0], [err for _, err in results]
+    context = multiprocessing.get_context("fork")
+    go = context.Barrier(4, timeout=60)
+    procs = [context.Process(target=_first_open, args=(url, go)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        if p.exitcode is None:
+            p.kill()
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]  # a child's traceback is on this test's stderr
 
 
 def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path):
@@ -152,7 +159,7 @@ def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path)
 @pytest.fixture(scope="module")
 def wal_study(tmp_path_factory) -> pathlib.Path:
     """A real 6-trial study.db (WAL mode, as every run leaves it); tests damage copies of it."""
-    return real_study(tmp_path_factory, "wal_study", 6) / "study.db"
+    return real_study(tmp_path_factory, "wal_study", 6, *SHORT) / "study.db"
 
 
 def run_on_copy(source: pathlib.Path, directory: pathlib.Path, capsys, damage) -> tuple[int, str, bytes]:
@@ -161,7 +168,7 @@ def run_on_copy(source: pathlib.Path, directory: pathlib.Path, capsys, damage) -
     damage(directory / "study.db")
     before = (directory / "study.db").read_bytes()
     capsys.readouterr()
-    code = main(["--storage", f"sqlite:///{directory / 'study.db'}", "--trials", "6", "--quiet"])
+    code = main(["--storage", f"sqlite:///{directory / 'study.db'}", "--trials", "6", *SHORT, "--quiet"])
     return code, capsys.readouterr().err, before
 
 
