@@ -42,9 +42,10 @@ def _baselines(trials: list[optuna.trial.FrozenTrial]) -> list[str]:
 @pytest.fixture(scope="module")
 def population_study(tmp_path_factory) -> pathlib.Path:
     """5 baselines, then 8 sampled trials as two populations of 4 (two, so that "equal within a
-    population" and the second population's wiring are seen; K itself is not what these tests check)."""
+    population" and the second population's wiring are seen; K itself is not what these tests check),
+    3 steps a trial."""
     directory = tmp_path_factory.mktemp("population")
-    proc = run_cli(["--trials", "13", "--population", "4", "--quiet"], directory)
+    proc = run_cli(["--trials", "13", "--population", "4", *SHORT, "--quiet"], directory)
     assert proc.returncode == 0, proc.stderr
     return directory
 
@@ -70,7 +71,7 @@ def test_each_member_stores_what_an_ordinary_trial_of_its_params_stores(populati
         ordinary = run_trial(
             problem,
             scaler_config(t.params, DEFAULTS.space),
-            steps=run_steps(problem, 0, 0),
+            steps=run_steps(problem, int(SHORT[1]), 0),  # the study's epochs
             amp_dtype=torch.float16,
             penalty=PenaltyConfig(),
             device_label=t.user_attrs[record.DEVICE],
@@ -211,10 +212,10 @@ def test_resume_of_a_population_study(population_study, tmp_path, monkeypatch):
     shutil.copy(population_study / "study.db", tmp_path / "study.db")
     monkeypatch.chdir(tmp_path)
     assert (
-        main(["--trials", "16", "--population", "4", "--quiet"]) == 0
+        main(["--trials", "16", "--population", "4", *SHORT, "--quiet"]) == 0
     )  # the last population: the 3 still needed
     assert (
-        main(["--trials", "17", "--quiet"]) == 0
+        main(["--trials", "17", *SHORT, "--quiet"]) == 0
     )  # population is no recorded setting: ordinary trials resume it
     trials = load(tmp_path).get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 17 and _baselines(trials) == BASELINES
