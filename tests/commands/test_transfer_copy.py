@@ -25,6 +25,7 @@ from conftest import run_cli
 
 NAME = "seed-mlp"
 BASELINES = {f"seed-{i}" for i in range(1, 6)}
+SHORT = ["--epochs", "3"]  # A copy is checked, not what a trial learns: 3 steps a trial.
 # Study system attrs keyed by trial id, as optuna-dashboard writes them.
 ID_KEY = re.compile(r"^(dashboard:(?:artifacts:)?)(\d+)(:.*)$")
 
@@ -83,7 +84,7 @@ def _same_content(copy: dict, source: dict) -> bool:
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A real study (8 trials by the CLI) plus what a live, annotated study holds.
+    """A real study (8 trials by the CLI, 3 steps each) plus what a live, annotated study holds.
 
     A dashboard note on trial 3 and on the study, a plotly figure, a legacy dashboard artifact
     record keyed by trial id, a RUNNING trial with an intermediate value and an artifact (a
@@ -91,7 +92,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     RetryHeartbeatStaleTrialCallback queues for it (WAITING, ``failed_trial`` = its number).
     """
     where = tmp_path_factory.mktemp("built")
-    proc = run_cli(["--trials", "8", "--pruner", "median", "--quiet"], where)
+    proc = run_cli(["--trials", "8", *SHORT, "--pruner", "median", "--quiet"], where)
     assert proc.returncode == 0, proc.stderr
     storage = open_storage(_sqlite(where / "study.db"))
     study = optuna.load_study(storage=storage, study_name=NAME)
@@ -182,7 +183,7 @@ def test_round_trip_postgres_keeps_everything_and_resumes(source, postgres_url, 
     failed = study.trials[retry.system_attrs["failed_trial"]]  # A number: still the right trial.
     assert failed.user_attrs["fail_reason"] == "worker died" and failed.params == retry.params
 
-    proc = run_cli(["--trials", "10", "--storage", _sqlite(final), "--quiet"], tmp_path)
+    proc = run_cli(["--trials", "10", *SHORT, "--storage", _sqlite(final), "--quiet"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     trials = optuna.load_study(storage=_sqlite(final), study_name=NAME).trials
     finished = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
