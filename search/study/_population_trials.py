@@ -79,9 +79,11 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
     except BaseException as error:
         attrs, k = training.failure_attrs(error, len(members)), len(members)
         with deferred_interrupts():
-            record([TrialState.FAIL] * k, [None] * k, [dict(attrs) for _ in range(k)], [{} for _ in range(k)])
-            for trial in members:
-                replica.discard(trial)
+            recorded = record(
+                [TrialState.FAIL] * k, [None] * k, [dict(attrs) for _ in range(k)], [{} for _ in range(k)]
+            )
+            for trial, stored_id in zip(members, _stored_ids(flight.population, recorded)):
+                replica.settle(trial, TrialState.FAIL, None, {}, stored_id)
         for _ in members:
             runner.on_trial(TrialState.FAIL, None)
         if isinstance(error, Exception):
@@ -92,12 +94,18 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
     values = [o.value if state == TrialState.COMPLETE else None for o, state in zip(outcomes, states)]
     with held_interrupts() as pending:  # Raised after counting, as for a queued trial.
         attrs = [o.user_attrs for o in outcomes]
-        recorded = record(states, values, attrs, [o.intermediate_values for o in outcomes])
-        for trial in members:
-            replica.discard(trial)
+        curves = [o.intermediate_values for o in outcomes]
+        recorded = record(states, values, attrs, curves)
+        for member in zip(members, states, values, curves, _stored_ids(flight.population, recorded)):
+            replica.settle(*member)
     for outcome, state, was_recorded in zip(outcomes, states, recorded):
         if was_recorded:
             training.count(state)
             runner.on_trial(state, outcome.value)
     if pending:
         raise Interrupted(pending[0])
+
+
+def _stored_ids(ids: list[int], recorded: list[bool]) -> list[int | None]:
+    """Each member's stored id, None where a peer failed it first."""
+    return [trial_id if was else None for trial_id, was in zip(ids, recorded, strict=True)]

@@ -26,9 +26,9 @@ from search.training import TrialOutcome
 if TYPE_CHECKING:
     from search.study._trial_loop import Runner
 
-# Records how a trial ended: (state, value, user attrs, intermediate values) -> False when a peer
-# failed it first.
-_Record = Callable[[TrialState, float | None, dict, dict[int, float]], bool]
+# Records how a trial ended: (state, value, user attrs, intermediate values) -> the stored trial's id,
+# or None when a peer failed it first.
+_Record = Callable[[TrialState, float | None, dict, dict[int, float]], int | None]
 
 
 def run_sampled_trial(runner: Runner, trials: list[FrozenTrial]) -> None:
@@ -42,11 +42,11 @@ def run_sampled_trial(runner: Runner, trials: list[FrozenTrial]) -> None:
         _run_registered(runner, trial, scaler_config, started)
         return
 
-    def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
+    def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> int | None:
         # The replica's trial carries the params and the sampler's system attrs.
         frozen = runner.replica.frozen(trial)
         runner.flight.trial_id = runner.recorder.write(frozen, state, value, attrs, values, started)
-        return True
+        return runner.flight.trial_id
 
     _train_and_record(runner, trial, lambda: runner.training.train(trial, scaler_config), record)
 
@@ -70,8 +70,8 @@ def _run_registered(
         with heartbeat(runner.study, trial_id):
             return runner.training.train(trial, scaler_config)  # Pruning reports go to the replica.
 
-    def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> bool:
-        return recorder.finish(stored, state, value, attrs, values)
+    def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> int | None:
+        return trial_id if recorder.finish(stored, state, value, attrs, values) else None
 
     _train_and_record(runner, trial, train, record)
 
@@ -79,15 +79,14 @@ def _run_registered(
 def _train_and_record(
     runner: Runner, trial: optuna.Trial, train: Callable[[], TrialOutcome], record: _Record
 ) -> None:
-    """Trains a sampled trial and records how it ended; ``record`` is False when a peer failed it first."""
+    """Trains a sampled trial and records how it ended; ``record`` gives None when a peer failed it first."""
     training = runner.training
     try:
         outcome = train()
     except BaseException as error:
         attrs = training.failure_attrs(error)
         with deferred_interrupts():
-            record(TrialState.FAIL, None, attrs, {})
-            runner.replica.discard(trial)
+            runner.replica.settle(trial, TrialState.FAIL, None, {}, record(TrialState.FAIL, None, attrs, {}))
         runner.on_trial(TrialState.FAIL, None)
         if isinstance(error, Exception):
             return
@@ -96,9 +95,9 @@ def _train_and_record(
     state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
     value = outcome.value if state == TrialState.COMPLETE else None
     with held_interrupts() as pending:  # Raised after counting, as for a queued trial.
-        recorded = record(state, value, outcome.user_attrs, outcome.intermediate_values)
-        runner.replica.discard(trial)
-    if recorded:
+        stored_id = record(state, value, outcome.user_attrs, outcome.intermediate_values)
+        runner.replica.settle(trial, state, value, outcome.intermediate_values, stored_id)
+    if stored_id is not None:
         training.count(state)
         runner.on_trial(state, outcome.value)
     if pending:

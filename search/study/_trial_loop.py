@@ -38,6 +38,7 @@ FAIL and re-raise (:mod:`search.core._interrupts`); the message says what storag
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,7 +132,8 @@ class Runner:
         self.roundings_queued = (
             0  # Roundings of the answer's line this run enqueued (search.study._rounding_trials).
         )
-        self._known: list[FrozenTrial] | None = None  # The study after our last write, when it proves it.
+        # The study after our last write and its finished count, when the write proves them.
+        self._known: tuple[list[FrozenTrial], int] | None = None
 
     def run(self) -> RunStats:
         """The loop. Raises :class:`Interrupted` or :class:`TooManyFailures` after recording."""
@@ -142,14 +144,19 @@ class Runner:
                 while True:
                     self.flight = InFlight()
                     self._fail_stale_trials()
-                    trials = self._known
-                    if trials is None:
+                    if self._known is not None:  # Proven by our own write: every trial ended, none WAITING.
+                        trials, finished = self._known
+                        waiting, ended = False, True
+                    else:
                         trials = self.storage_call(
                             lambda: self.study.get_trials(deepcopy=False), "reading trials"
                         )
+                        states = collections.Counter(t.state for t in trials)
+                        waiting = states[TrialState.WAITING] > 0
+                        finished = sum(states[state] for state in FINISHED)
+                        ended = finished + states[TrialState.FAIL] == len(trials)
                     self._known = None
-                    waiting = any(t.state == TrialState.WAITING for t in trials)
-                    reached = sum(t.state in FINISHED for t in trials) >= run.trials
+                    reached = finished >= run.trials
                     if reached and not waiting and not self._peers_in_flight(trials):
                         if queue_rounding(self, trials):  # The answer's line rounded, measured first.
                             self._known = None
@@ -175,7 +182,7 @@ class Runner:
                             if (
                                 not self.shared
                             ):  # Written whole by this process: the write may prove the study.
-                                self._known = self._study_after_own_write(trials)
+                                self._known = self._study_after_own_write(trials, finished, ended)
                     repeated = _repeated_failure(self.stats.task_failures)
                     if repeated is not None:
                         raise TooManyFailures(*repeated)
@@ -216,18 +223,23 @@ class Runner:
             return False
         return self.storage_call(lambda: beating_trials(self.study), "reading heartbeats") > 0
 
-    def _study_after_own_write(self, before: list[FrozenTrial]) -> list[FrozenTrial] | None:
-        """The study as it is right after this process's write, when the write proves it; else None.
+    def _study_after_own_write(
+        self, before: list[FrozenTrial], finished: int, ended: bool
+    ) -> tuple[list[FrozenTrial], int] | None:
+        """The study right after this process's write, and its finished count, when the write proves it.
 
         Proof: the trial was numbered right after the trials last read (nobody added one in
-        between), and none of those could still change (none RUNNING or WAITING). Then the next
-        loop needs no read of its own trial back (4-5 ms a trial on SQLite, a quarter of the
-        overhead). Whatever others write after our commit is read at the next loop that reads.
+        between), and none of those could still change (``ended``: none RUNNING or WAITING). Then
+        the next loop needs no read of its own trial back (4-5 ms a trial on SQLite, a quarter of
+        the overhead). Whatever others write after our commit is read at the next loop that reads.
+        The list grows in place and the count by one, so that a trial costs the same in a study of
+        5,000 trials as in one of 50.
         """
         written = self.recorder.last_written
-        if written is None or written.number != len(before) or not all(t.state.is_finished() for t in before):
+        if written is None or written.number != len(before) or not ended:
             return None
-        return [*before, written]
+        before.append(written)
+        return before, finished + (written.state in FINISHED)
 
 
 def _repeated_failure(failures: list[tuple[str, str]]) -> tuple[str, str] | None:

@@ -8,8 +8,9 @@ from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
 from search.core import DEFAULTS, with_run
-from search.storage import enable_wal, open_storage
+from search.storage import WRITE_ID_ATTR, enable_wal, open_storage
 from search.study import Runner, make_sampler, prepare_study
+from search.study import _replica as replica_module
 from search.tasks.seed_mlp import build
 
 
@@ -43,13 +44,13 @@ def test_the_study_it_does_not_read_back_equals_what_a_read_returns(tmp_path, mo
     """After its own write the loop does not read its trial back (issue 13: 4-5 ms a trial); every
     such view of the study must be exactly what reading the storage gives."""
     runner = _runner(tmp_path, 14)
-    views: list[list[optuna.trial.FrozenTrial]] = []
+    views: list[tuple[list[optuna.trial.FrozenTrial], int]] = []
     original = Runner._study_after_own_write
 
-    def spy(self, before):
-        known = original(self, before)
+    def spy(self, before, finished, ended):
+        known = original(self, before, finished, ended)
         if known is not None:
-            views.append(known)
+            views.append((list(known[0]), known[1]))  # A copy: the loop's list grows in place.
         return known
 
     monkeypatch.setattr(Runner, "_study_after_own_write", spy)
@@ -61,9 +62,10 @@ def test_the_study_it_does_not_read_back_equals_what_a_read_returns(tmp_path, mo
         ).get_trials()
     }
     assert len(views) >= 8, "every sampled trial after the baselines should be known without a read"
-    for view in views:
+    for view, finished in views:
         assert [t.number for t in view] == list(range(len(view)))
         assert [_as_read(t) for t in view] == [_as_read(stored[t.number]) for t in view]
+        assert finished == sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in view)
 
 
 def test_a_trial_another_process_wrote_before_ours_is_read(tmp_path, monkeypatch):
@@ -90,10 +92,72 @@ def test_a_trial_another_process_wrote_before_ours_is_read(tmp_path, monkeypatch
     monkeypatch.setattr(
         Runner,
         "_study_after_own_write",
-        lambda self, before: known.append(original(self, before)) or known[-1],
+        lambda self, *args: known.append(original(self, *args)) or known[-1],
     )
     runner.run()
     assert known[0] is not None and known[1] is None and known[2] is not None
     assert any(
         t.params.get("foreign") == 0.5 for t in runner.replica.study.get_trials(states=(TrialState.COMPLETE,))
     )
+
+
+def test_the_replica_holds_each_stored_trial_once_as_stored(tmp_path):
+    """The sampler's in-memory study holds the stored study's trials once each, in order, with what a
+    sampler or a pruner reads of them (state, value, params, distributions, reports, system attrs), as
+    a plain Optuna study loaded from the same file holds them: the replica's own copy of a sampled
+    trial stands for the stored one, rather than a FAIL copy beside it."""
+    settings = with_run(DEFAULTS, trials=14, storage=f"sqlite:///{tmp_path}/study.db", epochs=6)
+    problem = build(settings.run.seed)
+    storage = open_storage(settings.run.storage)
+    sampler, pruner = make_sampler("tpe", 0), optuna.pruners.MedianPruner(n_startup_trials=2)
+    handle = prepare_study(storage, settings, problem.fingerprint(), sampler, pruner)
+    runner = Runner(handle.study, settings, problem, "cpu", torch.float16, sampler, pruner, steps=6)
+    runner.run()
+    runner.replica.sync(handle.study.get_trials(deepcopy=False))  # The last trial, as the next loop would.
+    stored = optuna.load_study(storage=f"sqlite:///{tmp_path}/study.db", study_name="seed-mlp").get_trials()
+    held = runner.replica.study.get_trials()
+
+    def read(t: optuna.trial.FrozenTrial) -> tuple:
+        """What samplers and pruners read: a PRUNED trial's value is its last report to them (the copy is told
+        PRUNED as plain Optuna tells it, with that report as its value); the write id is the recorder's."""
+        value = t.values if t.state == TrialState.COMPLETE else None
+        sampler_attrs = {k: v for k, v in t.system_attrs.items() if k != WRITE_ID_ATTR}
+        return (t.state, value, t.params, t.distributions, t.intermediate_values, sampler_attrs)
+
+    assert len(held) == len(stored) == 14
+    assert {t.state for t in stored} >= {TrialState.COMPLETE, TrialState.PRUNED}
+    assert any("tpe:" in key for t in stored for key in t.system_attrs)
+    assert [read(t) for t in held] == [read(t) for t in stored]
+
+
+def test_a_sampled_trial_reads_no_whole_study(tmp_path, monkeypatch):
+    """Alone on its study, the loop reads the stored study around the queued baselines (another process
+    could claim them) and then not again: 12 trials and 30 read it as often, and the replica's sync looks
+    at each stored trial once, not at every trial again for each new one."""
+
+    def reads_and_looks(trials: int) -> tuple[int, int]:
+        runner = _runner(tmp_path / str(trials), trials)
+        reads: list[int] = []
+        get_trials = optuna.Study.get_trials
+
+        def counted(self, *args, **kwargs):
+            reads.append(self is runner.study)
+            return get_trials(self, *args, **kwargs)
+
+        looked_at: list[int] = []
+        trial_id_of = replica_module.trial_id_of
+
+        def looked(trial: optuna.trial.FrozenTrial) -> int:
+            looked_at.append(trial.number)
+            return trial_id_of(trial)
+
+        with monkeypatch.context() as patch:
+            patch.setattr(optuna.Study, "get_trials", counted)
+            patch.setattr(replica_module, "trial_id_of", looked)
+            runner.run()
+        return sum(reads), len(looked_at)
+
+    (tmp_path / "12").mkdir(), (tmp_path / "30").mkdir()
+    (reads_12, looks_12), (reads_30, looks_30) = reads_and_looks(12), reads_and_looks(30)
+    assert reads_12 == reads_30 and reads_30 <= 13, (reads_12, reads_30)
+    assert looks_30 - looks_12 <= 2 * (30 - 12), (looks_12, looks_30)  # Each new trial: its id, once added.
