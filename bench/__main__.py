@@ -11,7 +11,8 @@ P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: tr
     (bench/p4_search.py; about 45 min on 2 cores, or seconds with --p4-from a saved run)
 P5  trials/s of population mode (--population 64 and 256) against ordinary trials, same task and
     device, one run (bench/p5_population.py)
-S   time per trial as steps grow, and as the study grows to 1,000 trials (bench/scaling.py); a bad-input
+S   time per trial as steps grow (bench/scaling.py), and as the study grows to 5,000 trials, beside plain
+    Optuna (bench/study_size.py); a bad-input
     exit, search.report --help and a report of a finished 100-trial study, whole processes, against an
     older revision's commands (bench/commands.py)
 """
@@ -52,7 +53,8 @@ from bench.p4_search import (
     search_efficiency,
 )
 from bench.p5_population import population_throughput
-from bench.scaling import per_trial_vs_steps, per_trial_vs_study_size
+from bench.scaling import per_trial_vs_steps
+from bench.study_size import SIZES, WINDOW, study_size
 from search.study import threads_per_process
 
 PARTS = ("P1", "P2", "P3", "P4", "P5", "S")
@@ -115,7 +117,12 @@ def main() -> None:
         metavar="REV",
         help="the revision S's whole commands are timed against",
     )
-    add("--size-trials", type=int, default=1000, metavar="N", help="trials of the study-size scaling run")
+    add(
+        "--size-windows",
+        default=",".join(str(n) for n in SIZES),
+        metavar="N,N",
+        help="study sizes at which S times 100 TPE trials",
+    )
     args = parser.parse_args()
     counts = [int(n) for n in args.p1_user.split(",") if n.strip().isdigit()]
     if (
@@ -446,20 +453,36 @@ def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
             f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
             f"overhead {(wall - train) * 1000:6.1f} ms"
         )
-    print(f"\nS  overhead per trial as the study grows ({args.size_trials} trials of 1 step, TPE, SQLite):")
-    sizes = per_trial_vs_study_size(tmp, args.size_trials)
-    for start, overhead, train in sizes:
+    sizes = tuple(int(n) for n in args.size_windows.split(","))
+    print(
+        f"\nS  one more trial as the study grows (seed-mlp, 1 step a trial, SQLite; medians of {WINDOW} TPE"
+        " trials at each size, the study grown in between by random-sampled trials; ms a trial):"
+    )
+    print("  trials in study   service: wall  train    TPE  overhead   plain Optuna: whole    TPE   rest")
+    ours, plain = study_size(tmp, sizes)
+    for o, p in zip(ours, plain):
         print(
-            f"  trials {start:5}-{start + 99:<5} overhead {overhead * 1000:7.1f} ms   train"
-            f" {train * 1000:6.1f} ms"
+            f"  {o.size:15,}   {o.wall * 1e3:13.1f} {o.train * 1e3:6.1f} {o.sampling * 1e3:6.1f}"
+            f" {o.overhead * 1e3:9.1f}   {p.wall * 1e3:19.1f} {p.sampling * 1e3:6.1f} {p.overhead * 1e3:6.1f}"
         )
-    (first, first_ms, _), (last, last_ms, _) = sizes[0], sizes[-1]
+    first, last, plain_last = ours[0], ours[-1], plain[-1]
+    growth, share = last.overhead / first.overhead, last.overhead / plain_last.wall
     rows = [
         (
-            f"S overhead per trial, trials {first}-{first + 99} -> {last}-{last + 99}",
-            f"{first_ms * 1000:.0f}->{last_ms * 1000:.0f} ms",
+            f"S service overhead a trial, {first.size:,} -> {last.size:,} trials in the study",
+            f"{first.overhead * 1e3:.1f} -> {last.overhead * 1e3:.1f} ms ({growth:.2f}x)",
+            "<= 2x",
+        ),
+        (
+            f"S service overhead vs plain Optuna's whole trial at {last.size:,} trials",
+            f"{share:.3f}x (of its trial without TPE: {last.overhead / plain_last.overhead:.3f}x)",
+            "<= 0.2x",
+        ),
+        (
+            f"S TPE's own sampling a trial at {last.size:,} trials (Optuna's; service / plain)",
+            f"{last.sampling * 1e3:.0f} / {plain_last.sampling * 1e3:.0f} ms",
             "",
-        )
+        ),
     ]
     print(
         f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating"

@@ -1,4 +1,4 @@
-"""Scaling: time per trial as the steps per trial grow, and as the study grows to 1,000 trials."""
+"""Scaling: time per trial as the steps per trial grow (the study's size: bench/study_size.py)."""
 
 from __future__ import annotations
 
@@ -50,18 +50,4 @@ def per_trial_vs_steps(
     for e in epochs:
         walls, train = _run(os.path.join(directory, f"steps{e}.db"), trials, e)
         rows.append((e, statistics.median(walls[5:]), statistics.median(train[5:])))  # Sampled trials.
-    return rows
-
-
-def per_trial_vs_study_size(directory: str, trials: int, window: int = 100) -> list[tuple[int, float, float]]:
-    """(trials already in the study, median overhead s/trial, median train s/trial) per window.
-
-    One epoch per trial, so that the per-trial cost of sampling and storage dominates.
-    """
-    walls, train = _run(os.path.join(directory, "size.db"), trials, 1)
-    rows = []
-    for start in range(0, trials, max(window, trials // 5)):
-        w = walls[start : start + window]
-        t = train[start : start + window]
-        rows.append((start, statistics.median(a - b for a, b in zip(w, t)), statistics.median(t)))
     return rows
