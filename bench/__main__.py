@@ -5,7 +5,8 @@ and asserts nothing (CI does not run it).
 P1  service overhead per trial vs plain Optuna, both on a default SQLite file (bench/p1_overhead.py)
 P2  our trainer vs a plain copy of the original example's loop, same work (bench/p2_trainer.py)
 P3  --workers 2 vs --workers 1, the real command; and a --workers 4 run's CPU in all processes, workers forked
-    from the fork server vs each a fresh interpreter (bench/p3_workers.py)
+    from the fork server vs each a fresh interpreter (bench/p3_workers.py); 1, 8 and 16 workers of trials that
+    mostly sleep on one PostgreSQL database: trials/s and statements a trial (bench/many_workers.py)
 P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: trials to 90% and 99%
     of the possible improvement and the share of it left at the end; picks the default sampler
     (bench/p4_search.py; about 45 min on 2 cores, or seconds with --p4-from a saved run)
@@ -29,7 +30,7 @@ import time
 import optuna
 import torch
 
-from bench.commands import BAD_INPUT, OLDER_REVISION, REPORT_HELP, command_costs
+from bench.commands import OLDER_REVISION
 from bench.p1_overhead import (
     PLAIN_USER_SCRIPT,
     plain_optuna_per_trial,
@@ -38,7 +39,7 @@ from bench.p1_overhead import (
     user_side_per_trial,
 )
 from bench.p2_trainer import loader_ratio, trainer_ratio
-from bench.p3_workers import workers_start_cost, workers_throughput
+from bench.p3_workers import p3
 from bench.p4_search import (
     ARMS,
     DIAGNOSED,
@@ -53,8 +54,8 @@ from bench.p4_search import (
     search_efficiency,
 )
 from bench.p5_population import population_throughput
-from bench.scaling import per_trial_vs_steps
-from bench.study_size import SIZES, WINDOW, study_size
+from bench.scaling import scaling
+from bench.study_size import SIZES
 from search.study import threads_per_process
 
 PARTS = ("P1", "P2", "P3", "P4", "P5", "S")
@@ -83,6 +84,8 @@ def main() -> None:
     add("--device", default="cpu", help="device of P2 and P5 (cpu, cuda, cuda:N)")
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
     add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
+    add("--p3-many", default="1,8,16", metavar="K,K", help="worker counts of P3 on PostgreSQL ('' to skip)")
+    add("--p3-many-trials", type=int, default=20, metavar="N", help="trials a worker of P3 on PostgreSQL")
     add("--p3-start-workers", type=int, default=4, metavar="K", help="workers of P3's start-up measurement")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")
     add("--p4-budget", type=int, default=100, metavar="N", help="sampled trials per P4 run (a default run's)")
@@ -262,69 +265,6 @@ def p2(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     ]
 
 
-def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
-    runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
-    for r in range(args.p3_rounds):
-        for workers in (1, 2) if r % 2 == 0 else (2, 1):
-            directory = os.path.join(tmp, f"p3-{r}")
-            os.makedirs(directory, exist_ok=True)
-            runs[workers].append(workers_throughput(workers, args.p3_trials, directory))
-    (one, one_wall), (two, two_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (1, 2))
-    print(
-        f"\nP3 throughput, seed-mlp, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):"
-    )
-    print(f"  --workers 1                            {one:8.2f} trials/s   1.00x   (wall {one_wall:.1f} s)")
-    print(
-        f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   (wall"
-        f" {two_wall:.1f} s)"
-    )
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    ceiling = min(2, cores)  # each worker trains on one thread (--threads), so 2 workers can use 2 cores
-    print(
-        f"  ceiling on this machine: {ceiling:.2f}x ({cores} cores, 1 torch thread per worker); "
-        f"reached {two / one / ceiling:.0%} of it"
-    )
-    start = p3_start(args, tmp)
-    return [
-        (
-            "P3 throughput, --workers 2 / --workers 1",
-            f"{two / one:.2f}x",
-            f"target >= 1.8x; ceiling {ceiling:.2f}x",
-        ),
-        start,
-    ]
-
-
-def p3_start(args: argparse.Namespace, tmp: str) -> tuple[str, str, str]:
-    """CPU of a whole --workers run: workers forked from the fork server against fresh interpreters."""
-    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for r in range(args.p3_rounds):
-        for fresh in (False, True) if r % 2 == 0 else (True, False):
-            directory = os.path.join(tmp, f"p3-start-{r}")
-            os.makedirs(directory, exist_ok=True)
-            runs[fresh].append(workers_start_cost(args.p3_start_workers, 20, directory, fresh))
-    (forked, forked_wall), (fresh, fresh_wall) = (
-        tuple(statistics.median(c) for c in zip(*runs[k])) for k in (False, True)
-    )
-    k = args.p3_start_workers
-    print(
-        f"\nP3 start-up, --workers {k}, 20 seed-mlp trials on SQLite, CPU of every process (median of"
-        f" {args.p3_rounds} rounds):"
-    )
-    print(
-        f"  workers forked from the fork server    {forked:6.1f} s CPU   1.00x   (wall {forked_wall:.1f} s)"
-    )
-    print(
-        f"  each worker a fresh interpreter        {fresh:6.1f} s CPU   {fresh / forked:.2f}x   (wall"
-        f" {fresh_wall:.1f} s)"
-    )
-    return (
-        f"P3 start-up CPU, --workers {k}: fresh interpreters / fork server",
-        f"{fresh / forked:.2f}x",
-        "higher is better",
-    )
-
-
 def p4(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     tasks = [t.strip() for t in args.p4_tasks.split(",") if t.strip()]
     results = []
@@ -444,66 +384,6 @@ def p5(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         (f"P5 {args.p5_task}: {label.split(' (')[0]} / ordinary, trials/s", f"{ratio:.2f}x", target)
         for label, _rate, ratio in rows[1:]
     ]
-
-
-def scaling(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
-    print("\nS  time per trial as steps grow (seed-mlp, full batch, TPE, SQLite; medians of sampled trials):")
-    for epochs, wall, train in per_trial_vs_steps(tmp, (30, 100, 300), 15):
-        print(
-            f"  {epochs:4} steps   wall {wall * 1000:7.1f} ms   train {train * 1000:7.1f} ms   "
-            f"overhead {(wall - train) * 1000:6.1f} ms"
-        )
-    sizes = tuple(int(n) for n in args.size_windows.split(","))
-    print(
-        f"\nS  one more trial as the study grows (seed-mlp, 1 step a trial, SQLite; medians of {WINDOW} TPE"
-        " trials at each size, the study grown in between by random-sampled trials; ms a trial):"
-    )
-    print("  trials in study   service: wall  train    TPE  overhead   plain Optuna: whole    TPE   rest")
-    ours, plain = study_size(tmp, sizes)
-    for o, p in zip(ours, plain):
-        print(
-            f"  {o.size:15,}   {o.wall * 1e3:13.1f} {o.train * 1e3:6.1f} {o.sampling * 1e3:6.1f}"
-            f" {o.overhead * 1e3:9.1f}   {p.wall * 1e3:19.1f} {p.sampling * 1e3:6.1f} {p.overhead * 1e3:6.1f}"
-        )
-    first, last, plain_last = ours[0], ours[-1], plain[-1]
-    growth, share = last.overhead / first.overhead, last.overhead / plain_last.wall
-    rows = [
-        (
-            f"S service overhead a trial, {first.size:,} -> {last.size:,} trials in the study",
-            f"{first.overhead * 1e3:.1f} -> {last.overhead * 1e3:.1f} ms ({growth:.2f}x)",
-            "<= 2x",
-        ),
-        (
-            f"S service overhead vs plain Optuna's whole trial at {last.size:,} trials",
-            f"{share:.3f}x (of its trial without TPE: {last.overhead / plain_last.overhead:.3f}x)",
-            "<= 0.2x",
-        ),
-        (
-            f"S TPE's own sampling a trial at {last.size:,} trials (Optuna's; service / plain)",
-            f"{last.sampling * 1e3:.0f} / {plain_last.sampling * 1e3:.0f} ms",
-            "",
-        ),
-    ]
-    print(
-        f"\nS  whole commands, start-up included, this tree vs {args.s_before} (medians of 5 alternating"
-        " runs):"
-    )
-    costs = command_costs(tmp, args.s_before)
-    for (name, target), (label, args_shown) in zip(
-        (("bad input", 0.5), ("report --help", 1.0), ("report", 1.5)),
-        (
-            ("bad-input exit", " ".join(BAD_INPUT)),
-            ("report --help", " ".join(REPORT_HELP)),
-            ("report, finished 100-trial study", "search.report"),
-        ),
-    ):
-        now, before = costs[name]["now"], costs[name]["before"]
-        print(
-            f"  {label:34} ({args_shown}) this tree {now:6.2f} s   {args.s_before} {before:6.2f} s  "
-            f" {now / before:5.2f}x"
-        )
-        rows.append((f"S {label}", f"{now:.2f} s ({now / before:.2f}x)", f"<= {target} s"))
-    return rows
 
 
 if __name__ == "__main__":

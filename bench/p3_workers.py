@@ -6,12 +6,17 @@ excluded), and wall time including start-up.
 
 from __future__ import annotations
 
+import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
 
 import optuna
+
+from bench.commands import ALL_PROCESSES_CPU
+from bench.many_workers import many_workers
 
 
 def workers_throughput(workers: int, n_trials: int, directory: str) -> tuple[float, float]:
@@ -31,22 +36,6 @@ def workers_throughput(workers: int, n_trials: int, directory: str) -> tuple[flo
     last = max(t.datetime_complete for t in trials)
     return len(trials) / (last - first).total_seconds(), wall
 
-
-# Runs a command as a child subreaper and prints the CPU seconds of every process it started: the fork
-# server is orphaned to this process when the command ends, and its CPU, its workers' included, counts here.
-_ALL_PROCESSES_CPU = """
-import ctypes, os, resource, subprocess, sys
-ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-code = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL)
-while True:
-    try:
-        os.wait()
-    except ChildProcessError:
-        break
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(usage.ru_utime + usage.ru_stime)
-sys.exit(code)
-"""
 
 # search.optimize with each worker started as a fresh interpreter (multiprocessing's spawn), as
 # --workers started them before the fork server (search/study/_fork_server.py).
@@ -80,10 +69,76 @@ def workers_start_cost(workers: int, n_trials: int, directory: str, fresh: bool)
     ]
     start = time.perf_counter()
     out = subprocess.run(
-        [sys.executable, "-c", _ALL_PROCESSES_CPU, *command],
+        [sys.executable, "-c", ALL_PROCESSES_CPU, *command],
         check=True,
         capture_output=True,
         text=True,
         cwd=directory,
     )
     return float(out.stdout.split()[-1]), time.perf_counter() - start
+
+
+def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
+    runs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    for r in range(args.p3_rounds):
+        for workers in (1, 2) if r % 2 == 0 else (2, 1):
+            directory = os.path.join(tmp, f"p3-{r}")
+            os.makedirs(directory, exist_ok=True)
+            runs[workers].append(workers_throughput(workers, args.p3_trials, directory))
+    (one, one_wall), (two, two_wall) = (tuple(statistics.median(c) for c in zip(*runs[k])) for k in (1, 2))
+    print(
+        f"\nP3 throughput, seed-mlp, {args.p3_trials} trials on SQLite (median of {args.p3_rounds} rounds):"
+    )
+    print(f"  --workers 1                            {one:8.2f} trials/s   1.00x   (wall {one_wall:.1f} s)")
+    print(
+        f"  --workers 2                            {two:8.2f} trials/s   {two / one:.2f}x   (wall"
+        f" {two_wall:.1f} s)"
+    )
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ceiling = min(2, cores)  # each worker trains on one thread (--threads), so 2 workers can use 2 cores
+    print(
+        f"  ceiling on this machine: {ceiling:.2f}x ({cores} cores, 1 torch thread per worker); "
+        f"reached {two / one / ceiling:.0%} of it"
+    )
+    start = p3_start(args, tmp)
+    counts = tuple(int(n) for n in args.p3_many.split(",") if n.strip())
+    many = many_workers(counts, args.p3_many_trials, tmp) if counts else []
+    return [
+        (
+            "P3 throughput, --workers 2 / --workers 1",
+            f"{two / one:.2f}x",
+            f"target >= 1.8x; ceiling {ceiling:.2f}x",
+        ),
+        start,
+        *many,
+    ]
+
+
+def p3_start(args: argparse.Namespace, tmp: str) -> tuple[str, str, str]:
+    """CPU of a whole --workers run: workers forked from the fork server against fresh interpreters."""
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for r in range(args.p3_rounds):
+        for fresh in (False, True) if r % 2 == 0 else (True, False):
+            directory = os.path.join(tmp, f"p3-start-{r}")
+            os.makedirs(directory, exist_ok=True)
+            runs[fresh].append(workers_start_cost(args.p3_start_workers, 20, directory, fresh))
+    (forked, forked_wall), (fresh, fresh_wall) = (
+        tuple(statistics.median(c) for c in zip(*runs[k])) for k in (False, True)
+    )
+    k = args.p3_start_workers
+    print(
+        f"\nP3 start-up, --workers {k}, 20 seed-mlp trials on SQLite, CPU of every process (median of"
+        f" {args.p3_rounds} rounds):"
+    )
+    print(
+        f"  workers forked from the fork server    {forked:6.1f} s CPU   1.00x   (wall {forked_wall:.1f} s)"
+    )
+    print(
+        f"  each worker a fresh interpreter        {fresh:6.1f} s CPU   {fresh / forked:.2f}x   (wall"
+        f" {fresh_wall:.1f} s)"
+    )
+    return (
+        f"P3 start-up CPU, --workers {k}: fresh interpreters / fork server",
+        f"{fresh / forked:.2f}x",
+        "higher is better",
+    )
