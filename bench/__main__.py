@@ -6,7 +6,8 @@ P1  service overhead per trial vs plain Optuna, both on a default SQLite file (b
 P2  our trainer vs a plain copy of the original example's loop, same work (bench/p2_trainer.py)
 P3  --workers 2 vs --workers 1, the real command; and a --workers 4 run's CPU in all processes, workers forked
     from the fork server vs each a fresh interpreter (bench/p3_workers.py); 1, 8 and 16 workers of trials that
-    mostly sleep on one PostgreSQL database: trials/s and statements a trial (bench/many_workers.py)
+    mostly sleep on one PostgreSQL database: trials/s and statements a trial (bench/many_workers.py); Optuna's
+    gRPC storage proxy against direct RDB access, plain Optuna (bench/grpc_proxy.py)
 P4  each sampler on three tasks, 5 sampler seeds, a default run's 100 trials: trials to 90% and 99%
     of the possible improvement and the share of it left at the end; picks the default sampler
     (bench/p4_search.py; about 45 min on 2 cores, or seconds with --p4-from a saved run)
@@ -85,6 +86,7 @@ def main() -> None:
     add("--p3-trials", type=int, default=200, metavar="N", help="trials per P3 run")
     add("--p3-rounds", type=int, default=2, metavar="N", help="alternating rounds for P3")
     add("--p3-many", default="1,8,16", metavar="K,K", help="worker counts of P3 on PostgreSQL ('' to skip)")
+    add("--p3-proxy", default="8,16", metavar="K,K", help="processes of P3's gRPC proxy run ('' to skip)")
     add("--p3-many-trials", type=int, default=20, metavar="N", help="trials a worker of P3 on PostgreSQL")
     add("--p3-start-workers", type=int, default=4, metavar="K", help="workers of P3's start-up measurement")
     add("--p4-tasks", default=",".join(TASKS), metavar="TASKS", help="comma-separated tasks for P4")

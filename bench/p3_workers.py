@@ -7,6 +7,7 @@ excluded), and wall time including start-up.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -16,6 +17,7 @@ import time
 import optuna
 
 from bench.commands import ALL_PROCESSES_CPU
+from bench.grpc_proxy import proxy_against_direct
 from bench.many_workers import many_workers
 
 
@@ -103,6 +105,12 @@ def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
     start = p3_start(args, tmp)
     counts = tuple(int(n) for n in args.p3_many.split(",") if n.strip())
     many = many_workers(counts, args.p3_many_trials, tmp) if counts else []
+    proxied = tuple(int(n) for n in args.p3_proxy.split(",") if n.strip())
+    if proxied and importlib.util.find_spec("grpc") is None:
+        print("\nP3 gRPC proxy: not measured, grpcio is missing (set-up: pip install grpcio protobuf)")
+        many.append(("P3 gRPC proxy / direct RDB", "not measured", "pip install grpcio protobuf"))
+    elif proxied:
+        many += proxy_against_direct(proxied, args.p3_many_trials)
     return [
         (
             "P3 throughput, --workers 2 / --workers 1",
