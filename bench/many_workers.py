@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import optuna
 import sqlalchemy
 
-from bench.commands import ALL_PROCESSES_CPU
+from bench.commands import all_processes_cpu
 
 PG_BIN = pathlib.Path("/usr/lib/postgresql/15/bin")
 TASK = "bench.sleepy:build"
@@ -103,16 +103,8 @@ def workers_on_postgres(server: BenchPostgres, workers: int, trials: int, direct
     server_cpu = server.backends_cpu()
     command = [sys.executable, "-m", "search.optimize", "--task", TASK, "--trials", str(trials)]
     command += ["--workers", str(workers), "--storage", url, "--quiet"]
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", ALL_PROCESSES_CPU, *command],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=directory,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])},
-    )
-    wall = time.perf_counter() - start
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    cpu, wall = all_processes_cpu(command, directory, environment)
     (statements,) = server.execute(f"SELECT sum(calls) FROM pg_stat_statements WHERE dbid = {dbid}")[0]
     time.sleep(0.6)  # The server's statistics collector publishes at most twice a second.
     (xacts,) = server.execute(transactions)[0]
@@ -132,7 +124,7 @@ def workers_on_postgres(server: BenchPostgres, workers: int, trials: int, direct
         len(done) / (last - first).total_seconds(),
         int(statements) / len(done),
         (int(xacts) - int(xacts_before)) / len(done),
-        float(out.stdout.split()[-1]),
+        cpu,
         server_cpu,
         wall,
     )

@@ -16,7 +16,7 @@ import time
 
 import optuna
 
-from bench.commands import ALL_PROCESSES_CPU
+from bench.commands import all_processes_cpu
 from bench.grpc_proxy import proxy_against_direct
 from bench.many_workers import many_workers
 
@@ -69,15 +69,7 @@ def workers_start_cost(workers: int, n_trials: int, directory: str, fresh: bool)
         f"sqlite:///{path}",
         "--quiet",
     ]
-    start = time.perf_counter()
-    out = subprocess.run(
-        [sys.executable, "-c", ALL_PROCESSES_CPU, *command],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=directory,
-    )
-    return float(out.stdout.split()[-1]), time.perf_counter() - start
+    return all_processes_cpu(command, directory)
 
 
 def p3(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
