@@ -26,7 +26,10 @@ import optuna
 import pytest
 import sqlalchemy
 import torch
+from optuna.trial import FrozenTrial, TrialState
 from warm_start import WarmProcess
+
+from search.storage import open_storage
 
 from frameworks import fresh_accelerate  # noqa: F401 (a fixture for every test module)
 
@@ -232,6 +235,29 @@ def load(cwd: pathlib.Path, name: str = "seed-mlp", file: str = "study.db") -> o
     return optuna.load_study(storage=f"sqlite:///{cwd / file}", study_name=name)
 
 
+_POLLED: dict[str, optuna.storages.BaseStorage] = {}
+
+
+def polled_trials(url: str, name: str, states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
+    """The trials of study ``name`` at ``url`` that a command is writing, for a test that polls it.
+
+    One storage per URL for the whole test, opened as the service opens it (a poll while the command
+    creates the schema must not race it): opening a storage checks the schema, ~50 ms of CPU, which a
+    poll every 0.2 s paid again each time. Raises KeyError while the study does not exist yet.
+    """
+    if url not in _POLLED:
+        _POLLED[url] = open_storage(url, immediate=False)  # A reader: never the write lock.
+    return optuna.load_study(storage=_POLLED[url], study_name=name).get_trials(deepcopy=False, states=states)
+
+
+@pytest.fixture(autouse=True)
+def _close_polled_storages():
+    yield
+    for storage in _POLLED.values():
+        storage.engine.dispose()
+    _POLLED.clear()
+
+
 @pytest.fixture(autouse=True)
 def _test_tasks_importable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(TESTS))
@@ -393,4 +419,3 @@ def example_build(module: str, installs: str):
         return importlib.import_module(f"examples.{module}").build
     except ImportError as missing:
         raise ImportError(f"{missing}: pip install -e '.[dev]' installs {installs}") from missing
-

@@ -14,11 +14,16 @@ from optuna.trial import TrialState
 
 from search.optimize import main
 
-from conftest import interrupt_at, load, run_cli, run_process, start_cli
+from conftest import interrupt_at, load, polled_trials, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG
 
 # Where a test checks what an interrupt or a dead worker leaves in storage, not a trial's numbers: 3 steps.
 SHORT = ["--epochs", "3"]
+
+
+def _url(cwd: pathlib.Path) -> str:
+    """The storage URL of the study a command writes in ``cwd``."""
+    return f"sqlite:///{cwd / 'study.db'}"
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -31,7 +36,7 @@ def test_interrupt_leaves_no_running_trial(tmp_path, sig, code):
         time.sleep(0.5)
         if db.exists():
             try:
-                n = len(load(tmp_path, "tasks_for_tests-slow").get_trials(states=(TrialState.COMPLETE,)))
+                n = len(polled_trials(_url(tmp_path), "tasks_for_tests-slow", states=(TrialState.COMPLETE,)))
             except Exception:
                 continue
             if n >= 6:
@@ -63,7 +68,9 @@ def test_summary_after_sigterm_counts_every_trial_another_process_finished(tmp_p
         while time.time() < deadline:
             time.sleep(0.5)
             with contextlib.suppress(Exception):  # The study may not exist yet.
-                complete = load(tmp_path, "tasks_for_tests-slow").get_trials(states=(TrialState.COMPLETE,))
+                complete = polled_trials(
+                    _url(tmp_path), "tasks_for_tests-slow", states=(TrialState.COMPLETE,)
+                )
             if len(complete) >= 9:
                 break
         # The signalled process mid-trial, a third of the way into it; the other one has finished
@@ -160,7 +167,7 @@ def test_interrupted_baseline_is_run_again_on_resume(tmp_path):
     while time.time() < deadline:
         time.sleep(0.2)
         try:
-            trials = load(tmp_path, "tasks_for_tests-slow").get_trials()
+            trials = polled_trials(_url(tmp_path), "tasks_for_tests-slow")
         except Exception:
             continue
         if [t for t in trials if t.state == TrialState.COMPLETE]:
@@ -311,8 +318,7 @@ def test_a_task_that_fails_the_same_way_twice_stops_with_its_traceback(tmp_path)
     assert proc.returncode == 1
     assert (
         "two trials failed the same way, so the task fails, not its scaler settings: ValueError: labels out"
-        " of range"
-        in proc.stderr
+        " of range" in proc.stderr
     )
     assert (
         proc.stderr.count("Traceback (most recent call last)") == 1

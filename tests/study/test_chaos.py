@@ -26,7 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, FINISHED, SEED_BASELINES
 from search.storage import WRITE_ID_ATTR
 
-from conftest import OwnPostgres, child_pids, fork_server_of, run_cli, run_process, start_cli
+from conftest import OwnPostgres, child_pids, fork_server_of, polled_trials, run_cli, run_process, start_cli
 
 pytestmark = pytest.mark.chaos
 
@@ -46,7 +46,7 @@ def trials_of(url: str, name: str = NAME) -> list[FrozenTrial]:
 
 
 def completed(url: str, name: str = NAME) -> set[int]:
-    return {t.number for t in trials_of(url, name) if t.state == TrialState.COMPLETE}
+    return {t.number for t in polled_trials(url, name, states=(TrialState.COMPLETE,))}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 120, what: str = "") -> None:

@@ -24,7 +24,16 @@ from search.storage import Finish, TrialWriter, open_storage
 from search.tasks.seed_mlp import build as build_seed
 from search.training import run_steps, run_trial
 
-from conftest import CE_LOSS_REL, interrupt_at, load, run_cli, run_process, start_cli, wait_until_stale
+from conftest import (
+    CE_LOSS_REL,
+    interrupt_at,
+    load,
+    polled_trials,
+    run_cli,
+    run_process,
+    start_cli,
+    wait_until_stale,
+)
 
 BASELINES = ["seed-1", "seed-2", "seed-3", "seed-4", "seed-5"]
 # Where a test checks the wiring (counts, states, reasons, writes) and no trial's numbers: 3 steps, not 30.
@@ -296,17 +305,15 @@ def test_a_dead_workers_population_is_failed_and_retried(postgres_url, tmp_path)
     while time.time() < deadline and len(running) < 4 and proc.poll() is None:  # seen RUNNING, or it ended
         time.sleep(0.1)
         try:
-            # Opened as the service opens it: a poll while the command creates the schema must not race it.
-            study = optuna.load_study(storage=open_storage(postgres_url), study_name="tasks_for_tests-slow")
+            polled = polled_trials(postgres_url, "tasks_for_tests-slow", states=(TrialState.RUNNING,))
         except KeyError:
             continue
-        running = [
-            t for t in study.get_trials(states=(TrialState.RUNNING,)) if "baseline" not in t.user_attrs
-        ]
+        running = [t for t in polled if "baseline" not in t.user_attrs]
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert len(running) == 4
     storage = open_storage(postgres_url, heartbeat_interval=1)
+    study = optuna.load_study(storage=storage, study_name="tasks_for_tests-slow")
     wait_until_stale(storage, study, [t._trial_id for t in running])  # No heartbeat for twice the interval.
     storage.engine.dispose()
     resumed = run_cli(args, tmp_path)

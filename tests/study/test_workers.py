@@ -27,7 +27,7 @@ from search.study import (
     threads_per_process,
 )
 
-from conftest import child_pids, fork_server_of, run_cli, run_process, start_cli
+from conftest import child_pids, fork_server_of, polled_trials, run_cli, run_process, start_cli
 from tasks_for_tests import MID_TRIAL_FLAG, listening_worker
 
 SLOW = "tasks_for_tests:slow"
@@ -304,7 +304,7 @@ def test_killed_host_sampled_trial_is_failed_and_retried_by_a_live_peer(postgres
     while time.time() < deadline:  # Past the five baselines: from now on, trials are sampled.
         time.sleep(0.3)
         try:
-            done = [t for t in trials_of(postgres_url, SLOW_STUDY) if t.state == TrialState.COMPLETE]
+            done = polled_trials(postgres_url, SLOW_STUDY, states=(TrialState.COMPLETE,))
         except KeyError:  # The study does not exist yet.
             continue
         if len(done) >= 6:
