@@ -245,7 +245,7 @@ def p1(args: argparse.Namespace, tmp: str) -> list[tuple[str, str, str]]:
         (
             "P1 user side: search.optimize / plain Optuna script",
             f"{user / plain_user:.2f}x",
-            "target <= 0.3x",
+            "target <= 0.2x",
         ),
         ("P1 service overhead / plain Optuna, same values", f"{ours / same:.2f}x", "target <= 0.3x"),
         ("P1 ... / plain Optuna, same values without curve", f"{ours / no_curve:.2f}x", ""),
