@@ -1,4 +1,3 @@
-import multiprocessing
 import os
 import pathlib
 import shutil
@@ -11,7 +10,7 @@ from optuna.trial import TrialState
 from search.optimize import main
 from search.storage import StorageError, mask_url, open_storage, redact
 
-from conftest import real_study, run_cli
+from conftest import FORK, forked_together, real_study, run_cli
 
 # What a storage holds and says is checked here, not a trial's numbers: 3 steps a trial, not 30.
 SHORT = ["--epochs", "3"]
@@ -119,16 +118,8 @@ def test_concurrent_first_opens_of_a_new_database(tmp_path):
     their own connections, held at a barrier so that they open the file at the same moment.
     """
     url = f"sqlite:///{tmp_path / 'new.db'}"
-    context = multiprocessing.get_context("fork")
-    go = context.Barrier(4, timeout=60)
-    procs = [context.Process(target=_first_open, args=(url, go)) for _ in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        if p.exitcode is None:
-            p.kill()
-    assert [p.exitcode for p in procs] == [0, 0, 0, 0]  # a child's traceback is on this test's stderr
+    go = FORK.Barrier(4, timeout=60)
+    assert forked_together(_first_open, [(url, go)] * 4) == [0, 0, 0, 0]
 
 
 def test_opening_a_storage_keeps_the_locks_of_connections_already_open(tmp_path):

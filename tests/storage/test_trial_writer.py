@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-import multiprocessing
 
 import optuna
 import pytest
@@ -12,7 +11,7 @@ from optuna.trial import TrialState
 
 from search.storage import TrialWriter, open_storage
 
-from conftest import wait_until_stale
+from conftest import FORK, forked_together, wait_until_stale
 
 
 def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
@@ -158,16 +157,8 @@ def _check_enqueue_once_from_many_processes(url: str) -> None:
     storage = open_storage(url)
     optuna.create_study(storage=storage, study_name="q")
     storage.engine.dispose()
-    context = multiprocessing.get_context("fork")
-    go, counts = context.Barrier(4, timeout=60), context.Array("i", [-1] * 4)
-    procs = [context.Process(target=_enqueue_the_baselines, args=(url, go, counts, i)) for i in range(4)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=120)
-        if p.exitcode is None:
-            p.kill()
-    assert [p.exitcode for p in procs] == [0] * 4  # a child's traceback is on this test's stderr
+    go, counts = FORK.Barrier(4, timeout=60), FORK.Array("i", [-1] * 4)
+    assert forked_together(_enqueue_the_baselines, [(url, go, counts, i) for i in range(4)]) == [0] * 4
     assert sorted(counts) == [0, 0, 0, 5]
     trials = optuna.load_study(storage=url, study_name="q").get_trials()
     assert sorted(t.user_attrs["baseline"] for t in trials) == [f"seed-{i}" for i in range(1, 6)]
