@@ -312,6 +312,9 @@ def _training(session: Session, args: argparse.Namespace) -> int:
     if problem.start is not None:  # First: every number below is of the run from there.
         as_run = "; these settings: its own scaler, continued (a setting's flags diagnose a restart)"
         session.note(problem.start.first_line(steps) + (as_run if continued else ""))
+        start = problem.start
+        for line in filter(None, (start.scaler_assumed() if continued else "", start.other_rule(run.scaler))):
+            session.note(f"note: {line}")
     session.note(
         f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control (then the"
         " setting it suggests, if any, before it is suggested)"

@@ -1,4 +1,5 @@
-"""The real frameworks in the tests: imported or failed naming the set-up command, and accelerate on the CPU.
+"""The real frameworks in the tests: imported or failed naming the set-up command, accelerate on the CPU,
+DeepSpeed's loss scaler without a process group, and Megatron-LM's scaler transcribed (it needs CUDA).
 
 accelerate builds no GradScaler on a CPU device (``Accelerator.__init__``: ``self.device.type != "cpu"``), so
 a test that needs the scaler a GPU run would have (the paste lines' tests, a Trainer that saves ``scaler.pt``)
@@ -46,3 +47,54 @@ def as_on_a_gpu() -> Iterator[None]:
         Accelerator, "device", new_callable=mock.PropertyMock, return_value=torch.device("cuda")
     ):
         yield
+
+
+@pytest.fixture
+def loss_scaler(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """DeepSpeed's ``loss_scaler`` module, imported when a test runs (1 s: not at collection, in every
+    runner). It asks its process group for the rank only to decide whether to log; there is none here."""
+    module = need("deepspeed.runtime.fp16.loss_scaler")
+    monkeypatch.setattr(module.dist, "get_rank", lambda *args, **kwargs: 0)
+    return module
+
+
+class PlainDynamicGradScaler:
+    """Megatron-LM's ``DynamicGradScaler`` (megatron/core/optimizer/grad_scaler.py, commit 00caa53) on the
+    CPU: its float32 tensors, ``update``, ``state_dict`` and ``load_state_dict`` as written there."""
+
+    def __init__(  # noqa: ANN001
+        self, initial_scale, min_scale, growth_factor, backoff_factor, growth_interval, hysteresis
+    ):
+        self._scale = torch.tensor([initial_scale], dtype=torch.float)
+        self.min_scale = torch.tensor([min_scale], dtype=torch.float)
+        self.growth_factor = torch.tensor([growth_factor], dtype=torch.float)
+        self.backoff_factor = torch.tensor([backoff_factor], dtype=torch.float)
+        self.growth_interval = growth_interval
+        self.hysteresis = hysteresis
+        self._growth_tracker = 0
+        self._hysteresis_tracker = self.hysteresis
+
+    def update(self, found_inf: bool) -> None:
+        if found_inf:
+            self._growth_tracker = 0
+            self._hysteresis_tracker -= 1
+            if self._hysteresis_tracker <= 0:
+                self._scale = torch.max(self._scale * self.backoff_factor, self.min_scale)
+        else:
+            self._growth_tracker += 1
+            if self._growth_tracker == self.growth_interval:
+                self._growth_tracker = 0
+                self._hysteresis_tracker = self.hysteresis
+                self._scale = self._scale * self.growth_factor
+
+    def state_dict(self) -> dict:
+        return {
+            "scale": self._scale,
+            "growth_tracker": self._growth_tracker,
+            "hysteresis_tracker": self._hysteresis_tracker,
+        }
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._scale = state_dict["scale"]
+        self._growth_tracker = state_dict["growth_tracker"]
+        self._hysteresis_tracker = state_dict["hysteresis_tracker"]

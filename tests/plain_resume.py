@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from plain_loop import _batches
+
 
 @dataclass
 class PlainSteps:
@@ -33,8 +35,12 @@ def plain_steps(
     first: int,
     seed: int,
     on_skip: bool,
+    next_scale: Callable[[bool], float] | None = None,
 ) -> PlainSteps:
-    """Global steps ``first`` ... of the plain AMP loop, one per entry of ``losses`` (a batch's loss)."""
+    """Global steps ``first`` ... of the plain AMP loop, one per entry of ``losses`` (a batch's loss).
+
+    ``next_scale``: another framework's rule moves the scale (its own class, told each step's overflow, which
+    the loop reads off the gradients); None: GradScaler's own ``update()``."""
     out = PlainSteps([], [], [], [])
     model.train()
     for step, loss_of in enumerate(losses, start=first):
@@ -45,9 +51,15 @@ def plain_steps(
             loss = loss_of(model)
         scaler.scale(loss).backward()
         before = scaler.get_scale()
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        overflow = any(not torch.isfinite(g).all().item() for g in grads)
         scaler.step(optimizer)
-        scaler.update()
-        skipped = scaler.get_scale() < before
+        if next_scale is None:
+            scaler.update()
+            skipped = scaler.get_scale() < before
+        else:
+            scaler.update(new_scale=next_scale(overflow))
+            skipped = overflow
         if scheduler is not None and (on_skip or not skipped):
             scheduler.step()
         out.losses.append(loss.item())
@@ -95,3 +107,89 @@ def write_content(path, content) -> None:  # noqa: ANN001
         path.write_bytes(content)
     elif content is not None:
         torch.save(content, path)
+
+
+def losses_of(problem, first: int, count: int) -> list:  # noqa: ANN001
+    """The loss of each of global steps ``first`` ... (a task's mini-batches in their seeded order)."""
+    x, y = problem.inputs, problem.targets
+    return [
+        lambda m, i=index: problem.loss_fn(m(x[i]), y[i])
+        for (index,) in _batches(problem, first + count)[first:]
+    ]
+
+
+class DeepSpeedMoves:
+    """DeepSpeed's own scaler told each step's overflow; the next scale is its ``cur_scale``."""
+
+    def __init__(self, scaler) -> None:  # noqa: ANN001
+        self.scaler = scaler
+
+    def __call__(self, overflow: bool) -> float:
+        self.scaler.update_scale(overflow)
+        return self.scaler.cur_scale
+
+    def saved(self):  # noqa: ANN201
+        return self.scaler  # ZeRO's state_dict holds the object itself.
+
+    def loaded(self, saved) -> DeepSpeedMoves:  # noqa: ANN001
+        return DeepSpeedMoves(saved)
+
+    @property
+    def scale(self) -> float:
+        return self.scaler.cur_scale
+
+
+class MegatronMoves:
+    """Megatron-LM's scaler (transcribed) told each step's overflow; its flags saved beside its state."""
+
+    FLAGS = dict(min_scale=3.7, growth_factor=2.0, backoff_factor=0.5, growth_interval=3, hysteresis=3)
+
+    def __init__(self, scaler) -> None:  # noqa: ANN001 (frameworks.PlainDynamicGradScaler)
+        self.scaler = scaler
+
+    def __call__(self, overflow: bool) -> float:
+        self.scaler.update(overflow)
+        return self.scaler._scale.item()
+
+    def saved(self) -> dict:
+        flags = {"min_loss_scale": 3.7, "loss_scale_window": 3, "hysteresis": 3}
+        return self.scaler.state_dict() | flags
+
+    def loaded(self, saved: dict) -> MegatronMoves:
+        scaler = copy.deepcopy(self.scaler)
+        scaler.load_state_dict(saved)
+        return MegatronMoves(scaler)
+
+    @property
+    def scale(self) -> float:
+        return self.scaler._scale.item()
+
+
+def save_rule_run(problem, path, moves, steps: int) -> None:  # noqa: ANN001
+    """``steps`` steps of ``problem`` from its initial weights (seed 42), the framework's scaler moving the
+    scale; saved as a torch.save dict with that scaler as its framework saves it."""
+    model = copy.deepcopy(problem.model)
+    optimizer = problem.make_optimizer(model.parameters())
+    scheduler = problem.make_scheduler(optimizer)
+    scaler = torch.amp.GradScaler("cpu", init_scale=moves.scale)
+    done = plain_steps(
+        model, optimizer, scheduler, scaler, losses_of(problem, 0, steps), 0, 42, True, moves
+    )
+    assert any(done.skipped)  # the scaler moved on the way: its counters are not a fresh start's
+    states = {"model": model, "optimizer": optimizer, "scheduler": scheduler}
+    saved = {k: v.state_dict() for k, v in states.items()} | {"scaler": moves.saved(), "step": steps}
+    torch.save(saved, path)
+
+
+def plain_rule_continue(problem, path, moves, first: int, count: int) -> PlainSteps:  # noqa: ANN001
+    """The plain loop that loads the checkpoint saved at step ``first`` and goes on ``count`` steps with the
+    framework's scaler loaded."""
+    saved = torch.load(path, weights_only=False)
+    going_on = moves.loaded(saved["scaler"])
+    states = (saved["model"], saved["optimizer"], saved["scheduler"], None)
+    scaler = torch.amp.GradScaler("cpu", init_scale=going_on.scale)
+    model, optimizer, scheduler, scaler = loaded(
+        copy.deepcopy(problem.model), problem.make_optimizer, problem.make_scheduler, states, scaler
+    )
+    losses = losses_of(problem, first, count)
+    return plain_steps(model, optimizer, scheduler, scaler, losses, first, 42, True, going_on)

@@ -222,6 +222,8 @@ def _not_trainable(
 ) -> str:
     for knob in rule.knobs:
         p, value = ranges[knob.name], values[knob.name]
+        if knob.kind in (INT, BOOL) and not float(value).is_integer():
+            return f"{knob.name} takes a whole number, {source} {float(value):g}"
         if p.fixed is not None and float(p.fixed) != float(value):
             return f"the config fixes {knob.name} at {p.fixed:g}, {source} {float(value):g}"
         if p.fixed is None and p.powers_of_two and not math.log2(value).is_integer():

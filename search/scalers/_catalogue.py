@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from search.scalers._deepspeed import DEEPSPEED
 from search.scalers._fairseq import FAIRSEQ
 from search.scalers._gradscaler import GRADSCALER
@@ -12,3 +15,9 @@ RULES: dict[str, ScalerRule] = {rule.name: rule for rule in (GRADSCALER, DEEPSPE
 SCALERS = tuple(RULES)  # --scaler's choices, in the order the docs list them.
 # The frameworks' rules: each has a [space.NAME] table of its own, where GradScaler's four sit at the top.
 FRAMEWORKS = tuple(name for name, rule in RULES.items() if rule.space_table)
+
+
+def saved_rule(state: Mapping[str, Any]) -> ScalerRule | None:
+    """The rule whose saved scaler ``state`` is (GradScaler's ``state_dict()``, DeepSpeed's
+    ``DynamicLossScaler`` attributes, ...), told by its keys; None where it is none of them."""
+    return next((r for r in RULES.values() if r.saved is not None and r.saved.holds(state)), None)

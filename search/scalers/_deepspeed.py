@@ -34,6 +34,7 @@ from typing import Any
 
 from search.scalers._knob import BOOL, INT, Knob, flag, shortest, whole_at_least
 from search.scalers._rule import Cycle, ScalerRule
+from search.scalers._saved import SavedState
 
 
 class ScaleAtMinimum(Exception):
@@ -211,6 +212,15 @@ def _notes(values: Mapping[str, float]) -> list[str]:
     ]
 
 
+def _restore(scale: DeepSpeedScale, saved: Mapping[str, Any]) -> None:
+    """The counters of a ``DynamicLossScaler`` that ZeRO pickled whole (``stage_1_and_2.py``, ``state_dict``:
+    ``state_dict[LOSS_SCALER] = self.loss_scaler``), as loading it back goes on from them."""
+    scale.scale = float(saved["cur_scale"])
+    scale._iteration = int(saved["cur_iter"])
+    scale._last_overflow = int(saved["last_overflow_iter"])
+    scale._left = int(saved["cur_hysteresis"])
+
+
 DEEPSPEED = ScalerRule(
     name="deepspeed",
     title="DeepSpeed",
@@ -236,4 +246,19 @@ DEEPSPEED = ScalerRule(
         " runtime/constants.py"
     ),
     notes=_notes,
+    saved=SavedState(
+        keys=("cur_scale", "cur_iter", "last_overflow_iter", "cur_hysteresis"),
+        scale="cur_scale",
+        knobs={
+            "scale_window": "loss_scale_window",
+            "delayed_shift": "hysteresis",
+            "consecutive_hysteresis": "consecutive_hysteresis",
+            "min_scale": "min_loss_scale",
+        },
+        restore=_restore,
+        source=(
+            "deepspeed 0.19.8 deepspeed/runtime/fp16/loss_scaler.py (DynamicLossScaler.__init__),"
+            " runtime/zero/stage_1_and_2.py (state_dict)"
+        ),
+    ),
 )

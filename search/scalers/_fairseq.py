@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from search.scalers._deepspeed import ScaleAtMinimum
 from search.scalers._knob import FLOAT, INT, Knob, positive, shortest, whole_at_least
 from search.scalers._rule import Cycle, ScalerRule
+from search.scalers._saved import SavedState
 
 
 @dataclass
@@ -205,4 +206,10 @@ FAIRSEQ = ScalerRule(
         " fairseq/dataclass/configs.py"
     ),
     notes=_notes,
+    # Its fp16 optimizers save the scale alone and load it into a scaler whose counters start afresh.
+    saved=SavedState(
+        keys=("loss_scale",),
+        scale="loss_scale",
+        source="fairseq f591cc94 fairseq/optim/fp16_optimizer.py (_FP16OptimizerMixin.state_dict)",
+    ),
 )

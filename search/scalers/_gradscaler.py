@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 from search.scalers._knob import FLOAT, INT, Knob, format_scale, shortest, whole_at_least
 from search.scalers._rule import Cycle, ScalerRule
+from search.scalers._saved import SavedState
 
 TORCH = "torch"  # --scaler's value for GradScaler's own rule.
 
@@ -83,6 +84,8 @@ class ScalerConfig:
 
 
 PARAM_NAMES = ("init_scale", "growth_factor", "backoff_factor", "growth_interval")
+# GradScaler.state_dict()'s keys (torch/amp/grad_scaler.py): its settings, scale and count of clean steps.
+GRADSCALER_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
 def _float32(value: float) -> float:
@@ -220,4 +223,11 @@ GRADSCALER = ScalerRule(
     amp_dtypes=("float16", "bfloat16"),
     population=True,
     space_table="",
+    # load_state_dict restores the scale and the count of clean steps: the trainer lets GradScaler do it.
+    saved=SavedState(
+        keys=GRADSCALER_KEYS,
+        scale="scale",
+        knobs={name: name for name in PARAM_NAMES[1:]},
+        source="torch 2.13 torch/amp/grad_scaler.py (GradScaler.state_dict)",
+    ),
 )

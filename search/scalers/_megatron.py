@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from search.scalers._knob import FLOAT, INT, Knob, float32_of, positive, shortest, whole_at_least
 from search.scalers._rule import Cycle, ScalerRule
+from search.scalers._saved import SavedState
 
 
 @dataclass
@@ -143,6 +145,13 @@ def _block(values: Mapping[str, float]) -> str:
     )
 
 
+def _restore(scale: MegatronScale, saved: Mapping[str, Any]) -> None:
+    """``DynamicGradScaler.load_state_dict``: the scale (a float32 tensor) and both trackers."""
+    scale.scale = float32_of(float(saved["scale"]))
+    scale._growth = int(saved["growth_tracker"])
+    scale._left = int(saved["hysteresis_tracker"])
+
+
 MEGATRON = ScalerRule(
     name="megatron",
     title="Megatron-LM",
@@ -158,5 +167,12 @@ MEGATRON = ScalerRule(
     source=(
         "Megatron-LM eedfe533 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.update),"
         " megatron/training/arguments.py"
+    ),
+    # Its state_dict holds no setting: the window, hysteresis and floor are the run's flags.
+    saved=SavedState(
+        keys=("scale", "growth_tracker", "hysteresis_tracker"),
+        scale="scale",
+        restore=_restore,
+        source="Megatron-LM 00caa53 megatron/core/optimizer/grad_scaler.py (DynamicGradScaler.state_dict)",
     ),
 )

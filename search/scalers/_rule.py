@@ -6,7 +6,8 @@ Megatron-LM, fairseq). Everything rule-specific lives on it, so the layers above
 testing which one it is: the knobs a study searches and their defaults (the study's baselines), one
 trial's setting (:meth:`ScalerRule.setting`), the step-for-step state machine of one run (None where
 GradScaler moves the scale itself), how the scale cycles at its overflow edge, the precisions it scales,
-and how a setting is written the way the user's code or config writes it.
+how a setting is written the way the user's code or config writes it, and how the rule's scaler goes on from
+a checkpoint that saved it (:class:`~search.scalers._saved.SavedState`).
 :class:`RuleSetting` is one trial's setting under a framework's rule; GradScaler's is
 :class:`~search.scalers.ScalerConfig`. Both have ``rule``, ``values``, ``make()`` and ``block()``.
 """
@@ -18,7 +19,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from search.scalers._knob import Knob
+from search.scalers._knob import BOOL, INT, Knob
+from search.scalers._saved import SavedState
 
 
 class ScaleRule(Protocol):
@@ -88,6 +90,8 @@ class ScalerRule:
         default_label: How tables name its default's row.
         baselines_about: Where the baselines come from, for tables that list them (empty: the defaults only).
         maker: Whose default the rule's defaults are (``"PyTorch"`` for GradScaler; the title otherwise).
+        saved: How the framework saves its scaler in a checkpoint (:class:`SavedState`), for the run "as it
+            was"; None where it saves none.
     """
 
     name: str
@@ -113,6 +117,7 @@ class ScalerRule:
     default_label: str = ""
     maker: str = ""
     baselines_about: str = ""
+    saved: SavedState | None = None
 
     def __post_init__(self) -> None:
         if self.replay is None:
@@ -169,6 +174,42 @@ class ScalerRule:
         """
         knob = self.knob(self.start_knob)
         return math.log2(scale) if knob.octaves else scale
+
+    def saved_setting(self, state: Mapping[str, Any]) -> tuple[dict[str, float], tuple[str, ...]]:
+        """The setting a saved scaler (:attr:`saved`) trains on from where it was: the scale it had reached
+        as :attr:`start_knob`, the knobs it saved, and the framework's defaults for the knobs it did not save,
+        which the second item names."""
+        assert self.saved is not None, f"{self.title} saves no scaler state"
+        values: dict[str, float] = self.default
+        start = self.start_value(self.saved_scale(state))
+        values[self.start_knob] = _as_knob(self.knob(self.start_knob), start)
+        held = {knob: key for key, knob in self.saved.knobs.items() if key in state}
+        # A plain checkpoint may add the knobs a framework does not save, under the rule's own names.
+        held |= {n: n for n in self.names if n in state and n not in held and n != self.start_knob}
+        for name in held:
+            values[name] = _as_knob(self.knob(name), float(state[held[name]]))
+        assumed = tuple(n for n in self.names if n != self.start_knob and n not in held)
+        return values, assumed
+
+    def saved_scale(self, state: Mapping[str, Any]) -> float:
+        """The scale a saved scaler had reached (a number, or a framework's one-element tensor)."""
+        assert self.saved is not None, f"{self.title} saves no scaler state"
+        return float(state[self.saved.scale])
+
+    def resumed(self, values: Mapping[str, float], state: Mapping[str, Any]) -> ScaleRule | None:
+        """The rule's state machine for ``values`` (:meth:`saved_setting`'s), going on from the saved
+        ``state``: its scale and its counters where the framework saved them, as its own ``load_state_dict``
+        restores them. None where GradScaler moves the scale (its ``load_state_dict`` restores it)."""
+        machine = self.build(values)
+        if machine is not None and self.saved is not None and self.saved.restore is not None:
+            self.saved.restore(machine, state)
+        return machine
+
+
+def _as_knob(knob: Knob, value: float) -> float:
+    """``value`` as the knob holds it: a whole number for an int or bool knob where it is one (one that is
+    not stays as it is, for the space to refuse in words)."""
+    return int(value) if knob.kind in (INT, BOOL) and float(value).is_integer() else float(value)
 
 
 # Every rule by name, as each is defined: a setting finds its rule here (the catalogue orders them for

@@ -205,11 +205,13 @@ def prepare_study(
     pruner: optuna.pruners.BasePruner,
     attrs: dict[str, Any] | None = None,
     as_run: ScalerConfig | RuleSetting | None = None,
+    as_run_assumed: str = "",
 ) -> StudyHandle:
     """Creates the study (recording settings and ``attrs``, enqueuing the baselines once) or loads it.
 
-    ``as_run``: the GradScaler setting the study's checkpoint saved (its scale as ``init_scale``), trained as
-    baseline ``as-run`` with that scaler continued; None where there is none.
+    ``as_run``: the setting the study's checkpoint saved (its scale as the rule's start), trained as
+    baseline ``as-run`` with that scaler continued; None where there is none. ``as_run_assumed``: the words
+    that say which of its knobs the checkpoint did not hold (:meth:`~search.tasks.StartState.scaler_assumed`).
     """
     name = settings.study_name
     try:
@@ -222,12 +224,15 @@ def prepare_study(
     if "task" not in study.user_attrs:
         for key, value in {**(attrs or {}), **recorded_settings(settings, fingerprint)}.items():
             study.set_user_attr(key, value)  # The extras first: a study that has "task" has them too.
-    notes += _enqueue_missing_baselines(study, settings, as_run)
+    notes += _enqueue_missing_baselines(study, settings, as_run, as_run_assumed)
     return StudyHandle(study, tuple(notes))
 
 
 def _enqueue_missing_baselines(
-    study: optuna.Study, settings: Settings, as_run: ScalerConfig | RuleSetting | None = None
+    study: optuna.Study,
+    settings: Settings,
+    as_run: ScalerConfig | RuleSetting | None = None,
+    as_run_assumed: str = "",
 ) -> list[str]:
     """Enqueues each baseline (``seed-1`` ..., or the rule's default) that has no finished, waiting or running
     trial yet, and in a study searched from a diagnosis (user attr ``diagnosis``) the setting it suggests,
@@ -265,6 +270,7 @@ def _enqueue_missing_baselines(
         notes.append(
             f"baseline {AS_RUN_BASELINE}: the run as it was at the checkpoint, its scaler continued from"
             f" {setting_text(dict(as_run.values))}, beside the default started afresh"
+            + (f"; {as_run_assumed}" if as_run_assumed else "")
         )
     if any(t.user_attrs.get(BASELINE) == DIAGNOSIS_BASELINE for t in added):
         notes.append(

@@ -106,6 +106,7 @@ def start_study(
         pruner or optuna.pruners.NopPruner(),
         plan.study_attrs,
         as_run=None if plan.problem.start is None else plan.problem.start.scaler_setting(),
+        as_run_assumed="" if plan.problem.start is None else plan.problem.start.scaler_assumed(),
     )
     if note is not None:
         for line in handle.notes:

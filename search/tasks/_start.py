@@ -16,10 +16,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from search.scalers import ScalerConfig
+from search.scalers import RULES, RuleSetting, ScalerConfig, ScalerRule, as_mapping, saved_rule
 from search.tasks._resolve import TaskError
-
-GRADSCALER_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 
 
 class CheckpointError(TaskError):
@@ -34,8 +32,8 @@ class StartState:
     (common random numbers): the model's weights, the optimizer's state (Adam's moments and step
     counts), the learning-rate scheduler's state and the global step, so the schedule, the order of the
     batches and each step's seed go on from there. The scaler's own state (GradScaler's scale and count of
-    clean steps) is what the baseline "as the run was" continues with; every other trial starts its
-    scaler afresh at its setting, as a restart with new settings does.
+    clean steps, or a framework's scale and counters) is what the baseline "as the run was" continues with;
+    every other trial starts its scaler afresh at its setting, as a restart with new settings does.
 
     Example:
         ::
@@ -50,8 +48,10 @@ class StartState:
         global_step: Optimizer steps the run had taken (skipped ones included) when it was saved.
         optimizer_state: The optimizer's ``state_dict``, or None (trials start it fresh).
         scheduler_state: The learning-rate scheduler's ``state_dict``, or None.
-        scaler_state: ``GradScaler.state_dict()`` (``scale``, ``growth_factor``, ``backoff_factor``,
-            ``growth_interval``, ``_growth_tracker``), or None where the run saved none.
+        scaler_state: The run's scaler as its framework saved it, or None where the run saved none:
+            ``GradScaler.state_dict()``, DeepSpeed's ``DynamicLossScaler`` (the object ZeRO pickles, or its
+            attributes), Megatron-LM's ``DynamicGradScaler.state_dict()`` or fairseq's ``{"loss_scale": ...}``
+            (:class:`~search.scalers.SavedState`); which one is told by its keys.
         source: What it was read as, for messages: ``Hugging Face Trainer checkpoint``, ...
         path: Where it was read from.
         scheduler_on_skipped_step: Whether the checkpoint's framework steps the scheduler on a step the
@@ -74,9 +74,10 @@ class StartState:
                 f"{self.where}: its step must be a whole number >= 0, got {self.global_step!r}"
             )
         if self.scaler_state is not None:
-            missing = [k for k in GRADSCALER_KEYS if k not in self.scaler_state]
-            if missing:
-                raise CheckpointError(f"{self.where}: its scaler state lacks {', '.join(missing)}")
+            state = as_mapping(self.scaler_state)
+            if state is None or saved_rule(state) is None:
+                raise CheckpointError(f"{self.where}: {_unknown_scaler(state)}")
+            object.__setattr__(self, "scaler_state", dict(state))
 
     @property
     def where(self) -> str:
@@ -97,17 +98,42 @@ class StartState:
             _hash_state(digest, part)
         return digest.hexdigest()[:16]
 
-    def scaler_setting(self) -> ScalerConfig | None:
-        """The GradScaler setting the saved scaler trains on from where it was (its scale as ``init_scale``),
-        or None where the checkpoint saved no scaler."""
-        saved = self.scaler_state
-        if saved is None:
+    @property
+    def scaler_rule(self) -> ScalerRule | None:
+        """The rule whose scaler the checkpoint saved, or None where it saved none."""
+        return None if self.scaler_state is None else saved_rule(self.scaler_state)
+
+    def scaler_setting(self) -> ScalerConfig | RuleSetting | None:
+        """The setting the saved scaler trains on from where it was (its scale as the rule's start,
+        GradScaler's ``init_scale``), or None where the checkpoint saved no scaler."""
+        rule = self.scaler_rule
+        if rule is None or self.scaler_state is None:
             return None
-        return ScalerConfig(
-            float(saved["scale"]),
-            float(saved["growth_factor"]),
-            float(saved["backoff_factor"]),
-            int(saved["growth_interval"]),
+        return rule.setting(rule.saved_setting(self.scaler_state)[0])
+
+    def other_rule(self, rule: str) -> str:
+        """Where the checkpoint saved the scaler of another rule than ``rule`` (a ``--scaler`` name), the
+        words that say runs under ``rule`` start their scaler afresh; else ""."""
+        saved = self.scaler_rule
+        if saved is None or saved.name == rule:
+            return ""
+        return (
+            f"the checkpoint saved {saved.title}'s scaler state, and these runs follow {RULES[rule].title}'s"
+            " rule: its scaler starts afresh"
+        )
+
+    def scaler_assumed(self) -> str:
+        """Where the saved scaler holds not all of its rule's knobs, the words that say which ones are taken
+        at the framework's defaults; else ""."""
+        rule = self.scaler_rule
+        if rule is None or self.scaler_state is None:
+            return ""
+        assumed = rule.saved_setting(self.scaler_state)[1]
+        if not assumed:
+            return ""
+        return (
+            f"the checkpoint's {rule.title} scaler holds no {', '.join(assumed)}: taken at {rule.maker}'s"
+            f" defaults (add them to its scaler entry under these names where the run set them)"
         )
 
     def fresh_optimizer_state(self) -> dict[str, Any] | None:
@@ -187,6 +213,21 @@ def check_fits(model: nn.Module, start: StartState) -> set[str]:
     if problems:
         raise CheckpointError(f"{start.where} does not fit the task's model: {'; '.join(problems)}")
     return tied
+
+
+def _unknown_scaler(state: Mapping[str, Any] | None) -> str:
+    """Why a saved scaler is none of the rules': the keys the nearest one lacks, or what the four hold."""
+    if state is not None:
+        rules = [r for r in RULES.values() if r.saved is not None]
+        nearest = max(rules, key=lambda r: sum(k in state for k in r.saved.keys))  # type: ignore[union-attr]
+        held = [k for k in nearest.saved.keys if k in state]  # type: ignore[union-attr]
+        if held:
+            lacking = [k for k in nearest.saved.keys if k not in state]  # type: ignore[union-attr]
+            return f"its scaler state lacks {', '.join(lacking)}, which {nearest.title}'s saved scaler holds"
+    return (
+        "its scaler state is none of GradScaler's state_dict(), DeepSpeed's DynamicLossScaler, Megatron-LM's"
+        " DynamicGradScaler.state_dict() or fairseq's {'loss_scale': ...}"
+    )
 
 
 def _few(items: list[str], shown: int = 3) -> str:

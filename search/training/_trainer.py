@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import torch
 
-from search.scalers import RuleSetting, ScaleAtMinimum, ScalerConfig, ScaleRule
+from search.scalers import RULES, RuleSetting, ScaleAtMinimum, ScalerConfig, ScaleRule
 from search.tasks import LoaderProblem, Problem
 from search.training._evaluation import (
     LAST_STEP,
@@ -185,14 +185,17 @@ def train(
             unused). A rule has a ``min_loss_scale``: the steps taken there are counted. Reading each step's
             verdict costs one host sync a step. When the rule ends the run at its minimum scale, training
             stops there (``ended_by_rule``).
-        continue_scaler: Start GradScaler in the state the problem's checkpoint saved (its scale and its
-            count of clean steps), as the run was, instead of afresh at ``scaler_config`` (which must then
-            be that state's own setting).
+        continue_scaler: Start the scaler in the state the problem's checkpoint saved (GradScaler's scale and
+            count of clean steps, or a framework's scale and counters), as the run was, instead of afresh at
+            ``scaler_config`` (which must then be that state's own setting).
 
     Returns:
         The measurements of the run; its curves have one value per optimizer step.
     """
-    if scale_rule is None:
+    saved = _saved_scaler_state(problem, scaler_config) if continue_scaler else None
+    if saved is not None:  # The run as it was: the framework's counters go on from the checkpoint's.
+        scale_rule = RULES[scaler_config.rule].resumed(scaler_config.values, saved)
+    elif scale_rule is None:
         scale_rule = scaler_config.make()  # None: GradScaler's own update() moves the scale.
     # Computed once per problem and shared by every trial (the first trial pays): outside its time.
     fp32_zeros = (
@@ -213,8 +216,8 @@ def train(
     scaler = torch.amp.GradScaler(
         device_type, **(scaler_config.values if scale_rule is None else {"init_scale": scale_rule.scale})
     )
-    if continue_scaler:
-        scaler.load_state_dict(_saved_scaler_state(problem, scaler_config))
+    if saved is not None and scale_rule is None:
+        scaler.load_state_dict(dict(saved))
     params = list(model.parameters())
     if observer is not None:
         observer.attach(model)
@@ -332,7 +335,7 @@ def train(
 
 
 def _saved_scaler_state(problem: Problem | LoaderProblem, setting: ScalerConfig | RuleSetting) -> dict:
-    """The checkpoint's GradScaler state, refused unless ``setting`` is that state's own setting."""
+    """The checkpoint's scaler state, refused unless ``setting`` is that state's own setting."""
     if problem.start is None or problem.start.scaler_state is None:
         raise ValueError("continue_scaler needs a problem whose checkpoint saved its scaler's state")
     if setting != problem.start.scaler_setting():

@@ -20,21 +20,20 @@ from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
 from search.publishing.report import build_report, load_snapshot
 
 from conftest import run_cli
-from plain_loop import _batches
-from plain_resume import loaded, plain_steps, write_content
+from plain_resume import (
+    DeepSpeedMoves,
+    loaded,
+    losses_of,
+    plain_rule_continue,
+    plain_steps,
+    save_rule_run,
+    write_content,
+)
 from tasks_for_tests import scheduled
 
 SAVED_AT, STEPS = 20, 10
 SAVING = dict(init_scale=3.3e6, growth_factor=1.7, backoff_factor=0.37, growth_interval=3)
 pytestmark = pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step\\(\\)`")
-
-
-def losses_of(problem, first: int, count: int) -> list:
-    x, y = problem.inputs, problem.targets
-    return [
-        lambda m, i=index: problem.loss_fn(m(x[i]), y[i])
-        for (index,) in _batches(problem, first + count)[first:]
-    ]
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +134,50 @@ def test_under_a_framework_s_rule_the_saved_gradscaler_is_not_trained_as_the_run
         " DeepSpeed's rule" in proc.stderr
     )
     assert "as-run" not in proc.stdout
+
+
+def test_under_deepspeeds_rule_the_run_as_it_was_continues_deepspeeds_saved_scaler(tmp_path, loss_scaler):
+    """A checkpoint whose scaler is DeepSpeed's own (pickled whole, as ZeRO saves it): a DeepSpeed study
+    trains it once as ``as-run``, its setting read off the object, step for step as the plain loop that loads
+    it; so does a DeepSpeed diagnosis, and a Megatron-LM one says that its scaler starts afresh."""
+    path = tmp_path / "zero.pt"
+    deepspeed = loss_scaler.DynamicLossScaler(
+        init_scale=2.0**23, scale_window=3, min_scale=1, delayed_shift=2, consecutive_hysteresis=False
+    )
+    moves = DeepSpeedMoves(deepspeed)
+    save_rule_run(scheduled(42), path, moves, SAVED_AT)
+    args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--steps", STEPS, "--trials", 4]
+    proc = run_cli([*args, "--scaler", "deepspeed", "--quiet"], tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    power = int(math.log2(deepspeed.cur_scale))
+    assert (
+        "note: baseline as-run: the run as it was at the checkpoint, its scaler continued from"
+        f" initial_scale_power {power}, loss_scale_window 3, hysteresis 2, consecutive_hysteresis 0,"
+        " min_loss_scale 1, beside the default started afresh" in proc.stderr
+    )
+    study = optuna.load_study(
+        study_name="tasks_for_tests-scheduled", storage=f"sqlite:///{tmp_path / 'study.db'}"
+    )
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    (as_run,) = [t for t in done if t.user_attrs.get("baseline") == AS_RUN_BASELINE]
+    assert as_run.params["initial_scale_power"] == power < 23  # it had backed off
+    plain = plain_rule_continue(scheduled(42), path, moves, SAVED_AT, STEPS)
+    assert as_run.user_attrs["scale_curve"] == plain.scales and as_run.user_attrs[LR_CURVE] == plain.rates
+    assert as_run.user_attrs["overflow_steps"] == [i for i, s in enumerate(plain.skipped) if s]
+    assert "as-run" in proc.stdout
+
+    args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--steps", STEPS]
+    proc = run_cli([*args, "--scaler", "deepspeed", "--json", "d.json"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert data["checkpoint"].endswith(", its scaler continued")
+    assert data["runs"]["fp16"]["skipped"] == plain.skipped and any(plain.skipped)
+    proc = run_cli([*args, "--scaler", "megatron"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "search.diagnose: note: the checkpoint saved DeepSpeed's scaler state, and these runs follow"
+        " Megatron-LM's rule: its scaler starts afresh" in proc.stderr
+    )
 
 
 def test_a_resume_from_another_checkpoint_or_none_is_refused(tmp_path, checkpoint):

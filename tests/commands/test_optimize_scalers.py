@@ -15,7 +15,6 @@ import json
 import numpy as np
 import pytest
 from optuna.trial import TrialState
-from test_megatron_fairseq import fairseq_scales, megatron_scales
 
 from search.core import BASELINE, OVERFLOW_STEPS, SCALE_CURVE, setting_of
 from search.optimize import main as optimize_main
@@ -26,6 +25,7 @@ from search.tasks.seed_mlp import build
 
 from conftest import load, run_cli
 from plain_loop import plain_rule_run
+from test_megatron_fairseq import fairseq_scales, megatron_scales
 
 STEPS = 30
 

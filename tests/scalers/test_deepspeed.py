@@ -13,20 +13,6 @@ from search.training import train
 
 from plain_loop import plain_rule_run
 
-
-@pytest.fixture
-def loss_scaler(monkeypatch):
-    """DeepSpeed's loss_scaler module, imported when a test runs (1 s: not at collection, in every runner). It
-    asks its process group for the rank only to decide whether to log; there is none here. A missing framework
-    fails, naming the install command; it never skips."""
-    try:
-        from deepspeed.runtime.fp16 import loss_scaler
-    except ImportError as missing:
-        raise ImportError(f"{missing}: pip install -e '.[dev]' installs deepspeed") from missing
-    monkeypatch.setattr(loss_scaler.dist, "get_rank", lambda *args, **kwargs: 0)
-    return loss_scaler
-
-
 CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale
     (16, 1000, 2, False, 1.0),  # DeepSpeed's defaults
     (32, 1000, 1, False, 1.0),  # ZeRO with no fp16 keys: 2^32, hysteresis 1
