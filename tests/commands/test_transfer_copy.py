@@ -12,7 +12,6 @@ import shutil
 import warnings
 
 import optuna
-import optuna_dashboard
 import plotly.graph_objects as go
 import pytest
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
@@ -91,6 +90,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     worker still at work), and a trial failed by a dead worker with the retry Optuna's
     RetryHeartbeatStaleTrialCallback queues for it (WAITING, ``failed_trial`` = its number).
     """
+    import optuna_dashboard  # 0.8 s: not at collection, in every runner
+
     where = tmp_path_factory.mktemp("built")
     proc = run_cli(["--trials", "8", *SHORT, "--pruner", "median", "--quiet"], where)
     assert proc.returncode == 0, proc.stderr
@@ -148,6 +149,8 @@ def _states(snapshot: dict) -> dict[str, int]:
 
 
 def test_round_trip_postgres_keeps_everything_and_resumes(source, postgres_url, tmp_path, capsys):
+    import optuna_dashboard  # 0.8 s: not at collection, in every runner
+
     src = _snapshot(source)
     assert _states(src)["RUNNING"] == 1 and _states(src)["WAITING"] == 1
     assert any(t["intermediate"] for t in src["trials"].values())
@@ -194,6 +197,8 @@ def test_round_trip_postgres_keeps_everything_and_resumes(source, postgres_url, 
 
 
 def test_copy_to_mariadb_under_another_name(source, mysql_url, capsys):
+    import optuna_dashboard  # 0.8 s: not at collection, in every runner
+
     src = _snapshot(source)
     assert main(["--from", source, "--to", mysql_url, "--to-study-name", "moved"]) == 0
     out = capsys.readouterr().out

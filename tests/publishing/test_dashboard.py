@@ -12,7 +12,6 @@ import urllib.request
 
 import optuna
 import pytest
-from optuna_dashboard import get_note, save_note
 
 from search.publishing import _publish as publishing
 from search.storage import open_storage, settings_of
@@ -34,6 +33,7 @@ def _study(cwd: pathlib.Path) -> optuna.Study:
 
 
 def test_a_run_publishes_curves_notes_and_loss_curves(study_dir):
+    from optuna_dashboard import get_note  # 0.8 s: not at collection, in every runner
     study = _study(study_dir)
     attrs = study._storage.get_study_system_attrs(study._study_id)
     for graph in (publishing.CURVES_ID, publishing.EXPLORER_ID):
@@ -75,6 +75,7 @@ def test_curves_figure_marks_the_skipped_steps(study_dir):
 
 
 def test_publishing_again_adds_nothing_and_keeps_a_persons_note(study_dir, tmp_path):
+    from optuna_dashboard import get_note, save_note
     db = tmp_path / "study.db"
     db.write_bytes((study_dir / "study.db").read_bytes())
     study = _study(tmp_path)
@@ -95,7 +96,7 @@ def test_publishing_stores_what_the_dashboards_public_functions_store(study_dir,
     import shutil
     import sqlite3
 
-    from optuna_dashboard import save_plotly_graph_object
+    from optuna_dashboard import get_note, save_note, save_plotly_graph_object
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
 
     from search.publishing import curves_figure

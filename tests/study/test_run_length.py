@@ -10,7 +10,6 @@ import json
 import optuna
 import pytest
 import torch
-from optuna_dashboard import get_note
 from test_optimize_scalers import REFERENCES
 
 from search.scalers import RULES
@@ -40,6 +39,8 @@ def _plain(scaler: str, values: dict, problem) -> tuple[int, float]:
 
 @pytest.mark.parametrize("scaler", ["torch", "deepspeed", "megatron", "fairseq"])
 def test_the_run_length_figures_are_the_plain_loops_over_that_length(tmp_path, monkeypatch, scaler):
+    from optuna_dashboard import get_note  # 0.8 s: not at collection, in every runner
+
     monkeypatch.setattr("search.study._run_parts.process_token", lambda: "tests:1")  # fixed sampled points
     args = ["--scaler", scaler, "--trials", "8", "--run-steps", str(RUN_STEPS), "--best-out", "best.json"]
     if scaler in CONFIGS:
