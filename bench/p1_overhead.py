@@ -114,7 +114,8 @@ def user_side_per_trial(
     each run's wall time minus the training of the trials it added; the difference of the two over the
     difference in trials is what one more trial costs, start-up and every fixed cost cancelling. The
     same for ``plain_script``, a plain-Optuna program that stores 3 params + 9 attrs per trial on
-    SQLite with the same training. Returns (ours, plain) in seconds per extra trial.
+    SQLite with the same training, and for the same program searching growth_interval too (the service's
+    four params). Returns (ours, plain, plain with four params) in seconds per extra trial.
     """
     import os
     import subprocess
@@ -127,18 +128,18 @@ def user_side_per_trial(
         wall = time.perf_counter() - start
         return wall, _train_seconds(db) - before
 
-    ours_db = os.path.join(directory, "study.db")
-    plain_db = os.path.join(directory, "plain-user.db")
     out = []
     for command, db in (
-        (lambda n: ["-m", "search.optimize", "--trials", str(n), "--quiet"], ours_db),
-        (lambda n: [plain_script, str(n)], plain_db),
+        (lambda n: ["-m", "search.optimize", "--trials", str(n), "--quiet"], "study.db"),
+        (lambda n: [plain_script, str(n)], "plain-user.db"),
+        (lambda n: [plain_script, str(n), "four"], "plain-user-4.db"),
     ):
+        db = os.path.join(directory, db)
         run(command(first), db)
         wall_a, train_a = run(command(second), db)
         wall_b, train_b = run(command(third), db)
         out.append(((wall_b - train_b) - (wall_a - train_a)) / ((third - second) - (second - first)))
-    return out[0], out[1]
+    return out[0], out[1], out[2]
 
 
 def _train_seconds(db: str) -> float:
@@ -155,18 +156,22 @@ def _train_seconds(db: str) -> float:
 
 
 PLAIN_USER_SCRIPT = '''
-"""Plain Optuna as a user would write it: seed-mlp trained for real, 3 params + 9 attrs, SQLite."""
+"""Plain Optuna as a user would write it: seed-mlp trained for real, 3 params + 9 attrs, SQLite; with a
+second argument, growth_interval searched too, as the service searches it (4 params)."""
 import sys, time, optuna, torch
 from search.tasks.seed_mlp import build
 from search.scalers import ScalerConfig
 from search.training import train
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 problem = build(42)
-study = optuna.create_study(storage="sqlite:///plain-user.db", study_name="plain", load_if_exists=True)
+four = len(sys.argv) > 2
+db = "sqlite:///plain-user-4.db" if four else "sqlite:///plain-user.db"
+study = optuna.create_study(storage=db, study_name="plain", load_if_exists=True)
 def objective(trial):
     cfg = ScalerConfig(trial.suggest_float("init_scale", 2.0**-20, 2.0**32, log=True),
                        trial.suggest_float("growth_factor", 1.01, 8.0, log=True),
-                       trial.suggest_float("backoff_factor", 0.05, 0.95), 2000)
+                       trial.suggest_float("backoff_factor", 0.05, 0.95),
+                       trial.suggest_int("growth_interval", 1, 2000, log=True) if four else 2000)
     start = time.perf_counter()
     result = train(problem, cfg, epochs=30)
     trial.set_user_attr("train_seconds", time.perf_counter() - start)
