@@ -212,6 +212,17 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, conten
         assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
 
 
+def test_population_mode_from_a_checkpoint_is_refused_in_one_line(tmp_path, checkpoint):
+    """The stacked optimizer keeps no schedule and starts its state at zero: refused before anything is
+    written, not trained from the wrong state."""
+    proc = run_cli([*scheduled_from(checkpoint), "--trials", 4, "--population", 4], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "cannot be trained as a population: it continues a checkpoint or schedules its learning rate" in (
+        proc.stderr
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_diagnosis_from_a_checkpoint_continues_its_scaler_unless_a_setting_is_given(tmp_path, checkpoint):
     """No GradScaler flag: the run as it was (the saved scaler continued); a flag: that setting, afresh."""
     args = scheduled_from(checkpoint)
