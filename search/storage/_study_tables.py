@@ -3,8 +3,8 @@
 ``study.add_trial`` writes a whole trial in one transaction, but issues a SELECT and an upsert per
 param and per attr: about 1-2 ms each here, so a trial with 4 params and 13 attrs costs ~20-40 ms,
 more than plain Optuna's per-trial work we are benchmarked against. :class:`StudyTables` inserts
-the same rows batched (SQLAlchemy's insertmanyvalues) and numbers a trial exactly as
-``RDBStorage`` does (lock the study row, insert, count earlier trials). It exists only for an
+the same rows batched (one multi-row INSERT a table) and numbers a trial as ``RDBStorage`` does
+(under the study row's lock, by the trials stored before it). It exists only for an
 ``RDBStorage`` whose schema is the one this Optuna release creates (:func:`study_tables`); anything
 else is left to Optuna's own calls. ``tests/test_trial_writer.py`` checks that both paths store
 identical trials on SQLite, PostgreSQL and MariaDB.
@@ -59,12 +59,21 @@ class StudyTables:
         """
         models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
 
-    def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> tuple[int, int]:
-        """Inserts ``trial`` with its params, value, curve and attrs; returns its (id, number).
+    def count_trials(self, session: sqlalchemy.orm.Session) -> int:
+        """How many trials the study holds: the number of the next trial, while the caller holds its lock."""
+        trial = models.TrialModel
+        query = session.query(sqlalchemy.func.count(trial.trial_id)).filter(trial.study_id == self.study_id)
+        return query.scalar()
 
-        The caller holds the study's lock: the number counts the trials stored before this one.
+    def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial, number: int) -> int:
+        """Inserts ``trial`` as trial ``number`` with its params, value, curve and attrs; returns its id.
+
+        The caller holds the study's lock and numbers the trial with :meth:`count_trials`, as
+        ``RDBStorage`` numbers one by the trials stored before it (``count_past_trials``, which it
+        sets with an UPDATE after the insert); several trials inserted under one lock take the
+        following numbers.
         """
-        row = models.TrialModel(study_id=self.study_id, number=None, state=trial.state)
+        row = models.TrialModel(study_id=self.study_id, number=number, state=trial.state)
         row.datetime_start = trial.datetime_start
         row.datetime_complete = trial.datetime_complete
         session.add(row)
@@ -88,8 +97,7 @@ class StudyTables:
         insert_rows(session, models.TrialIntermediateValueModel, _curve_rows(tid, trial.intermediate_values))
         insert_rows(session, models.TrialUserAttributeModel, attr_rows(tid, trial.user_attrs))
         insert_rows(session, models.TrialSystemAttributeModel, attr_rows(tid, trial.system_attrs))
-        row.number = row.count_past_trials(session)
-        return tid, row.number
+        return tid
 
     def finish_row(
         self,

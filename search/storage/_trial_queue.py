@@ -100,9 +100,10 @@ def enqueue_once(
         )
         present = {json.loads(value) for (value,) in rows}
         added = [t for t in trials if t.user_attrs.get(tag) not in present]
-        for t in added:
+        first = tables.count_trials(session) if added else 0
+        for i, t in enumerate(added):
             check_trial(t)
-            tables.insert_trial(session, t)
+            tables.insert_trial(session, t, first + i)
     return added
 
 

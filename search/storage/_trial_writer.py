@@ -72,7 +72,8 @@ class TrialWriter:
         with tables.transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             tables.lock_study(session)
-            trial_id, number = tables.insert_trial(session, trial)
+            number = tables.count_trials(session)
+            trial_id = tables.insert_trial(session, trial, number)
             if trial.state == TrialState.RUNNING:
                 session.add(models.TrialHeartbeatModel(trial_id=trial_id))  # Stamped by the database.
         self.last_added = (trial_id, number)  # Committed.
@@ -96,7 +97,8 @@ class TrialWriter:
             check_trial(trial)
         with tables.transaction() as session:
             tables.lock_study(session)
-            ids = [tables.insert_trial(session, trial)[0] for trial in trials]
+            first = tables.count_trials(session)
+            ids = [tables.insert_trial(session, trial, first + i) for i, trial in enumerate(trials)]
             session.add_all(
                 [
                     models.TrialHeartbeatModel(trial_id=tid)  # Stamped by the database.
