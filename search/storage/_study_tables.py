@@ -107,10 +107,17 @@ class StudyTables:
         value: float | None,
         user_attrs: dict,
         intermediate_values: dict[int, float],
+        held: FrozenTrial | None = None,
     ) -> None:
-        """Finishes a RUNNING trial's row (a ``TrialModel``): its attrs, value, curve and state."""
+        """Finishes a RUNNING trial's row (a ``TrialModel``): its attrs, value, curve and state.
+
+        An attr or a step stored already is replaced. ``held``: what storage holds of the trial's user
+        attrs and curve, when the caller knows it (it wrote the trial); else any may be stored.
+        """
         attrs = models.TrialUserAttributeModel
-        session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(list(user_attrs))).delete()
+        keys = [key for key in user_attrs if held is None or key in held.user_attrs]
+        if keys:
+            session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(keys)).delete()
         insert_rows(session, attrs, attr_rows(row.trial_id, user_attrs))
         if value is not None:
             stored, kind = models.TrialValueModel.value_to_stored_repr(value)
@@ -120,9 +127,9 @@ class StudyTables:
                 [{"trial_id": row.trial_id, "objective": 0, "value": stored, "value_type": kind}],
             )
         curve = models.TrialIntermediateValueModel
-        session.query(curve).filter(
-            curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
-        ).delete()  # Steps the pruner already reported are written again, with the same value.
+        steps = [step for step in intermediate_values if held is None or step in held.intermediate_values]
+        if steps:  # Steps the pruner already reported are written again, with the same value.
+            session.query(curve).filter(curve.trial_id == row.trial_id, curve.step.in_(steps)).delete()
         insert_rows(session, curve, _curve_rows(row.trial_id, intermediate_values))
         row.state = state
         row.datetime_complete = datetime.datetime.now()

@@ -47,14 +47,16 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
     replica.sync(trials)
     members = [replica.study.ask() for _ in range(population_size(runner.settings, trials))]
     configs = [suggest(trial, runner.settings.space) for trial in members]
-    stored: list[optuna.Trial] = []
+    stored: list[optuna.Trial] | list[FrozenTrial] = []
     pending: list[int] = []
     if runner.shared:
         with held_interrupts() as pending:  # Registered whole, never half: raised inside the try below.
             new = [NewTrial(replica.frozen(trial), TrialState.RUNNING) for trial in members]
             ids = recorder.write_many(new, started)
             flight.population = ids
-            stored = [runner.stored_trial(trial_id) for trial_id in ids]
+            # What this process wrote stands for the stored trials, as for one sampled trial.
+            written = recorder.last_written_many
+            stored = written if written is not None else [runner.stored_trial(trial_id) for trial_id in ids]
 
     def record(
         states: list[TrialState],

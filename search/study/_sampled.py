@@ -62,7 +62,10 @@ def _run_registered(
         runner.flight.trial_id = trial_id
         if not recorder.writer.batched:
             first_beat(runner.study, trial_id, runner.settings.run.storage_retry)
-        stored = runner.stored_trial(trial_id)
+        # What this process wrote stands for the stored trial (finished without reading it back),
+        # unless the write was found after a lost acknowledgement.
+        written = recorder.last_written
+        stored = written if written is not None else runner.stored_trial(trial_id)
 
     def train() -> TrialOutcome:
         if pending:

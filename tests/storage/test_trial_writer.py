@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.storage import TrialWriter, open_storage
+from search.storage import WRITE_ID_ATTR, TrialRecorder, TrialWriter, open_storage
 
 from conftest import FORK, forked_together, wait_until_stale
 
@@ -140,6 +140,37 @@ def test_finish_postgresql(postgres_url):
 
 def test_finish_mariadb(mysql_url):
     _check_finish_same_as_tell(mysql_url)
+
+
+def _check_finish_from_the_written_record(url: str) -> None:
+    """A trial the recorder registered RUNNING is finished from its own record of the write, not read back:
+    storage ends with what finishing the trial read back stores."""
+    storage = open_storage(url)
+    stored = []
+    for name, read_back in (("record", False), ("read", True)):
+        study = optuna.create_study(storage=storage, study_name=name)
+        recorder = TrialRecorder(study, retry_budget=0)
+        template = _trial(TrialState.COMPLETE, 0.5)
+        started = datetime.datetime(2026, 1, 2, 3, 4, 5)
+        trial_id = recorder.write(template, TrialState.RUNNING, None, {}, {}, started)
+        record = recorder.last_written
+        assert record is not None and record.state == TrialState.RUNNING and record._trial_id == trial_id
+        trial = optuna.Trial(study, trial_id) if read_back else record
+        curve = template.intermediate_values
+        assert recorder.finish(trial, TrialState.COMPLETE, 0.5, template.user_attrs, curve)
+        (t,) = optuna.load_study(storage=storage, study_name=name).get_trials()
+        sampler_attrs = {k: v for k, v in t.system_attrs.items() if k != WRITE_ID_ATTR}
+        stored.append((*_comparable(t)[:6], sampler_attrs, *_comparable(t)[7:]))
+    assert stored[0] == stored[1] and stored[0][1] == TrialState.COMPLETE
+    storage.engine.dispose()
+
+
+def test_finish_from_the_written_record_sqlite(tmp_path):
+    _check_finish_from_the_written_record(f"sqlite:///{tmp_path / 's.db'}")
+
+
+def test_finish_from_the_written_record_postgresql(postgres_url):
+    _check_finish_from_the_written_record(postgres_url)
 
 
 def _enqueue_the_baselines(url: str, go, counts, index: int) -> None:
