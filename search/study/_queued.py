@@ -7,6 +7,7 @@ baseline is queued again, so that every study ends with every baseline's row.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import optuna
@@ -36,6 +37,7 @@ def run_queued_trial(runner: Runner) -> bool:
     # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
     runner.flight.handling = True
     with held_interrupts() as pending:
+        beaten = time.monotonic()  # The claim records the trial's first heartbeat.
         trial = _claim(runner)
         runner.flight.trial_id = trial_id_of(trial) if trial is not None else None
     if trial is None:
@@ -46,7 +48,7 @@ def run_queued_trial(runner: Runner) -> bool:
     try:
         if pending:
             raise Interrupted(pending[0])
-        with heartbeat(runner.study, trial_id_of(trial)):
+        with heartbeat(runner.study, trial_id_of(trial), beaten):
             duplicate = _duplicate_of(runner, trial)
             if duplicate is not None:
                 recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})

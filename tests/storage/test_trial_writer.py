@@ -281,3 +281,29 @@ def test_beating_trials_counts_running_trials_that_beat_only(tmp_path):
     no_beats.ask()
     assert beating_trials(no_beats) == 0  # Heartbeats off: nothing could ever go stale.
     storage.engine.dispose()
+
+
+def test_a_trial_that_just_beat_beats_again_one_interval_later_not_at_once(tmp_path, monkeypatch):
+    """The claim or registration records a trial's first heartbeat: the heartbeat thread's first beat is one
+    interval after it (a trial shorter than the interval costs none), then one each interval."""
+    import time
+
+    from search.storage import heartbeat
+
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beats")
+    beats: list[float] = []
+    record = storage.record_heartbeat
+    monkeypatch.setattr(storage, "record_heartbeat", lambda i: beats.append(time.monotonic()) or record(i))
+    beaten = time.monotonic()
+    trial_id = TrialWriter(study).add(_trial(TrialState.RUNNING, None))
+    with heartbeat(study, trial_id, beaten):
+        time.sleep(0.3)
+    assert beats == []
+    with heartbeat(study, trial_id, beaten):  # Now 0.3 s after the write: the first beat 0.7 s in.
+        time.sleep(1.2)
+    assert len(beats) == 1 and beats[0] - beaten >= 0.95  # The next is due 2 s after the write.
+    with heartbeat(study, trial_id):  # No write to go by: at once.
+        time.sleep(0.1)
+    assert len(beats) == 2
+    storage.engine.dispose()
