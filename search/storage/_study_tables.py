@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from search.storage._optuna_internals import orm_models, rdb_backend, rdb_session, storage_of
+from search.storage._optuna_internals import orm_models, rdb_backend, rdb_session, storage_of, study_id_of
 
 models = orm_models()
 
@@ -140,12 +141,16 @@ def study_tables(study: optuna.Study) -> StudyTables | None:
     backend = rdb_backend(storage_of(study))
     if backend is None:
         return None
-    try:
-        if backend.get_current_version() != _head_version(backend):
-            return None  # An older schema: let Optuna write it.
-    except Exception:
-        return None
-    return StudyTables(backend, backend.get_study_id_from_name(study.study_name))
+    # The schema is read once a storage: a run builds several writers (the trial loop, the baselines'
+    # enqueue, each population's heartbeat, end-of-run publishing) and polls the heartbeats of its peers.
+    if backend not in _current_schema:
+        try:
+            _current_schema[backend] = backend.get_current_version() == _head_version(backend)
+        except Exception:
+            return None
+    if not _current_schema[backend]:
+        return None  # An older schema: let Optuna write it.
+    return StudyTables(backend, study_id_of(study))  # The study's own id: no lookup of its name.
 
 
 # Bound parameters of one multi-row INSERT: SQLite before 3.32 allows 999 in a statement.
@@ -186,6 +191,8 @@ def _curve_rows(trial_id: int, curve: dict[int, float]) -> list[dict[str, Any]]:
 
 
 _head_versions: dict[str, str] = {}  # Optuna's version -> the head revision of its schema
+# Each storage -> whether its schema is the head revision (an upgrade is a command of its own, run alone).
+_current_schema: weakref.WeakKeyDictionary[RDBStorage, bool] = weakref.WeakKeyDictionary()
 
 
 def _head_version(backend: RDBStorage) -> str:
