@@ -21,7 +21,12 @@ from optuna.trial import FrozenTrial, TrialState
 from search.storage._optuna_internals import check_trial, orm_models, storage_of, trial_id_of
 from search.storage._study_attrs import set_study_system_attrs
 from search.storage._study_tables import study_tables
-from search.storage._trial_queue import claim_waiting, enqueue_once, find_by_system_attr
+from search.storage._trial_queue import (
+    claim_waiting,
+    enqueue_once,
+    find_by_system_attr,
+    numbers_with_user_attr,
+)
 
 models = orm_models()
 
@@ -217,6 +222,11 @@ class TrialWriter:
         dropped at that moment) is found this way before it is retried.
         """
         return find_by_system_attr(self.study, self._tables, key, value)
+
+    def numbers_with_user_attr(self, key: str, value: Any, states: tuple[TrialState, ...]) -> list[int]:
+        """The numbers of the study's trials in ``states`` whose user attr ``key`` is ``value``, in order (one
+        query on RDB storages, rather than reading the whole study)."""
+        return numbers_with_user_attr(self.study, self._tables, key, value, states)
 
     def enqueue_once(self, trials: list[FrozenTrial], tag: str) -> list[FrozenTrial]:
         """Adds the WAITING ``trials`` whose user attr ``tag`` no unfailed trial has yet.

@@ -108,12 +108,9 @@ def _duplicate_of(runner: Runner, trial: optuna.Trial) -> str | None:
     tag = baseline_of(trial)
     if tag is None:
         return None
-    others = runner.storage_call(lambda: runner.study.get_trials(deepcopy=False), "reading trials")
-    for other in others:
-        if (
-            other.number != trial.number
-            and baseline_of(other) == tag
-            and (other.state in FINISHED or other.state == TrialState.RUNNING)
-        ):
-            return f"duplicate of baseline {tag} (trial {other.number}); not run"
-    return None
+    holders = runner.storage_call(
+        lambda: runner.recorder.writer.numbers_with_user_attr(BASELINE, tag, (*FINISHED, TrialState.RUNNING)),
+        "reading the baseline's trials",
+    )
+    other = next((number for number in holders if number != trial.number), None)
+    return None if other is None else f"duplicate of baseline {tag} (trial {other}); not run"

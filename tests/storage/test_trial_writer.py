@@ -307,3 +307,28 @@ def test_a_trial_that_just_beat_beats_again_one_interval_later_not_at_once(tmp_p
         time.sleep(0.1)
     assert len(beats) == 2
     storage.engine.dispose()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+def test_the_trials_holding_a_baseline_are_found_without_reading_the_study(where, tmp_path):
+    """A claimed baseline checks that no other trial holds it, finished or RUNNING: one query, the same
+    numbers as reading the study gives."""
+    url = f"sqlite:///{tmp_path / 's.db'}" if where == "sqlite" else None
+    storage = open_storage(url) if url else optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="holders")
+    for state, tag in [
+        (TrialState.COMPLETE, "seed-1"),
+        (TrialState.FAIL, "seed-1"),
+        (TrialState.RUNNING, "seed-1"),
+        (TrialState.COMPLETE, "seed-2"),
+        (TrialState.PRUNED, "seed-1"),
+        (TrialState.COMPLETE, None),
+    ]:
+        trial = optuna.trial.create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None)
+        if tag is not None:
+            trial.set_user_attr("baseline", tag)
+        study.add_trial(trial)
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-1", states) == [0, 2, 4]
+    assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-3", states) == []
+
