@@ -19,7 +19,7 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from search.storage._optuna_internals import check_trial, orm_models, storage_of, trial_id_of
-from search.storage._study_attrs import set_study_system_attrs
+from search.storage._study_attrs import set_study_system_attrs, set_study_user_attrs
 from search.storage._study_tables import study_tables
 from search.storage._trial_queue import (
     claim_waiting,
@@ -243,6 +243,10 @@ class TrialWriter:
     def set_study_system_attrs(self, attrs: dict[str, Any]) -> None:
         """Sets many study system attrs in one transaction (``set_study_system_attr`` makes one each)."""
         set_study_system_attrs(self.study, self._tables, attrs)
+
+    def set_study_user_attrs(self, attrs: dict[str, Any]) -> None:
+        """Sets many study user attrs in one transaction (``study.set_user_attr`` makes one each)."""
+        set_study_user_attrs(self.study, self._tables, attrs)
 
 
 def _held(trial: Running) -> FrozenTrial | None:

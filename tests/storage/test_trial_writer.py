@@ -332,3 +332,17 @@ def test_the_trials_holding_a_baseline_are_found_without_reading_the_study(where
     assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-1", states) == [0, 2, 4]
     assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-3", states) == []
 
+
+def test_study_user_attrs_set_at_once_are_what_set_user_attr_stores(tmp_path):
+    """A new study's recorded settings are one transaction; a key set again is replaced, as Optuna's."""
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    ours = optuna.create_study(storage=storage, study_name="ours")
+    theirs = optuna.create_study(storage=storage, study_name="theirs")
+    for attrs in ({"task": "seed-mlp", "space": {"init_scale": [1, 2]}, "n": 3}, {"n": 4, "seed": None}):
+        TrialWriter(ours).set_study_user_attrs(attrs)
+        for key, value in attrs.items():
+            theirs.set_user_attr(key, value)
+    reloaded = optuna.load_study(storage=storage, study_name="ours").user_attrs
+    assert reloaded == optuna.load_study(storage=storage, study_name="theirs").user_attrs
+    assert reloaded["n"] == 4
+    storage.engine.dispose()
