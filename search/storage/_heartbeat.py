@@ -15,6 +15,7 @@ import contextlib
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import optuna
@@ -34,7 +35,9 @@ def heartbeat_interval(storage: optuna.storages.BaseStorage) -> int | None:
 
 
 @contextlib.contextmanager
-def heartbeat(study: optuna.Study, trial_id: int | Sequence[int]) -> Iterator[None]:
+def heartbeat(
+    study: optuna.Study, trial_id: int | Sequence[int], beaten: float | None = None
+) -> Iterator[None]:
     """Records the heartbeat of a RUNNING trial, or of a population's K trials, while the block runs.
 
     Optuna beats only inside ``study.optimize``; this loop claims trials with ``ask``, so it
@@ -42,6 +45,10 @@ def heartbeat(study: optuna.Study, trial_id: int | Sequence[int]) -> Iterator[No
     one thread, which beats for all of them in one transaction
     (:meth:`search.storage._trial_writer.TrialWriter.record_heartbeats`): K trials cost one write per
     interval, not K threads and K writes.
+
+    ``beaten``: ``time.monotonic()`` taken before the write that recorded the trials' last heartbeat
+    (the claim or the registration: :func:`first_beat`, ``TrialWriter.add``); the first beat is then
+    one interval after it, not at once: a trial that trains for less than the interval costs no beat.
     """
     storage = storage_of(study)
     interval = heartbeat_interval(storage)
@@ -58,6 +65,8 @@ def heartbeat(study: optuna.Study, trial_id: int | Sequence[int]) -> Iterator[No
         record = functools.partial(TrialWriter(study).record_heartbeats, ids)
 
     def beat() -> None:
+        if beaten is not None and stop.wait(max(0.0, interval - (time.monotonic() - beaten))):
+            return
         while True:
             try:
                 record()

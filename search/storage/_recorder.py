@@ -36,7 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 from search.core import BASELINE, baseline_of, waiting_baseline
 from search.storage._optuna_internals import as_stored, storage_of, trial_id_of
 from search.storage._retry import with_retry
-from search.storage._trial_writer import Finish, TrialWriter
+from search.storage._trial_writer import Finish, Running, TrialWriter
 
 WRITE_ID_ATTR = "search:write_id"  # Makes a retried write of a sampled trial idempotent.
 _logger = logging.getLogger("search")
@@ -69,6 +69,8 @@ class TrialRecorder:
         # The trial the last :meth:`write` stored, as a read would return it, when this process's
         # own add committed it (not found after a lost acknowledgement); else None.
         self.last_written: FrozenTrial | None = None
+        # Likewise the trials the last :meth:`write_many` stored, in order.
+        self.last_written_many: list[FrozenTrial] | None = None
 
     def write(
         self,
@@ -151,8 +153,12 @@ class TrialRecorder:
             if not done:
                 done.append(self.writer.add_many(trials))
 
+        self.last_written_many = None
         states = sorted({m.state.name for m in members})
         self._call_with_check(write, check_first, f"writing {len(members)} {'/'.join(states)} trials")
+        added = self.writer.last_added_many
+        if added is not None and [trial_id for trial_id, _ in added] == done[0]:
+            self.last_written_many = [as_stored(trial, *entry) for trial, entry in zip(trials, added)]
         return done[0]
 
     def finish_many(self, finishes: Sequence[Finish]) -> list[bool]:
@@ -186,13 +192,18 @@ class TrialRecorder:
 
     def finish(
         self,
-        trial: optuna.Trial,
+        trial: Running,
         state: TrialState,
         value: float | None,
         attrs: dict,
         intermediate_values: dict[int, float] | None = None,
     ) -> bool:
-        """Finishes a claimed trial; False when a peer failed it first (it looked dead)."""
+        """Finishes a claimed or registered trial; False when a peer failed it first (it looked dead).
+
+        ``trial``: the claimed trial, or this process's record of the trial it registered
+        (:attr:`last_written`), which spares reading it back (see
+        :data:`search.storage._trial_writer.Running`).
+        """
         finished: list[bool] = []
 
         def check() -> None:

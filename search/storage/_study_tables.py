@@ -3,8 +3,8 @@
 ``study.add_trial`` writes a whole trial in one transaction, but issues a SELECT and an upsert per
 param and per attr: about 1-2 ms each here, so a trial with 4 params and 13 attrs costs ~20-40 ms,
 more than plain Optuna's per-trial work we are benchmarked against. :class:`StudyTables` inserts
-the same rows batched (SQLAlchemy's insertmanyvalues) and numbers a trial exactly as
-``RDBStorage`` does (lock the study row, insert, count earlier trials). It exists only for an
+the same rows batched (one multi-row INSERT a table) and numbers a trial as ``RDBStorage`` does
+(under the study row's lock, by the trials stored before it). It exists only for an
 ``RDBStorage`` whose schema is the one this Optuna release creates (:func:`study_tables`); anything
 else is left to Optuna's own calls. ``tests/test_trial_writer.py`` checks that both paths store
 identical trials on SQLite, PostgreSQL and MariaDB.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from optuna.distributions import distribution_to_json
 from optuna.storages import RDBStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from search.storage._optuna_internals import orm_models, rdb_backend, rdb_session, storage_of
+from search.storage._optuna_internals import orm_models, rdb_backend, rdb_session, storage_of, study_id_of
 
 models = orm_models()
 
@@ -59,12 +60,21 @@ class StudyTables:
         """
         models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
 
-    def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial) -> tuple[int, int]:
-        """Inserts ``trial`` with its params, value, curve and attrs; returns its (id, number).
+    def count_trials(self, session: sqlalchemy.orm.Session) -> int:
+        """How many trials the study holds: the number of the next trial, while the caller holds its lock."""
+        trial = models.TrialModel
+        query = session.query(sqlalchemy.func.count(trial.trial_id)).filter(trial.study_id == self.study_id)
+        return query.scalar()
 
-        The caller holds the study's lock: the number counts the trials stored before this one.
+    def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial, number: int) -> int:
+        """Inserts ``trial`` as trial ``number`` with its params, value, curve and attrs; returns its id.
+
+        The caller holds the study's lock and numbers the trial with :meth:`count_trials`, as
+        ``RDBStorage`` numbers one by the trials stored before it (``count_past_trials``, which it
+        sets with an UPDATE after the insert); several trials inserted under one lock take the
+        following numbers.
         """
-        row = models.TrialModel(study_id=self.study_id, number=None, state=trial.state)
+        row = models.TrialModel(study_id=self.study_id, number=number, state=trial.state)
         row.datetime_start = trial.datetime_start
         row.datetime_complete = trial.datetime_complete
         session.add(row)
@@ -88,8 +98,7 @@ class StudyTables:
         insert_rows(session, models.TrialIntermediateValueModel, _curve_rows(tid, trial.intermediate_values))
         insert_rows(session, models.TrialUserAttributeModel, attr_rows(tid, trial.user_attrs))
         insert_rows(session, models.TrialSystemAttributeModel, attr_rows(tid, trial.system_attrs))
-        row.number = row.count_past_trials(session)
-        return tid, row.number
+        return tid
 
     def finish_row(
         self,
@@ -99,10 +108,17 @@ class StudyTables:
         value: float | None,
         user_attrs: dict,
         intermediate_values: dict[int, float],
+        held: FrozenTrial | None = None,
     ) -> None:
-        """Finishes a RUNNING trial's row (a ``TrialModel``): its attrs, value, curve and state."""
+        """Finishes a RUNNING trial's row (a ``TrialModel``): its attrs, value, curve and state.
+
+        An attr or a step stored already is replaced. ``held``: what storage holds of the trial's user
+        attrs and curve, when the caller knows it (it wrote the trial); else any may be stored.
+        """
         attrs = models.TrialUserAttributeModel
-        session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(list(user_attrs))).delete()
+        keys = [key for key in user_attrs if held is None or key in held.user_attrs]
+        if keys:
+            session.query(attrs).filter(attrs.trial_id == row.trial_id, attrs.key.in_(keys)).delete()
         insert_rows(session, attrs, attr_rows(row.trial_id, user_attrs))
         if value is not None:
             stored, kind = models.TrialValueModel.value_to_stored_repr(value)
@@ -112,9 +128,9 @@ class StudyTables:
                 [{"trial_id": row.trial_id, "objective": 0, "value": stored, "value_type": kind}],
             )
         curve = models.TrialIntermediateValueModel
-        session.query(curve).filter(
-            curve.trial_id == row.trial_id, curve.step.in_(list(intermediate_values))
-        ).delete()  # Steps the pruner already reported are written again, with the same value.
+        steps = [step for step in intermediate_values if held is None or step in held.intermediate_values]
+        if steps:  # Steps the pruner already reported are written again, with the same value.
+            session.query(curve).filter(curve.trial_id == row.trial_id, curve.step.in_(steps)).delete()
         insert_rows(session, curve, _curve_rows(row.trial_id, intermediate_values))
         row.state = state
         row.datetime_complete = datetime.datetime.now()
@@ -125,20 +141,31 @@ def study_tables(study: optuna.Study) -> StudyTables | None:
     backend = rdb_backend(storage_of(study))
     if backend is None:
         return None
-    try:
-        if backend.get_current_version() != _head_version(backend):
-            return None  # An older schema: let Optuna write it.
-    except Exception:
-        return None
-    return StudyTables(backend, backend.get_study_id_from_name(study.study_name))
+    # The schema is read once a storage: a run builds several writers (the trial loop, the baselines'
+    # enqueue, each population's heartbeat, end-of-run publishing) and polls the heartbeats of its peers.
+    if backend not in _current_schema:
+        try:
+            _current_schema[backend] = backend.get_current_version() == _head_version(backend)
+        except Exception:
+            return None
+    if not _current_schema[backend]:
+        return None  # An older schema: let Optuna write it.
+    return StudyTables(backend, study_id_of(study))  # The study's own id: no lookup of its name.
+
+
+# Bound parameters of one multi-row INSERT: SQLite before 3.32 allows 999 in a statement.
+_MAX_PARAMETERS = 999
 
 
 def insert_rows(session: sqlalchemy.orm.Session, model: type, rows: list[dict[str, Any]]) -> None:
-    """Inserts ``rows`` into ``model``'s table with one executemany."""
+    """Inserts ``rows`` into ``model``'s table with one multi-row INSERT (more for a long curve)."""
     # Not an ORM object per row: a trial is ~60 rows (curve, attrs), and the ORM's unit of work
-    # cost ~3 ms a trial on SQLite for rows nobody reads back here.
-    if rows:
-        session.execute(sqlalchemy.insert(model.__table__), rows)
+    # cost ~3 ms a trial on SQLite for rows nobody reads back here. Not an executemany either:
+    # psycopg sends that as one statement per row (a trial's 21 user attrs were 21 statements on
+    # PostgreSQL); one INSERT ... VALUES (...), (...) is one statement on every database.
+    per_statement = max(1, _MAX_PARAMETERS // max(1, len(rows[0]) if rows else 1))
+    for start in range(0, len(rows), per_statement):
+        session.execute(sqlalchemy.insert(model.__table__).values(rows[start : start + per_statement]))
 
 
 def attr_rows(trial_id: int, attrs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -164,6 +191,8 @@ def _curve_rows(trial_id: int, curve: dict[int, float]) -> list[dict[str, Any]]:
 
 
 _head_versions: dict[str, str] = {}  # Optuna's version -> the head revision of its schema
+# Each storage -> whether its schema is the head revision (an upgrade is a command of its own, run alone).
+_current_schema: weakref.WeakKeyDictionary[RDBStorage, bool] = weakref.WeakKeyDictionary()
 
 
 def _head_version(backend: RDBStorage) -> str:

@@ -1,5 +1,8 @@
 """The study's queue, race-free across processes: claiming a WAITING trial, enqueuing once, finding a write.
 
+It also finds the trials that hold a baseline (:func:`numbers_with_user_attr`), for the check that a claimed
+baseline has not been run by another worker meanwhile.
+
 Each runs in one transaction holding the study's lock (:meth:`StudyTables.lock_study`) on an
 ``RDBStorage``, so that workers on several hosts claim each trial once and enqueue each baseline
 once between them; on any other storage (one process, no race) through Optuna's own calls.
@@ -77,6 +80,26 @@ def find_by_system_attr(study: optuna.Study, tables: StudyTables | None, key: st
         return None if row is None else row[0]
 
 
+def numbers_with_user_attr(
+    study: optuna.Study, tables: StudyTables | None, key: str, value: Any, states: tuple[TrialState, ...]
+) -> list[int]:
+    """The numbers of the study's trials in ``states`` whose user attr ``key`` equals ``value``, in order."""
+    if tables is None:
+        trials = study.get_trials(deepcopy=False, states=states)
+        return [t.number for t in trials if key in t.user_attrs and t.user_attrs[key] == value]
+    attr, trial = models.TrialUserAttributeModel, models.TrialModel
+    with tables.transaction() as session:
+        rows = (
+            session.query(trial.number)
+            .join(attr, attr.trial_id == trial.trial_id)
+            .filter(trial.study_id == tables.study_id, trial.state.in_(states))
+            .filter(attr.key == key, attr.value_json == json.dumps(value))
+            .order_by(trial.number)
+            .all()
+        )
+        return [number for (number,) in rows]
+
+
 def enqueue_once(
     study: optuna.Study, tables: StudyTables | None, trials: list[FrozenTrial], tag: str
 ) -> list[FrozenTrial]:
@@ -100,9 +123,10 @@ def enqueue_once(
         )
         present = {json.loads(value) for (value,) in rows}
         added = [t for t in trials if t.user_attrs.get(tag) not in present]
-        for t in added:
+        first = tables.count_trials(session) if added else 0
+        for i, t in enumerate(added):
             check_trial(t)
-            tables.insert_trial(session, t)
+            tables.insert_trial(session, t, first + i)
     return added
 
 

@@ -19,18 +19,29 @@ import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from search.storage._optuna_internals import check_trial, orm_models, storage_of, trial_id_of
-from search.storage._study_attrs import set_study_system_attrs
+from search.storage._study_attrs import set_study_system_attrs, set_study_user_attrs
 from search.storage._study_tables import study_tables
-from search.storage._trial_queue import claim_waiting, enqueue_once, find_by_system_attr
+from search.storage._trial_queue import (
+    claim_waiting,
+    enqueue_once,
+    find_by_system_attr,
+    numbers_with_user_attr,
+)
 
 models = orm_models()
+
+
+# A RUNNING trial to finish: a claimed one (an ``optuna.Trial``), or what this process wrote of one it
+# registered (a ``FrozenTrial``, as :class:`search.storage._recorder.TrialRecorder` keeps it): its user
+# attrs and curve are then known to be those storage holds, so nothing else is read or deleted.
+Running = optuna.Trial | FrozenTrial
 
 
 @dataclass(frozen=True)
 class Finish:
     """How one RUNNING trial ends: for :meth:`TrialWriter.finish_many`."""
 
-    trial: optuna.Trial
+    trial: Running
     state: TrialState
     value: float | None
     user_attrs: dict[str, Any]
@@ -50,6 +61,8 @@ class TrialWriter:
         # (id, number) of the trial the last :meth:`add` committed, on RDB storages; None after a
         # failed add. Its number counts every trial stored before it, whoever wrote them.
         self.last_added: tuple[int, int] | None = None
+        # (id, number) of each trial the last :meth:`add_many` committed, likewise.
+        self.last_added_many: list[tuple[int, int]] | None = None
 
     @property
     def batched(self) -> bool:
@@ -72,7 +85,8 @@ class TrialWriter:
         with tables.transaction() as session:
             # The same lock and numbering as RDBStorage._create_new_trial.
             tables.lock_study(session)
-            trial_id, number = tables.insert_trial(session, trial)
+            number = tables.count_trials(session)
+            trial_id = tables.insert_trial(session, trial, number)
             if trial.state == TrialState.RUNNING:
                 session.add(models.TrialHeartbeatModel(trial_id=trial_id))  # Stamped by the database.
         self.last_added = (trial_id, number)  # Committed.
@@ -92,11 +106,13 @@ class TrialWriter:
                 if trial.state == TrialState.RUNNING:
                     storage_of(self.study).record_heartbeat(ids[-1])
             return ids
+        self.last_added_many = None
         for trial in trials:
             check_trial(trial)
         with tables.transaction() as session:
             tables.lock_study(session)
-            ids = [tables.insert_trial(session, trial)[0] for trial in trials]
+            first = tables.count_trials(session)
+            ids = [tables.insert_trial(session, trial, first + i) for i, trial in enumerate(trials)]
             session.add_all(
                 [
                     models.TrialHeartbeatModel(trial_id=tid)  # Stamped by the database.
@@ -104,7 +120,8 @@ class TrialWriter:
                     if trial.state == TrialState.RUNNING
                 ]
             )
-            return ids
+        self.last_added_many = [(tid, first + i) for i, tid in enumerate(ids)]  # Committed.
+        return ids
 
     def record_heartbeats(self, trial_ids: Sequence[int]) -> None:
         """Records the heartbeat of many RUNNING trials in one transaction (``record_heartbeat`` makes one
@@ -146,13 +163,15 @@ class TrialWriter:
                 if row.state.is_finished():
                     done.append(False)
                     continue
-                tables.finish_row(session, row, f.state, f.value, f.user_attrs, f.intermediate_values)
+                tables.finish_row(
+                    session, row, f.state, f.value, f.user_attrs, f.intermediate_values, _held(f.trial)
+                )
                 done.append(True)
         return done
 
     def finish(
         self,
-        trial: optuna.Trial,
+        trial: Running,
         state: TrialState,
         value: float | None,
         user_attrs: dict,
@@ -167,6 +186,8 @@ class TrialWriter:
         intermediate_values = intermediate_values or {}
         tables = self._tables
         if tables is None:
+            if isinstance(trial, FrozenTrial):
+                trial = optuna.Trial(self.study, trial_id_of(trial))
             for key, attr in user_attrs.items():
                 trial.set_user_attr(key, attr)
             for step, reported in intermediate_values.items():
@@ -177,7 +198,7 @@ class TrialWriter:
         with tables.transaction() as session:
             row = models.TrialModel.find_or_raise_by_id(trial_id_of(trial), session, for_update=True)
             tables.backend.check_trial_is_updatable(row.trial_id, row.state)
-            tables.finish_row(session, row, state, value, user_attrs, intermediate_values)
+            tables.finish_row(session, row, state, value, user_attrs, intermediate_values, _held(trial))
 
     def claim(self, first: str | None = None) -> int | None:
         """Claims a WAITING trial (RUNNING, with its first heartbeat, in one transaction).
@@ -202,6 +223,11 @@ class TrialWriter:
         """
         return find_by_system_attr(self.study, self._tables, key, value)
 
+    def numbers_with_user_attr(self, key: str, value: Any, states: tuple[TrialState, ...]) -> list[int]:
+        """The numbers of the study's trials in ``states`` whose user attr ``key`` is ``value``, in order (one
+        query on RDB storages, rather than reading the whole study)."""
+        return numbers_with_user_attr(self.study, self._tables, key, value, states)
+
     def enqueue_once(self, trials: list[FrozenTrial], tag: str) -> list[FrozenTrial]:
         """Adds the WAITING ``trials`` whose user attr ``tag`` no unfailed trial has yet.
 
@@ -217,3 +243,12 @@ class TrialWriter:
     def set_study_system_attrs(self, attrs: dict[str, Any]) -> None:
         """Sets many study system attrs in one transaction (``set_study_system_attr`` makes one each)."""
         set_study_system_attrs(self.study, self._tables, attrs)
+
+    def set_study_user_attrs(self, attrs: dict[str, Any]) -> None:
+        """Sets many study user attrs in one transaction (``study.set_user_attr`` makes one each)."""
+        set_study_user_attrs(self.study, self._tables, attrs)
+
+
+def _held(trial: Running) -> FrozenTrial | None:
+    """What storage holds of ``trial``'s user attrs and curve, if its record says so (:data:`Running`)."""
+    return trial if isinstance(trial, FrozenTrial) else None

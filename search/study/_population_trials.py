@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import time
 from typing import TYPE_CHECKING
 
 import optuna
@@ -47,14 +48,18 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
     replica.sync(trials)
     members = [replica.study.ask() for _ in range(population_size(runner.settings, trials))]
     configs = [suggest(trial, runner.settings.space) for trial in members]
-    stored: list[optuna.Trial] = []
+    stored: list[optuna.Trial] | list[FrozenTrial] = []
+    beaten = 0.0
     pending: list[int] = []
     if runner.shared:
         with held_interrupts() as pending:  # Registered whole, never half: raised inside the try below.
             new = [NewTrial(replica.frozen(trial), TrialState.RUNNING) for trial in members]
+            beaten = time.monotonic()  # Each registered with its first heartbeat (TrialWriter.add_many).
             ids = recorder.write_many(new, started)
             flight.population = ids
-            stored = [runner.stored_trial(trial_id) for trial_id in ids]
+            # What this process wrote stands for the stored trials, as for one sampled trial.
+            written = recorder.last_written_many
+            stored = written if written is not None else [runner.stored_trial(trial_id) for trial_id in ids]
 
     def record(
         states: list[TrialState],
@@ -74,7 +79,8 @@ def run_population_trials(runner: Runner, trials: list[FrozenTrial]) -> None:
     try:
         if pending:
             raise Interrupted(pending[0])
-        with heartbeat(runner.study, flight.population) if runner.shared else contextlib.nullcontext():
+        beating = heartbeat(runner.study, flight.population, beaten) if runner.shared else None
+        with beating or contextlib.nullcontext():
             outcomes = training.train_population(members, configs)
     except BaseException as error:
         attrs, k = training.failure_attrs(error, len(members)), len(members)

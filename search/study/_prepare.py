@@ -221,9 +221,8 @@ def prepare_study(
     except optuna.exceptions.DuplicatedStudyError:
         study = optuna.load_study(storage=storage, study_name=name, sampler=sampler, pruner=pruner)
     notes: list[str] = []
-    if "task" not in study.user_attrs:
-        for key, value in {**(attrs or {}), **recorded_settings(settings, fingerprint)}.items():
-            study.set_user_attr(key, value)  # The extras first: a study that has "task" has them too.
+    if "task" not in study.user_attrs:  # All in one transaction: a study that has "task" has the rest.
+        TrialWriter(study).set_study_user_attrs({**(attrs or {}), **recorded_settings(settings, fingerprint)})
     notes += _enqueue_missing_baselines(study, settings, as_run, as_run_assumed)
     return StudyHandle(study, tuple(notes))
 

@@ -7,6 +7,7 @@ baseline is queued again, so that every study ends with every baseline's row.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import optuna
@@ -36,6 +37,7 @@ def run_queued_trial(runner: Runner) -> bool:
     # (RUNNING) trial is recorded as FAIL and its baseline queued again, never left RUNNING.
     runner.flight.handling = True
     with held_interrupts() as pending:
+        beaten = time.monotonic()  # The claim records the trial's first heartbeat.
         trial = _claim(runner)
         runner.flight.trial_id = trial_id_of(trial) if trial is not None else None
     if trial is None:
@@ -46,7 +48,7 @@ def run_queued_trial(runner: Runner) -> bool:
     try:
         if pending:
             raise Interrupted(pending[0])
-        with heartbeat(runner.study, trial_id_of(trial)):
+        with heartbeat(runner.study, trial_id_of(trial), beaten):
             duplicate = _duplicate_of(runner, trial)
             if duplicate is not None:
                 recorder.finish(trial, TrialState.FAIL, None, {FAIL_REASON: duplicate})
@@ -106,12 +108,9 @@ def _duplicate_of(runner: Runner, trial: optuna.Trial) -> str | None:
     tag = baseline_of(trial)
     if tag is None:
         return None
-    others = runner.storage_call(lambda: runner.study.get_trials(deepcopy=False), "reading trials")
-    for other in others:
-        if (
-            other.number != trial.number
-            and baseline_of(other) == tag
-            and (other.state in FINISHED or other.state == TrialState.RUNNING)
-        ):
-            return f"duplicate of baseline {tag} (trial {other.number}); not run"
-    return None
+    holders = runner.storage_call(
+        lambda: runner.recorder.writer.numbers_with_user_attr(BASELINE, tag, (*FINISHED, TrialState.RUNNING)),
+        "reading the baseline's trials",
+    )
+    other = next((number for number in holders if number != trial.number), None)
+    return None if other is None else f"duplicate of baseline {tag} (trial {other}); not run"

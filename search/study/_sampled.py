@@ -11,6 +11,7 @@ it and re-runs the same params; it is finished in one more transaction.
 from __future__ import annotations
 
 import datetime
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -58,16 +59,20 @@ def _run_registered(
     recorder = runner.recorder
     with held_interrupts() as pending:
         # Registered with its first heartbeat in the same transaction (TrialWriter.add).
+        beaten = time.monotonic()
         trial_id = recorder.write(runner.replica.frozen(trial), TrialState.RUNNING, None, {}, {}, started)
         runner.flight.trial_id = trial_id
         if not recorder.writer.batched:
             first_beat(runner.study, trial_id, runner.settings.run.storage_retry)
-        stored = runner.stored_trial(trial_id)
+        # What this process wrote stands for the stored trial (finished without reading it back),
+        # unless the write was found after a lost acknowledgement.
+        written = recorder.last_written
+        stored = written if written is not None else runner.stored_trial(trial_id)
 
     def train() -> TrialOutcome:
         if pending:
             raise Interrupted(pending[0])
-        with heartbeat(runner.study, trial_id):
+        with heartbeat(runner.study, trial_id, beaten):
             return runner.training.train(trial, scaler_config)  # Pruning reports go to the replica.
 
     def record(state: TrialState, value: float | None, attrs: dict, values: dict[int, float]) -> int | None:

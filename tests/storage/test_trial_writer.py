@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from search.storage import TrialWriter, open_storage
+from search.storage import WRITE_ID_ATTR, TrialRecorder, TrialWriter, open_storage
 
 from conftest import FORK, forked_together, wait_until_stale
 
@@ -25,7 +25,12 @@ def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
         },
         user_attrs={"loss_curve": [0.7, None, 0.4], "failure": "none", "learned": True, "n": 3},
         system_attrs={"sampler:key": {"a": [1, 2]}},
-        intermediate_values={3: 0.5, 10: float("inf")} if state != TrialState.FAIL else {},
+        # A curve longer than one multi-row INSERT holds (999 parameters, 5 a row): two statements.
+        intermediate_values=(
+            {3: 0.5, 10: float("inf"), **{20 + i: 1 / (i + 1) for i in range(250)}}
+            if state != TrialState.FAIL
+            else {}
+        ),
     )
     t.datetime_start = datetime.datetime(2026, 1, 2, 3, 4, 5)
     return t
@@ -137,6 +142,37 @@ def test_finish_mariadb(mysql_url):
     _check_finish_same_as_tell(mysql_url)
 
 
+def _check_finish_from_the_written_record(url: str) -> None:
+    """A trial the recorder registered RUNNING is finished from its own record of the write, not read back:
+    storage ends with what finishing the trial read back stores."""
+    storage = open_storage(url)
+    stored = []
+    for name, read_back in (("record", False), ("read", True)):
+        study = optuna.create_study(storage=storage, study_name=name)
+        recorder = TrialRecorder(study, retry_budget=0)
+        template = _trial(TrialState.COMPLETE, 0.5)
+        started = datetime.datetime(2026, 1, 2, 3, 4, 5)
+        trial_id = recorder.write(template, TrialState.RUNNING, None, {}, {}, started)
+        record = recorder.last_written
+        assert record is not None and record.state == TrialState.RUNNING and record._trial_id == trial_id
+        trial = optuna.Trial(study, trial_id) if read_back else record
+        curve = template.intermediate_values
+        assert recorder.finish(trial, TrialState.COMPLETE, 0.5, template.user_attrs, curve)
+        (t,) = optuna.load_study(storage=storage, study_name=name).get_trials()
+        sampler_attrs = {k: v for k, v in t.system_attrs.items() if k != WRITE_ID_ATTR}
+        stored.append((*_comparable(t)[:6], sampler_attrs, *_comparable(t)[7:]))
+    assert stored[0] == stored[1] and stored[0][1] == TrialState.COMPLETE
+    storage.engine.dispose()
+
+
+def test_finish_from_the_written_record_sqlite(tmp_path):
+    _check_finish_from_the_written_record(f"sqlite:///{tmp_path / 's.db'}")
+
+
+def test_finish_from_the_written_record_postgresql(postgres_url):
+    _check_finish_from_the_written_record(postgres_url)
+
+
 def _enqueue_the_baselines(url: str, go, counts, index: int) -> None:
     """One process: its own storage and connections; enqueues seed-1..seed-5 once the others are ready too."""
     from search.core import waiting_baseline
@@ -244,4 +280,69 @@ def test_beating_trials_counts_running_trials_that_beat_only(tmp_path):
     no_beats = optuna.create_study(storage=open_storage(f"sqlite:///{tmp_path / 'n.db'}"))
     no_beats.ask()
     assert beating_trials(no_beats) == 0  # Heartbeats off: nothing could ever go stale.
+    storage.engine.dispose()
+
+
+def test_a_trial_that_just_beat_beats_again_one_interval_later_not_at_once(tmp_path, monkeypatch):
+    """The claim or registration records a trial's first heartbeat: the heartbeat thread's first beat is one
+    interval after it (a trial shorter than the interval costs none), then one each interval."""
+    import time
+
+    from search.storage import heartbeat
+
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}", heartbeat_interval=1)
+    study = optuna.create_study(storage=storage, study_name="beats")
+    beats: list[float] = []
+    record = storage.record_heartbeat
+    monkeypatch.setattr(storage, "record_heartbeat", lambda i: beats.append(time.monotonic()) or record(i))
+    beaten = time.monotonic()
+    trial_id = TrialWriter(study).add(_trial(TrialState.RUNNING, None))
+    with heartbeat(study, trial_id, beaten):
+        time.sleep(0.3)
+    assert beats == []
+    with heartbeat(study, trial_id, beaten):  # Now 0.3 s after the write: the first beat 0.7 s in.
+        time.sleep(1.2)
+    assert len(beats) == 1 and beats[0] - beaten >= 0.95  # The next is due 2 s after the write.
+    with heartbeat(study, trial_id):  # No write to go by: at once.
+        time.sleep(0.1)
+    assert len(beats) == 2
+    storage.engine.dispose()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+def test_the_trials_holding_a_baseline_are_found_without_reading_the_study(where, tmp_path):
+    """A claimed baseline checks that no other trial holds it, finished or RUNNING: one query, the same
+    numbers as reading the study gives."""
+    url = f"sqlite:///{tmp_path / 's.db'}" if where == "sqlite" else None
+    storage = open_storage(url) if url else optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="holders")
+    for state, tag in [
+        (TrialState.COMPLETE, "seed-1"),
+        (TrialState.FAIL, "seed-1"),
+        (TrialState.RUNNING, "seed-1"),
+        (TrialState.COMPLETE, "seed-2"),
+        (TrialState.PRUNED, "seed-1"),
+        (TrialState.COMPLETE, None),
+    ]:
+        trial = optuna.trial.create_trial(state=state, value=1.0 if state == TrialState.COMPLETE else None)
+        if tag is not None:
+            trial.set_user_attr("baseline", tag)
+        study.add_trial(trial)
+    states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+    assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-1", states) == [0, 2, 4]
+    assert TrialWriter(study).numbers_with_user_attr("baseline", "seed-3", states) == []
+
+
+def test_study_user_attrs_set_at_once_are_what_set_user_attr_stores(tmp_path):
+    """A new study's recorded settings are one transaction; a key set again is replaced, as Optuna's."""
+    storage = open_storage(f"sqlite:///{tmp_path / 's.db'}")
+    ours = optuna.create_study(storage=storage, study_name="ours")
+    theirs = optuna.create_study(storage=storage, study_name="theirs")
+    for attrs in ({"task": "seed-mlp", "space": {"init_scale": [1, 2]}, "n": 3}, {"n": 4, "seed": None}):
+        TrialWriter(ours).set_study_user_attrs(attrs)
+        for key, value in attrs.items():
+            theirs.set_user_attr(key, value)
+    reloaded = optuna.load_study(storage=storage, study_name="ours").user_attrs
+    assert reloaded == optuna.load_study(storage=storage, study_name="theirs").user_attrs
+    assert reloaded["n"] == 4
     storage.engine.dispose()
