@@ -32,7 +32,7 @@ from warm_start import WarmProcess
 
 from search.storage import open_storage
 
-from frameworks import fresh_accelerate, loss_scaler  # noqa: F401 (fixtures for every test module)
+from frameworks import fresh_accelerate  # noqa: F401 (a fixture for every test module)
 
 # One torch thread in each test process, as the service trains (search.study._workers.threads_per_process):
 # pytest-xdist runs two test processes on two cores, and intra-op threads that share cores with

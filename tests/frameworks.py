@@ -49,13 +49,20 @@ def as_on_a_gpu() -> Iterator[None]:
         yield
 
 
-@pytest.fixture
-def loss_scaler(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """DeepSpeed's ``loss_scaler`` module, imported when a test runs (1 s: not at collection, in every
-    runner). It asks its process group for the rank only to decide whether to log; there is none here."""
+def deepspeed_scaler(power: int, window: int, hysteresis: int, consecutive: bool, minimum: float):  # noqa: ANN201
+    """DeepSpeed's own ``DynamicLossScaler`` as ZeRO builds it from an fp16 block (``initial_scale_power``,
+    ``loss_scale_window``, ``hysteresis``, ``consecutive_hysteresis``, ``min_loss_scale``, in
+    :class:`~search.scalers.DeepSpeedScale`'s order). It asks its process group for the rank only to decide
+    whether to log: there is none here, so rank 0 it is, for the test process."""
     module = need("deepspeed.runtime.fp16.loss_scaler")
-    monkeypatch.setattr(module.dist, "get_rank", lambda *args, **kwargs: 0)
-    return module
+    module.dist.get_rank = lambda *args, **kwargs: 0
+    return module.DynamicLossScaler(
+        init_scale=2.0**power,
+        scale_window=window,
+        min_scale=minimum,
+        delayed_shift=hysteresis,
+        consecutive_hysteresis=bool(consecutive),
+    )
 
 
 class PlainDynamicGradScaler:

@@ -20,6 +20,7 @@ from search.core import AS_RUN_BASELINE, DEFAULT_BASELINE, FIRST_STEP, LR_CURVE
 from search.publishing.report import build_report, load_snapshot
 
 from conftest import run_cli
+from frameworks import deepspeed_scaler
 from plain_resume import (
     DeepSpeedMoves,
     loaded,
@@ -136,14 +137,12 @@ def test_under_a_framework_s_rule_the_saved_gradscaler_is_not_trained_as_the_run
     assert "as-run" not in proc.stdout
 
 
-def test_under_deepspeeds_rule_the_run_as_it_was_continues_deepspeeds_saved_scaler(tmp_path, loss_scaler):
+def test_under_deepspeeds_rule_the_run_as_it_was_continues_deepspeeds_saved_scaler(tmp_path):
     """A checkpoint whose scaler is DeepSpeed's own (pickled whole, as ZeRO saves it): a DeepSpeed study
     trains it once as ``as-run``, its setting read off the object, step for step as the plain loop that loads
     it; so does a DeepSpeed diagnosis, and a Megatron-LM one says that its scaler starts afresh."""
     path = tmp_path / "zero.pt"
-    deepspeed = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**23, scale_window=3, min_scale=1, delayed_shift=2, consecutive_hysteresis=False
-    )
+    deepspeed = deepspeed_scaler(23, 3, 2, False, 1)
     moves = DeepSpeedMoves(deepspeed)
     save_rule_run(scheduled(42), path, moves, SAVED_AT)
     args = ["--task", "tasks_for_tests:scheduled", "--checkpoint", path, "--steps", STEPS, "--trials", 4]

@@ -24,6 +24,7 @@ from search.storage import settings_of
 from search.tasks.seed_mlp import build
 
 from conftest import load, run_cli
+from frameworks import deepspeed_scaler
 from plain_loop import plain_rule_run
 from test_megatron_fairseq import fairseq_scales, megatron_scales
 
@@ -33,16 +34,7 @@ STEPS = 30
 def deepspeed_next(values):
     """DeepSpeed's own DynamicLossScaler, as ZeRO builds it from the fp16 block (None where it ends the run).
     """
-    from deepspeed.runtime.fp16 import loss_scaler
-
-    loss_scaler.dist.get_rank = lambda *args, **kwargs: 0  # It asks only to decide whether to log.
-    theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2 ** values["initial_scale_power"],
-        scale_window=values["loss_scale_window"],
-        min_scale=values["min_loss_scale"],
-        delayed_shift=values["hysteresis"],
-        consecutive_hysteresis=bool(values["consecutive_hysteresis"]),
-    )
+    theirs = deepspeed_scaler(*(values[name] for name in RULES["deepspeed"].names))
 
     def step(overflow):
         try:

@@ -11,6 +11,7 @@ import pytest
 from search.scalers import DeepSpeedScale, ScaleAtMinimum, ScalerConfig
 from search.training import train
 
+from frameworks import deepspeed_scaler
 from plain_loop import plain_rule_run
 
 CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hysteresis, min_loss_scale
@@ -25,16 +26,10 @@ CASES = [  # initial_scale_power, loss_scale_window, hysteresis, consecutive_hys
 @pytest.mark.parametrize("power, window, hysteresis, consecutive, minimum", CASES)
 @pytest.mark.parametrize("overflow_rate", [0.05, 0.3, 0.7])
 def test_the_same_scale_after_every_step_as_deepspeeds_class(
-    loss_scaler, power, window, hysteresis, consecutive, minimum, overflow_rate
+    power, window, hysteresis, consecutive, minimum, overflow_rate
 ):
     rng = random.Random(hash((power, window, hysteresis, consecutive, minimum, overflow_rate)) % 2**32)
-    theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**power,
-        scale_window=window,
-        min_scale=minimum,
-        delayed_shift=hysteresis,
-        consecutive_hysteresis=consecutive,
-    )
+    theirs = deepspeed_scaler(power, window, hysteresis, consecutive, minimum)
     ours = DeepSpeedScale(power, window, hysteresis, consecutive, minimum)
     ended = False
     for step in range(400):
@@ -75,7 +70,7 @@ def test_the_first_growth_comes_on_the_step_after_a_full_window():
     [(30, 5, 2, False, 3.7), (27, 3, 3, True, 1.0), (30, 1000, 1, False, 2.0**25 * 1.37)],
 )
 def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
-    loss_scaler, power, window, hysteresis, consecutive, minimum
+    power, window, hysteresis, consecutive, minimum
 ):
     """Seed-mlp (it overflows above about 2^19.4) for 30 steps from 2^27-2^30: the trainer with DeepSpeedScale
     and a plain loop (plain_loop.plain_rule_run) driven by DeepSpeed's own class skip the same steps with the
@@ -84,13 +79,7 @@ def test_the_trainer_moves_the_scale_by_deepspeeds_rule_as_deepspeed_does(
     from search.tasks.seed_mlp import build
 
     problem = build(42)
-    theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**power,
-        scale_window=window,
-        min_scale=minimum,
-        delayed_shift=hysteresis,
-        consecutive_hysteresis=consecutive,
-    )
+    theirs = deepspeed_scaler(power, window, hysteresis, consecutive, minimum)
     stopped: list[str] = []
 
     def deepspeed_next(overflow: bool) -> float | None:

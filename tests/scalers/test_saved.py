@@ -14,7 +14,7 @@ import torch
 from search.scalers import DEEPSPEED, FAIRSEQ, GRADSCALER, MEGATRON, ScaleAtMinimum, saved_rule
 from search.tasks import CheckpointError, read_checkpoint
 
-from frameworks import PlainDynamicGradScaler
+from frameworks import PlainDynamicGradScaler, deepspeed_scaler
 from test_megatron_fairseq import fairseq_scales
 
 
@@ -49,19 +49,13 @@ def go_on(machine, seen: list[bool]) -> tuple[list[float], int | None]:  # noqa:
     [(11, 7, 3, False, 2, 0.3), (9, 5, 4, True, 1, 0.25), (20, 3, 1, False, 64, 0.35)],
 )
 def test_deepspeeds_pickled_loss_scaler_goes_on_as_its_own_class(
-    tmp_path, loss_scaler, power, window, hysteresis, consecutive, minimum, rate
+    tmp_path, power, window, hysteresis, consecutive, minimum, rate
 ):
     """40 steps of DeepSpeed's class, pickled whole into the checkpoint (ZeRO's ``state_dict`` holds the
     object); then 300 more steps of the loaded object beside the rule resumed from the checkpoint: every scale
     the same, and the run ended at the same step where the scale reaches its minimum. Its settings come from
     the object, none assumed."""
-    theirs = loss_scaler.DynamicLossScaler(
-        init_scale=2.0**power,
-        scale_window=window,
-        min_scale=minimum,
-        delayed_shift=hysteresis,
-        consecutive_hysteresis=consecutive,
-    )
+    theirs = deepspeed_scaler(power, window, hysteresis, consecutive, minimum)
     for overflow in overflows(power, 40, rate / 2):
         theirs.update_scale(overflow)
     start, rule = save_and_read(tmp_path, theirs)

@@ -14,7 +14,7 @@ import pytest
 from search.tasks import read_checkpoint, start_from
 from search.training import train
 
-from frameworks import PlainDynamicGradScaler
+from frameworks import PlainDynamicGradScaler, deepspeed_scaler
 from plain_resume import DeepSpeedMoves, MegatronMoves, assert_same_steps, plain_rule_continue, save_rule_run
 from tasks_for_tests import scheduled
 
@@ -23,15 +23,11 @@ SAVED_AT, RUN = 20, 16
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron"])
-def test_the_run_as_it_was_goes_on_with_the_frameworks_own_counters(tmp_path, loss_scaler, framework):
+def test_the_run_as_it_was_goes_on_with_the_frameworks_own_counters(tmp_path, framework):
     """Losses, scales, skips and rates step for step as the plain loop's; started afresh at the same setting
     (a restart), the same run takes other steps: the counters the checkpoint saved matter."""
     if framework == "deepspeed":
-        moves = DeepSpeedMoves(
-            loss_scaler.DynamicLossScaler(
-                init_scale=2.0**23, scale_window=3, min_scale=1, delayed_shift=2, consecutive_hysteresis=False
-            )
-        )
+        moves = DeepSpeedMoves(deepspeed_scaler(23, 3, 2, False, 1))
     else:
         moves = MegatronMoves(PlainDynamicGradScaler(1.37 * 2**22, **MegatronMoves.FLAGS))
     path = tmp_path / "run.pt"
