@@ -25,7 +25,7 @@ def _trial(state: TrialState, value: float | None) -> optuna.trial.FrozenTrial:
         },
         user_attrs={"loss_curve": [0.7, None, 0.4], "failure": "none", "learned": True, "n": 3},
         system_attrs={"sampler:key": {"a": [1, 2]}},
-        # A curve longer than one multi-row INSERT holds (999 parameters, 5 a row): two statements.
+        # A curve longer than one multi-row INSERT holds on PostgreSQL (999 parameters, 5 a row): two.
         intermediate_values=(
             {3: 0.5, 10: float("inf"), **{20 + i: 1 / (i + 1) for i in range(250)}}
             if state != TrialState.FAIL
