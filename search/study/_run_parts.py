@@ -224,11 +224,20 @@ def read_trials(study: optuna.Study, settings: Settings) -> list[FrozenTrial]:
 
 
 def finish(
-    study: optuna.Study, settings: Settings, headline: str, note: Note, publish_figures: bool = False
+    study: optuna.Study,
+    settings: Settings,
+    headline: str,
+    note: Note,
+    publish_figures: bool = False,
+    trials: list[FrozenTrial] | None = None,
 ) -> RunOutcome:
     """The study's summary under ``headline`` (exit 0); with ``publish_figures``, its dashboard figures too.
+
+    ``trials``: the whole study where the run's own last write proved it (``Runner.proven_study``); else it
+    is read here, once, for the summary and the figures.
     """
-    trials = read_trials(study, settings)  # Read once: the summary and publishing share it.
+    if trials is None:
+        trials = read_trials(study, settings)
     data = summarize(
         study, settings.space, summarize_confirmation(storage_of(study), study.study_name), trials
     )

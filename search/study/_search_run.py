@@ -103,7 +103,9 @@ def run_here(plan: RunPlan, existing: list[FrozenTrial], done: int, quiet: bool,
         + f" in {stats.seconds:.1f} s of trials, start-up not counted ({stats.stop_reason})",
         note,
         publish_figures=True,
+        trials=runner.proven_study,
     )
-    if not_done(settings, read_trials(handle.study, settings), stats.stop_reason, note):
+    trials = runner.proven_study or read_trials(handle.study, settings)
+    if not_done(settings, trials, stats.stop_reason, note):
         return RunOutcome(1, outcome.headline, outcome.summary)
     return outcome

@@ -134,6 +134,9 @@ class Runner:
         )
         # The study after our last write and its finished count, when the write proves them.
         self._known: tuple[list[FrozenTrial], int] | None = None
+        # The whole study when the loop stopped, where this process's last write proved it (the summary
+        # needs no read of every trial then); else None.
+        self.proven_study: list[FrozenTrial] | None = None
 
     def run(self) -> RunStats:
         """The loop. Raises :class:`Interrupted` or :class:`TooManyFailures` after recording."""
@@ -144,6 +147,7 @@ class Runner:
                 while True:
                     self.flight = InFlight()
                     self._fail_stale_trials()
+                    proven = self._known is not None
                     if self._known is not None:  # Proven by our own write: every trial ended, none WAITING.
                         trials, finished = self._known
                         waiting, ended = False, True
@@ -162,6 +166,7 @@ class Runner:
                             self._known = None
                             continue
                         self.stats.stop_reason = "trials reached" + rounding_note(self.roundings_queued)
+                        self.proven_study = trials if proven else None
                         break
                     if run.timeout and time.perf_counter() - start >= run.timeout:
                         self.stats.stop_reason = f"timeout ({run.timeout:g} s)"
