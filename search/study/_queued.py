@@ -108,9 +108,14 @@ def _duplicate_of(runner: Runner, trial: optuna.Trial) -> str | None:
     tag = baseline_of(trial)
     if tag is None:
         return None
-    holders = runner.storage_call(
-        lambda: runner.recorder.writer.numbers_with_user_attr(BASELINE, tag, (*FINISHED, TrialState.RUNNING)),
-        "reading the baseline's trials",
-    )
-    other = next((number for number in holders if number != trial.number), None)
+    def holders(states: tuple[TrialState, ...]) -> list[int]:
+        return runner.storage_call(
+            lambda: runner.recorder.writer.numbers_with_user_attr(BASELINE, tag, states),
+            "reading the baseline's trials",
+        )
+
+    # A finished copy wins; of two running, the older: two claimants never fail each other.
+    other = next((number for number in holders(FINISHED) if number != trial.number), None)
+    if other is None:
+        other = next((n for n in holders((TrialState.RUNNING,)) if n < trial.number), None)
     return None if other is None else f"duplicate of baseline {tag} (trial {other}); not run"

@@ -234,3 +234,30 @@ def test_a_shared_sampled_trial_costs_the_statements_it_needs(database, tmp_path
     trials = runner.study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 10
     assert all(t.user_attrs and t.intermediate_values and t.params for t in trials[5:])
+
+
+def test_of_two_claimed_copies_of_one_baseline_the_older_runs_and_a_finished_one_wins(tmp_path):
+    """A retry queued by Optuna's stale-trial callback can race with a resume that queues the same failed
+    baseline again: two WAITING copies, claimed by two workers at once. The later one gives way to the
+    older; neither fails the other, so the baseline still ends up finished once. A finished copy wins over
+    both."""
+    from search.study import _queued as queued_module
+
+    runner = _runner(tmp_path, 7)
+    study = runner.study
+    seed_1 = next(t for t in study.get_trials() if t.user_attrs.get("baseline") == "seed-1")
+    study.enqueue_trial(seed_1.params, user_attrs={"baseline": "seed-1"})
+    writer = runner.recorder.writer
+    while writer.claim(first="baseline") is not None:
+        pass
+    copies = [t for t in study.get_trials() if t.user_attrs.get("baseline") == "seed-1"]
+    assert [t.state for t in copies] == [TrialState.RUNNING] * 2
+    older, later = (optuna.Trial(study, t._trial_id) for t in copies)
+    assert queued_module._duplicate_of(runner, older) is None
+    assert queued_module._duplicate_of(runner, later) == (
+        f"duplicate of baseline seed-1 (trial {older.number}); not run"
+    )
+    study.tell(older, 0.5)
+    assert queued_module._duplicate_of(runner, later) == (
+        f"duplicate of baseline seed-1 (trial {older.number}); not run"
+    )
