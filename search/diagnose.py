@@ -313,7 +313,8 @@ def _training(session: Session, args: argparse.Namespace) -> int:
         as_run = "; these settings: its own scaler, continued (a setting's flags diagnose a restart)"
         session.note(problem.start.first_line(steps) + (as_run if continued else ""))
         start = problem.start
-        for line in filter(None, (start.scaler_assumed() if continued else "", start.other_rule(run.scaler))):
+        about_saved = start.other_rule(run.scaler) or start.scaler_unusable()
+        for line in filter(None, (start.scaler_assumed() if continued else "", about_saved)):
             session.note(f"note: {line}")
     session.note(
         f"training {steps} steps three times: these settings in fp16, an fp32 and a bf16 control (then the"

@@ -19,5 +19,7 @@ FRAMEWORKS = tuple(name for name, rule in RULES.items() if rule.space_table)
 
 def saved_rule(state: Mapping[str, Any]) -> ScalerRule | None:
     """The rule whose saved scaler ``state`` is (GradScaler's ``state_dict()``, DeepSpeed's
-    ``DynamicLossScaler`` attributes, ...), told by its keys; None where it is none of them."""
-    return next((r for r in RULES.values() if r.saved is not None and r.saved.holds(state)), None)
+    ``DynamicLossScaler`` attributes, ...), told by its keys; None where it is none of them, or the keys of
+    more than one."""
+    rules = [r for r in RULES.values() if r.saved is not None and r.saved.holds(state, r.names)]
+    return rules[0] if len(rules) == 1 else None

@@ -211,5 +211,6 @@ FAIRSEQ = ScalerRule(
         keys=("loss_scale",),
         scale="loss_scale",
         source="fairseq f591cc94 fairseq/optim/fp16_optimizer.py (_FP16OptimizerMixin.state_dict)",
+        only=True,
     ),
 )

@@ -38,6 +38,8 @@ class SavedState:
         restore: Sets a fresh state machine's counters from the state (None: GradScaler, whose own
             ``load_state_dict`` restores them, or a framework that saves none).
         source: Where the names were read (file and version or commit).
+        only: Whether the state holds nothing but :attr:`keys` and knobs (a key as common as fairseq's
+            ``loss_scale`` also appears in other libraries' states, apex's among them).
     """
 
     keys: tuple[str, ...]
@@ -45,10 +47,15 @@ class SavedState:
     source: str
     knobs: Mapping[str, str] = field(default_factory=dict)
     restore: Callable[[Any, Mapping[str, Any]], None] | None = None
+    only: bool = False
 
-    def holds(self, state: Mapping[str, Any]) -> bool:
-        """Whether ``state`` is this framework's saved scaler."""
-        return all(key in state for key in self.keys)
+    def holds(self, state: Mapping[str, Any], knob_names: tuple[str, ...] = ()) -> bool:
+        """Whether ``state`` is this framework's saved scaler (``knob_names``: the rule's knobs, which a
+        plain checkpoint may add)."""
+        if not all(key in state for key in self.keys):
+            return False
+        allowed = {*self.keys, *self.knobs, *knob_names}
+        return not self.only or all(key in allowed for key in state)
 
 
 def as_mapping(state: Any) -> Mapping[str, Any] | None:

@@ -109,7 +109,10 @@ def start_study(
         as_run_assumed="" if plan.problem.start is None else plan.problem.start.scaler_assumed(),
     )
     if note is not None:
-        for line in handle.notes:
+        start = plan.problem.start
+        own_rule = start is not None and not start.other_rule(plan.settings.run.scaler)
+        unusable = start.scaler_unusable() if start is not None and own_rule else ""
+        for line in (*handle.notes, *filter(None, [unusable])):
             note(f"note: {line}")
     return handle
 

@@ -16,7 +16,15 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
-from search.scalers import RULES, RuleSetting, ScalerConfig, ScalerRule, as_mapping, saved_rule
+from search.scalers import (
+    RULES,
+    RuleSetting,
+    ScalerConfig,
+    ScalerRule,
+    as_mapping,
+    format_scale,
+    saved_rule,
+)
 from search.tasks._resolve import TaskError
 
 
@@ -105,11 +113,38 @@ class StartState:
 
     def scaler_setting(self) -> ScalerConfig | RuleSetting | None:
         """The setting the saved scaler trains on from where it was (its scale as the rule's start,
-        GradScaler's ``init_scale``), or None where the checkpoint saved no scaler."""
+        GradScaler's ``init_scale``), or None where the checkpoint saved no scaler, or one that cannot go on
+        (:meth:`scaler_unusable`)."""
         rule = self.scaler_rule
-        if rule is None or self.scaler_state is None:
+        if rule is None or self.scaler_state is None or self.scaler_unusable():
             return None
         return rule.setting(rule.saved_setting(self.scaler_state)[0])
+
+    def scaler_unusable(self) -> str:
+        """Where the saved scaler cannot be continued as a setting of its rule, the words that say why and
+        that every run starts its scaler afresh; else "". Its scale or a knob may be no value the framework's
+        config accepts (a DeepSpeed scale clamped at a minimum that is no power of two, a fairseq scale below
+        1), or its state may not fit the knobs taken at their defaults (a Megatron-LM scale below the default
+        floor)."""
+        rule = self.scaler_rule
+        if rule is None or self.scaler_state is None:
+            return ""
+        values, assumed = rule.saved_setting(self.scaler_state)
+        afresh = "it is not continued: every run starts its scaler afresh"
+        for knob in rule.knobs:
+            if not knob.valid(values[knob.name]):
+                what = f"scale {format_scale(rule.saved_scale(self.scaler_state))}"
+                what = what if knob.name == rule.start_knob else f"{knob.name} {values[knob.name]:g}"
+                return (
+                    f"the checkpoint's {rule.title} scaler has {what}, which {knob.name} ({knob.rule}) cannot"
+                    f" write in {rule.title}'s config; {afresh}"
+                )
+        try:
+            rule.resumed(values, self.scaler_state)
+        except ValueError as e:
+            defaults = f" ({', '.join(assumed)} at {rule.maker}'s defaults)" if assumed else ""
+            return f"the checkpoint's {rule.title} scaler cannot go on{defaults}: {e}; {afresh}"
+        return ""
 
     def other_rule(self, rule: str) -> str:
         """Where the checkpoint saved the scaler of another rule than ``rule`` (a ``--scaler`` name), the
@@ -126,7 +161,7 @@ class StartState:
         """Where the saved scaler holds not all of its rule's knobs, the words that say which ones are taken
         at the framework's defaults; else ""."""
         rule = self.scaler_rule
-        if rule is None or self.scaler_state is None:
+        if rule is None or self.scaler_state is None or self.scaler_unusable():
             return ""
         assumed = rule.saved_setting(self.scaler_state)[1]
         if not assumed:
@@ -221,9 +256,12 @@ def _unknown_scaler(state: Mapping[str, Any] | None) -> str:
         rules = [r for r in RULES.values() if r.saved is not None]
         nearest = max(rules, key=lambda r: sum(k in state for k in r.saved.keys))  # type: ignore[union-attr]
         held = [k for k in nearest.saved.keys if k in state]  # type: ignore[union-attr]
-        if held:
-            lacking = [k for k in nearest.saved.keys if k not in state]  # type: ignore[union-attr]
-            return f"its scaler state lacks {', '.join(lacking)}, which {nearest.title}'s saved scaler holds"
+        lacking = [k for k in nearest.saved.keys if k not in state]  # type: ignore[union-attr]
+        if held and lacking:
+            return (
+                f"its scaler state is no saved scaler this reads: it lacks {', '.join(lacking)} of"
+                f" {nearest.title}'s"
+            )
     return (
         "its scaler state is none of GradScaler's state_dict(), DeepSpeed's DynamicLossScaler, Megatron-LM's"
         " DynamicGradScaler.state_dict() or fairseq's {'loss_scale': ...}"

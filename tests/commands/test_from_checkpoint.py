@@ -211,6 +211,26 @@ def test_a_bad_checkpoint_is_one_line_exit_2_and_writes_nothing(tmp_path, conten
         assert sorted(p.name for p in tmp_path.iterdir()) == (["ckpt.pt"] if content is not None else [])
 
 
+def test_a_saved_scaler_no_setting_can_write_is_said_and_not_continued(tmp_path, checkpoint):
+    """A fairseq scale below 1 (its --fp16-init-scale takes whole numbers): one note, no as-run baseline,
+    and the diagnosis trains fairseq's default afresh."""
+    saved = torch.load(checkpoint, weights_only=True) | {"scaler": {"loss_scale": 0.5}}
+    path = tmp_path / "fairseq.pt"
+    torch.save(saved, path)
+    args = [*scheduled_from(path), "--scaler", "fairseq"]
+    note = (
+        "note: the checkpoint's fairseq scaler has scale 2^-1, which fp16_init_scale (a whole number >= 1)"
+        " cannot write in fairseq's config; it is not continued: every run starts its scaler afresh"
+    )
+    proc = run_cli([*args, "--trials", 3, "--quiet"], tmp_path)
+    assert proc.returncode == 0 and f"search.optimize: {note}" in proc.stderr, proc.stderr
+    assert "as-run" not in proc.stdout
+    proc = run_cli([*args, "--json", "d.json"], tmp_path, module="search.diagnose")
+    assert proc.returncode == 0 and f"search.diagnose: {note}" in proc.stderr, proc.stderr
+    data = json.loads((tmp_path / "d.json").read_text())
+    assert not data["checkpoint"].endswith("continued") and data["settings"]["fp16_init_scale"] == 128
+
+
 def test_population_mode_from_a_checkpoint_is_refused_in_one_line(tmp_path, checkpoint):
     """The stacked optimizer keeps no schedule and starts its state at zero: refused before anything is
     written, not trained from the wrong state."""

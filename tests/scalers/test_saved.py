@@ -147,12 +147,45 @@ def test_which_rule_a_saved_scaler_is_of_is_told_by_its_keys():
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ({"scale": 8.0, "growth_tracker": 1}, "scaler state lacks hysteresis_tracker, which Megatron-LM's"),
-        ({"cur_scale": 8.0}, "lacks cur_iter, last_overflow_iter, cur_hysteresis, which DeepSpeed's"),
+        ({"scale": 8.0, "growth_tracker": 1}, "it lacks hysteresis_tracker of Megatron-LM's"),
+        ({"cur_scale": 8.0}, "it lacks cur_iter, last_overflow_iter, cur_hysteresis of DeepSpeed's"),
         ({"scaling": 8.0}, "its scaler state is none of GradScaler's state_dict(), DeepSpeed's"),
+        # apex amp's loss scaler holds a loss_scale too: not read as fairseq's.
+        ({"loss_scale": 8.0, "unskipped": 3}, "its scaler state is none of GradScaler's state_dict()"),
     ],
 )
 def test_a_saved_scaler_of_no_rule_is_one_line(tmp_path, entry, message):
     with pytest.raises(CheckpointError) as caught:
         save_and_read(tmp_path, entry)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_saved_scaler_that_cannot_go_on_as_a_setting_of_its_rule_is_not_continued(tmp_path):
+    """A scale no config of the framework can write (DeepSpeed clamped at a minimum that is no power of
+    two; fairseq below 1), or a state that does not fit the knobs taken at their defaults (a Megatron-LM
+    scale below the default floor): no setting stands for the run as it was, so it is not continued, and
+    one note says why; given the floor, the same Megatron-LM state goes on."""
+    cases = [
+        (
+            {"cur_scale": 3.0, "cur_iter": 9, "last_overflow_iter": 8, "cur_hysteresis": 1, "min_scale": 3},
+            "the checkpoint's DeepSpeed scaler has scale 2^1.58, which initial_scale_power (a whole number"
+            " >= 0) cannot write in DeepSpeed's config",
+        ),
+        (
+            {"loss_scale": 0.5},
+            "the checkpoint's fairseq scaler has scale 2^-1, which fp16_init_scale (a whole number >= 1)"
+            " cannot write in fairseq's config",
+        ),
+        (
+            {"scale": torch.tensor([0.25]), "growth_tracker": 3, "hysteresis_tracker": 1},
+            "the checkpoint's Megatron-LM scaler cannot go on (min_loss_scale, loss_scale_window, hysteresis"
+            " at Megatron-LM's defaults): min_loss_scale must be in (0, initial_loss_scale], got 1.0",
+        ),
+    ]
+    for entry, message in cases:
+        start, rule = save_and_read(tmp_path, entry)
+        assert rule is not None and start.scaler_setting() is None and start.scaler_assumed() == ""
+        afresh = "it is not continued: every run starts its scaler afresh"
+        assert start.scaler_unusable() == f"{message}; {afresh}"
+    start, _ = save_and_read(tmp_path, cases[2][0] | {"min_loss_scale": 0.125})
+    assert start.scaler_unusable() == "" and start.scaler_setting().values["initial_loss_scale"] == 0.25

@@ -131,7 +131,8 @@ def test_states_that_do_not_fit_the_task_are_one_line():
             start_from(problem, start)
     with pytest.raises(CheckpointError, match="its step must be a whole number >= 0"):
         StartState(weights, -1)
-    with pytest.raises(CheckpointError, match="its scaler state lacks _growth_tracker"):
+    lacks = "its scaler state is no saved scaler this reads: it lacks _growth_tracker of GradScaler's"
+    with pytest.raises(CheckpointError, match=lacks):
         StartState(
             weights,
             1,
