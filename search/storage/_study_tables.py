@@ -57,14 +57,20 @@ class StudyTables:
 
     def lock_study(self, session: sqlalchemy.orm.Session) -> None:
         """Takes the study's lock (its row; the database on SQLite), as ``RDBStorage`` does to number trials.
+
+        The same ``SELECT ... FOR UPDATE`` as ``StudyModel.find_or_raise_by_id(for_update=True)``, as a Core
+        statement: no ORM object is built for a row nobody reads (a write per trial).
         """
-        models.StudyModel.find_or_raise_by_id(self.study_id, session, for_update=True)
+        study = models.StudyModel
+        query = sqlalchemy.select(study.study_id).where(study.study_id == self.study_id).with_for_update()
+        if session.execute(query).first() is None:
+            raise KeyError(f"study {self.study_id} does not exist")
 
     def count_trials(self, session: sqlalchemy.orm.Session) -> int:
         """How many trials the study holds: the number of the next trial, while the caller holds its lock."""
         trial = models.TrialModel
-        query = session.query(sqlalchemy.func.count(trial.trial_id)).filter(trial.study_id == self.study_id)
-        return query.scalar()
+        count = sqlalchemy.func.count(trial.trial_id)
+        return session.execute(sqlalchemy.select(count).where(trial.study_id == self.study_id)).scalar_one()
 
     def insert_trial(self, session: sqlalchemy.orm.Session, trial: FrozenTrial, number: int) -> int:
         """Inserts ``trial`` as trial ``number`` with its params, value, curve and attrs; returns its id.
@@ -74,12 +80,14 @@ class StudyTables:
         sets with an UPDATE after the insert); several trials inserted under one lock take the
         following numbers.
         """
-        row = models.TrialModel(study_id=self.study_id, number=number, state=trial.state)
-        row.datetime_start = trial.datetime_start
-        row.datetime_complete = trial.datetime_complete
-        session.add(row)
-        session.flush()
-        tid = row.trial_id
+        row = {
+            "study_id": self.study_id,
+            "number": number,
+            "state": trial.state,
+            "datetime_start": trial.datetime_start,
+            "datetime_complete": trial.datetime_complete,
+        }
+        tid = session.execute(sqlalchemy.insert(models.TrialModel.__table__), row).inserted_primary_key[0]
         params = [
             {
                 "trial_id": tid,
