@@ -288,9 +288,9 @@ def _recommendation_reason(rec: dict[str, Any], best: dict[str, Any], report: st
             f" {offsets_text(rec['nearest_offsets'])}"
         )
     )
-    ties = (
-        f"the argmin #{best['number']} ties with {rec['best_ties']} other trials" if rec["best_ties"] else ""
-    )
+    tied = rec["best_ties"]
+    others = f"{tied} other trial{'s' if tied != 1 else ''}"
+    ties = f"the argmin #{best['number']} ties with {others}" if tied else ""
     if not rec["n_good"]:  # The best trial itself failed: nothing here is safe to use.
         return (
             f"(the best trial, #{rec['source_trial']}, failed ({best.get('failure') or '-'}), so no trial"

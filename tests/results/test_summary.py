@@ -115,6 +115,16 @@ def test_a_recommendation_on_one_good_trial_says_it_is_weak():
     assert "weak: only 1 good trial around it" in text
 
 
+def test_one_tie_is_one_other_trial():
+    """The argmin and one other trial at the same objective: "ties with 1 other trial", not "trials"."""
+    study = optuna.create_study()
+    _add(study, 0.4203, "cpu", baseline="seed-1")
+    _add(study, 0.4203, "cpu", init_scale=2.0**13.5)
+    _add(study, 1.7, "cpu", init_scale=2.0**-19.5, failure="underflow", learned=False)
+    text = format_summary(summarize(study, DEFAULTS.space))
+    assert "ties with 1 other trial;" in text and "1 other trials" not in text
+
+
 def test_a_study_whose_best_trial_failed_recommends_nothing_as_safe():
     """It printed "the deepest of 0 good trials ... ties with -1 other trials"."""
     study = optuna.create_study()
